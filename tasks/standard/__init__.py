@@ -1,0 +1,122 @@
+"""The paper's standard suites as lm-eval tasks that read a local data folder (or the Hub).
+
+Each `golinear_*` task mirrors lm-eval's built-in task config and only replaces where the data comes
+from (see local_data.py). `SUITES` says which tasks make a suite and which metric each reports;
+`task_manager()` is the (cached) lm-eval TaskManager that knows our task folders.
+"""
+from __future__ import annotations
+
+import difflib
+import logging
+from pathlib import Path
+
+from .local_data import HUB, builtin_config, local_files, resolve_data_dir
+
+HERE = Path(__file__).resolve().parent
+TASK_DIRS = (HERE, HERE.parent / "ruler")
+
+
+class SuiteTask(dict):
+    """One reported number: task name, lm-eval metric key, display name, the built-in it mirrors."""
+
+
+def _t(task, metric, display, builtin, builtin_yaml):
+    return SuiteTask(task=task, metric=metric, display=display, builtin=builtin, builtin_yaml=builtin_yaml)
+
+
+SUITES: dict[str, list[SuiteTask]] = {
+    # zero-shot commonsense reasoning; the paper's CR average is the mean of these five
+    "cr": [
+        _t("golinear_piqa", "acc", "PIQA", "piqa", "piqa/piqa.yaml"),
+        _t("golinear_arc_easy", "acc", "ARC-e", "arc_easy", "arc/arc_easy.yaml"),
+        _t("golinear_arc_challenge", "acc_norm", "ARC-c", "arc_challenge", "arc/arc_challenge.yaml"),
+        _t("golinear_hellaswag", "acc_norm", "HellaSwag", "hellaswag", "hellaswag/hellaswag.yaml"),
+        _t("golinear_winogrande", "acc", "WinoGrande", "winogrande", "winogrande/default.yaml"),
+    ],
+    # 5-shot (set in the task YAML; the dev split is the few-shot pool)
+    "mmlu": [_t("golinear_mmlu", "acc", "MMLU", "mmlu", None)],
+    "lambada": [
+        _t("golinear_lambada_openai", "acc", "LAMBADA", "lambada_openai", "lambada/lambada_openai.yaml"),
+        _t("golinear_lambada_openai", "perplexity", "LAMBADA ppl", "lambada_openai",
+           "lambada/lambada_openai.yaml"),
+    ],
+}
+NUM_FEWSHOT = {"golinear_mmlu": 5}
+
+
+def suite_tasks(suite: str) -> list[str]:
+    """Task names of a suite (unique, in order)."""
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; allowed: {sorted(SUITES)}")
+    return list(dict.fromkeys(t["task"] for t in SUITES[suite]))
+
+
+def builtin_yamls(task: str) -> list[str]:
+    """lm-eval built-in YAMLs (relative to lm_eval/tasks) whose data a task of ours reads."""
+    if task == "golinear_mmlu" or task.startswith("golinear_mmlu_"):
+        mmlu = sorted(p.name for p in (HERE / "mmlu").glob("golinear_mmlu_*.yaml"))
+        names = [n[len("golinear_"):] for n in mmlu]
+        if task != "golinear_mmlu" and not task.endswith("_tasks") and task[len("golinear_"):] + ".yaml" in names:
+            names = [task[len("golinear_"):] + ".yaml"]
+        return [f"mmlu/default/{n}" for n in names]
+    for entries in SUITES.values():
+        for t in entries:
+            if t["task"] == task:
+                return [t["builtin_yaml"]]
+    return []
+
+
+def check_data(tasks: list[str], data_dir=None) -> str:
+    """Resolve the data folder and check every file the tasks read exists (before any work starts).
+
+    Returns the resolved folder (or "hub"). Tasks that are not ours (e.g. RULER) are not checked here.
+    """
+    resolved = resolve_data_dir(data_dir)
+    if resolved != HUB:
+        for task in tasks:
+            for builtin in builtin_yamls(task):
+                local_files(builtin, resolved)
+    return resolved
+
+
+_MANAGERS: dict[str, object] = {}
+
+
+class _DropCustomDatasetNotice(logging.Filter):
+    """lm-eval warns on every custom_dataset task (57 times for MMLU) about `--metadata`; not useful here."""
+
+    def filter(self, record):
+        return "Custom kwargs can be passed to `--metadata`" not in record.getMessage()
+
+
+def task_manager(data_dir=None):
+    """An lm-eval TaskManager with the built-ins plus tasks/standard (and tasks/ruler if present).
+
+    Built once per data folder and reused: indexing lm-eval's built-in YAMLs takes ~9 s. The
+    resolved folder reaches our loaders as the task metadata `golinear_data_dir`.
+    """
+    resolved = resolve_data_dir(data_dir)
+    if resolved not in _MANAGERS:
+        from lm_eval.tasks import TaskManager
+        task_logger = logging.getLogger("lm_eval.api.task")
+        if not any(isinstance(f, _DropCustomDatasetNotice) for f in task_logger.filters):
+            task_logger.addFilter(_DropCustomDatasetNotice())
+        include = [str(d) for d in TASK_DIRS if d.is_dir()]
+        _MANAGERS[resolved] = TaskManager(include_path=include, metadata={"golinear_data_dir": resolved})
+    return _MANAGERS[resolved]
+
+
+def validate_tasks(tasks: list[str], manager=None) -> list[str]:
+    """Raise ValueError naming any task the TaskManager does not know (with close matches)."""
+    manager = manager or task_manager()
+    known = set(manager.all_tasks)
+    for name in tasks:
+        if name not in known:
+            ours = sorted(n for n in known if n.startswith(("golinear_", "ruler_")) and "_mmlu_" not in n)
+            close = difflib.get_close_matches(name, list(known), n=3)
+            raise ValueError(f"unknown task {name!r}; did you mean {close}? golinear tasks: {ours}")
+    return list(tasks)
+
+
+__all__ = ["SUITES", "NUM_FEWSHOT", "HUB", "suite_tasks", "check_data", "task_manager", "validate_tasks",
+           "resolve_data_dir", "builtin_config", "builtin_yamls"]
