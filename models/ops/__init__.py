@@ -1,0 +1,76 @@
+"""Dispatch seam between the pure-PyTorch reference ops and the CUDA kernels (FLA).
+
+Each op picks its backend per call from its first tensor: CUDA tensors with flash-linear-attention
+importable go to `models.ops.fla_backend` (same signatures), everything else to
+`models.ops.reference`. FLA is imported only on the first CUDA call. `GOLINEAR_OPS=reference|fla`
+forces a backend (`fla` raises if FLA cannot be imported); `backend_name(x)` says which one a tensor gets.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+from models.ops import reference
+
+BACKENDS = ("auto", "reference", "fla")
+OPS = ("gla_chunk", "gla_recurrent", "gdn_chunk", "gdn_recurrent", "linear_attn_chunk",
+       "linear_attn_recurrent", "short_conv", "window_sink_attention", "window_sink_decode")
+
+
+@functools.lru_cache(maxsize=1)
+def _fla_module():
+    """models.ops.fla_backend, or the ImportError that stopped it (cached either way)."""
+    try:
+        from models.ops import fla_backend
+        fla_backend.load_fla()
+        return fla_backend
+    except Exception as e:  # no fla / no triton / no GPU driver: the reference serves
+        return e
+
+
+def fla_available() -> bool:
+    return not isinstance(_fla_module(), Exception)
+
+
+def _mode() -> str:
+    mode = os.environ.get("GOLINEAR_OPS", "auto").strip().lower() or "auto"
+    if mode not in BACKENDS:
+        raise ValueError(f"GOLINEAR_OPS={mode!r}; allowed: {list(BACKENDS)}")
+    return mode
+
+
+def backend_for(x):
+    mode = _mode()
+    if mode == "reference":
+        return reference
+    if mode == "fla" or getattr(x, "is_cuda", False):
+        mod = _fla_module()
+        if not isinstance(mod, Exception):
+            return mod
+        if mode == "fla":
+            raise ImportError(f"GOLINEAR_OPS=fla but flash-linear-attention is not usable here: {mod}")
+    return reference
+
+
+def backend_name(x) -> str:
+    return "reference" if backend_for(x) is reference else "fla"
+
+
+def _dispatching(name):
+    def op(*args, **kwargs):
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        return getattr(backend_for(first), name)(*args, **kwargs)
+    op.__name__ = name
+    op.__doc__ = getattr(reference, name).__doc__
+    return op
+
+
+gla_chunk = _dispatching("gla_chunk")
+gla_recurrent = _dispatching("gla_recurrent")
+gdn_chunk = _dispatching("gdn_chunk")
+gdn_recurrent = _dispatching("gdn_recurrent")
+linear_attn_chunk = _dispatching("linear_attn_chunk")
+linear_attn_recurrent = _dispatching("linear_attn_recurrent")
+short_conv = _dispatching("short_conv")
+window_sink_attention = _dispatching("window_sink_attention")
+window_sink_decode = _dispatching("window_sink_decode")

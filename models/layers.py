@@ -1,0 +1,264 @@
+"""LinearizedAttention: a drop-in replacement for a Llama/Mistral/Qwen2/Qwen3 attention module.
+
+The frozen q/k/v/o projections (and Qwen3's q/k RMSNorm) are reused under their original names; RoPE
+is applied to q/k of both paths. Positions are 0-indexed. At query t:
+  - the softmax path sees I = {j < sinks} U {t - window < j <= t};
+  - the linear path sees exactly the tokens s <= j <= t - w (w = 0: s <= j <= t);
+  - GLA/kGLA/GDN: y = y_lin + y_swa (the paper's disjoint sum); Hedgehog: one shared normaliser.
+The parallel pass runs the chunked op with q shifted by `window` (o_t = q_t^T S_{t-w}); decoding keeps
+sinks, a rolling window and the state in `LinearLayerCache`, folding each token into the state when it
+leaves the window.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from transformers.cache_utils import DynamicLayer
+
+from models import ops
+from models.cache import LinearLayerCache
+from models.mechanisms import MECHANISM_CLASSES, ShortConvs
+
+LIN_KEYS = ("k", "v", "log_a", "beta", "phi_k")  # per-token inputs a window token carries into the state
+
+
+class LinearizedAttention(nn.Module):
+    def __init__(self, attn: nn.Module, config, layer_idx: int, mechanism: str, window: int = 0,
+                 sinks: int = 0, short_conv: bool = False, conv_size: int = 4, gate_rank: int = 16,
+                 feature_dim: int = 64):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.head_dim = attn.head_dim
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.groups = self.num_heads // self.num_kv_heads
+        self.scaling = attn.scaling
+        self.mechanism, self.window, self.sinks = mechanism, window, sinks
+        # frozen modules, same attribute names as the original attention => same state-dict keys
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
+        self.q_norm = getattr(attn, "q_norm", None)
+        self.k_norm = getattr(attn, "k_norm", None)
+        hidden = config.hidden_size
+        q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        dev = self.q_proj.weight.device
+        with torch.device(dev):
+            self.conv = ShortConvs(q_dim, kv_dim, conv_size) if short_conv else None
+            self.lin = None
+            if mechanism != "none":
+                self.lin = MECHANISM_CLASSES[mechanism](hidden, self.num_heads, self.num_kv_heads, self.head_dim,
+                                                        gate_rank=gate_rank, feature_dim=feature_dim,
+                                                        windowed=(window + sinks) > 0)
+
+    # ------------------------------------------------------------------ projections
+    def project(self, x: torch.Tensor, position_embeddings, conv_state=None, use_conv: bool = True):
+        """q [B,T,H,D], k/v [B,T,Hkv,D] after short conv, q/k norm and RoPE; new conv state."""
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        new_conv = None
+        if self.conv is not None and use_conv:
+            conv_state = conv_state or {}
+            new_conv = {}
+            outs = []
+            for name, t in (("q", q), ("k", k), ("v", v)):
+                y, new_conv[name] = ops.short_conv(t, getattr(self.conv, name), state=conv_state.get(name),
+                                                   output_final_state=True)
+                outs.append(y.to(t.dtype))
+            q, k, v = outs
+        B, T = x.shape[:2]
+        q = q.view(B, T, self.num_heads, self.head_dim)
+        k = k.view(B, T, self.num_kv_heads, self.head_dim)
+        v = v.view(B, T, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        cos, sin = position_embeddings
+        q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)  # [B,T,H,D] layout
+        return q, k, v, new_conv
+
+    def linear_inputs(self, x, q, k, v):
+        """The mechanism's op inputs, keys/values expanded to the query heads."""
+        k_rep = k.repeat_interleave(self.groups, dim=2)
+        v_rep = v.repeat_interleave(self.groups, dim=2)
+        if self.mechanism == "hedgehog":
+            return self.lin.inputs(x, q, k, v_rep)
+        return self.lin.inputs(x, q, k_rep, v_rep)
+
+    def full_attention(self, x: torch.Tensor, position_embeddings) -> torch.Tensor:
+        """The frozen layer's own causal softmax attention, without the short convs (diagnostics).
+
+        With LoRA, wrap the call in peft's `disable_adapter` to get the frozen projections."""
+        q, k, v, _ = self.project(x, position_embeddings, use_conv=False)
+        out, _ = ops.window_sink_attention(q, k, v, sinks=0, window=q.shape[1], scale=self.scaling)
+        return self.o_proj(out.reshape(*x.shape[:2], -1).to(x.dtype))
+
+    # ------------------------------------------------------------------ linear path
+    def _run(self, lin: dict, q_for_state: torch.Tensor, initial_state, chunked: bool):
+        """Run the mechanism's op; returns (o or (num, den), final state)."""
+        m = self.mechanism
+        if m in ("gla", "kgla"):
+            f = ops.gla_chunk if chunked else ops.gla_recurrent
+            return f(q_for_state, lin["k"], lin["v"], lin["log_a"], self.lin.scale,
+                     initial_state=initial_state, output_final_state=True)
+        if m == "gdn":
+            f = ops.gdn_chunk if chunked else ops.gdn_recurrent
+            return f(q_for_state, lin["k"], lin["v"], lin["log_a"], lin["beta"], self.lin.scale,
+                     initial_state=initial_state, output_final_state=True)
+        f = ops.linear_attn_chunk if chunked else ops.linear_attn_recurrent
+        num, den, state = f(q_for_state, lin["phi_k"], lin["v"], initial_state=initial_state,
+                            output_final_state=True)
+        return (num, den), state
+
+    def _query(self, lin: dict) -> torch.Tensor:
+        return lin["phi_q"] if self.mechanism == "hedgehog" else lin["q"]
+
+    def _mask_sinks(self, lin: dict, T: int) -> dict:
+        """Tokens j < sinks never enter the linear state: zero their keys (and beta)."""
+        s = min(self.sinks, T)
+        if s == 0:
+            return lin
+        lin = dict(lin)
+        keep = torch.ones(T, device=self._query(lin).device)
+        keep[:s] = 0
+        for key in ("k", "phi_k", "beta"):
+            if key in lin:
+                t = lin[key]
+                lin[key] = t * keep.view(1, T, *([1] * (t.dim() - 2))).to(t.dtype)
+        return lin
+
+    def _linear_parallel(self, lin: dict, T: int):
+        """Outputs q_t^T S_{t-w} for t in [0, T) and the state after token T-1-w (None if no token)."""
+        w = self.window
+        lin = self._mask_sinks(lin, T)
+        qx = self._query(lin)
+        n = T - w  # tokens whose state some query of this pass reads
+        if n <= 0:
+            zero = self._zero_output(qx, lin)
+            return zero, None
+        head = {k: v[:, :n] for k, v in lin.items()}
+        out, state = self._run(head, qx[:, w:], None, chunked=True)
+        pad = lambda t: torch.cat([t.new_zeros(t.shape[0], w, *t.shape[2:]), t], 1)
+        out = tuple(pad(o) for o in out) if isinstance(out, tuple) else pad(out)
+        return out, state
+
+    def _zero_output(self, qx, lin):
+        B, T, H = qx.shape[:3]
+        V = lin["v"].shape[-1]
+        o = qx.new_zeros(B, T, H, V, dtype=torch.float32)
+        return (o, qx.new_zeros(B, T, H, dtype=torch.float32)) if self.mechanism == "hedgehog" else o
+
+    # ------------------------------------------------------------------ combination
+    def _combine(self, lin_out, swa_out, dtype):
+        if swa_out is None:
+            if self.mechanism == "hedgehog":
+                num, den = lin_out
+                return num / den.clamp_min(1e-12).unsqueeze(-1)
+            return lin_out
+        if lin_out is None:
+            return swa_out
+        if self.mechanism == "hedgehog":
+            num, den = lin_out
+            mass = self.lin.window_logmass.float().exp().view(1, 1, -1, 1)
+            return (swa_out.float() * mass + num) / (mass + den.unsqueeze(-1))
+        return lin_out.float() + swa_out.float()
+
+    @property
+    def has_softmax_path(self) -> bool:
+        return self.window + self.sinks > 0
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None,
+                **kwargs):
+        cache = None
+        if past_key_values is not None:
+            cache = past_key_values.layers[self.layer_idx]
+            if isinstance(cache, DynamicLayer) and not cache.is_initialized:
+                # a stock DynamicCache (HF builds one when use_cache is on): take over this empty slot
+                cache = past_key_values.layers[self.layer_idx] = LinearLayerCache()
+            if not isinstance(cache, LinearLayerCache):
+                raise TypeError(f"layer {self.layer_idx} is linearized but the cache holds {type(cache).__name__}; "
+                                "generate with models.cache.LinearCache")
+        if cache is not None and cache.seen > 0:
+            y = self._decode(hidden_states, position_embeddings, cache)
+        else:
+            y = self._parallel(hidden_states, position_embeddings, cache)
+        B, T = hidden_states.shape[:2]
+        return self.o_proj(y.reshape(B, T, -1).to(hidden_states.dtype)), None
+
+    def _parallel(self, x, position_embeddings, cache):
+        T = x.shape[1]
+        q, k, v, conv_state = self.project(x, position_embeddings)
+        swa = None
+        if self.has_softmax_path:
+            swa, _ = ops.window_sink_attention(q, k, v, sinks=self.sinks, window=self.window, scale=self.scaling)
+        lin_out = state = None
+        if self.lin is not None:
+            lin = self.linear_inputs(x, q, k, v)
+            lin_out, state = self._linear_parallel(lin, T)
+        if cache is not None:
+            self._fill_cache(cache, T, k, v, lin if self.lin is not None else None, state, conv_state)
+        return self._combine(lin_out, swa, x.dtype)
+
+    def _fill_cache(self, cache, T, k, v, lin, state, conv_state):
+        s, w = self.sinks, self.window
+        cache.conv = conv_state
+        cache.sink_k = k[:, :min(s, T)].transpose(1, 2)
+        cache.sink_v = v[:, :min(s, T)].transpose(1, 2)
+        lo = max(s, T - w)  # window holds tokens max(s, T-w) .. T-1
+        cache.win_k = k[:, lo:].transpose(1, 2)
+        cache.win_v = v[:, lo:].transpose(1, 2)
+        if lin is not None:
+            cache.win_lin = {key: lin[key][:, lo:] for key in LIN_KEYS if key in lin}
+            cache.state = state if state is not None else None
+        cache.seen = T
+
+    def _decode(self, x, position_embeddings, cache):
+        """Token-by-token continuation from a filled cache (T = 1 per step; longer inputs loop)."""
+        outs = []
+        cos, sin = position_embeddings
+        for i in range(x.shape[1]):
+            outs.append(self._step(x[:, i:i + 1], (cos[:, i:i + 1], sin[:, i:i + 1]), cache))
+        return torch.cat(outs, 1)
+
+    def _step(self, x, position_embeddings, cache):
+        t, s, w = cache.seen, self.sinks, self.window
+        q, k, v, cache.conv = self.project(x, position_embeddings, cache.conv)
+        kt, vt = k.transpose(1, 2), v.transpose(1, 2)
+        if t < s:
+            cache.sink_k = torch.cat([cache.sink_k, kt], 2)
+            cache.sink_v = torch.cat([cache.sink_v, vt], 2)
+        else:
+            cache.win_k = torch.cat([cache.win_k, kt], 2)
+            cache.win_v = torch.cat([cache.win_v, vt], 2)
+        lin_out = None
+        if self.lin is not None:
+            lin = self.linear_inputs(x, q, k, v)
+            lin_out = self._linear_step(lin, cache, entered_window=t >= s)
+        if cache.win_k.shape[2] > w:  # the oldest window token has been folded into the state
+            cache.win_k, cache.win_v = cache.win_k[:, :, 1:], cache.win_v[:, :, 1:]
+        swa = None
+        if self.has_softmax_path:
+            keys = torch.cat([cache.sink_k, cache.win_k], 2).transpose(1, 2)
+            vals = torch.cat([cache.sink_v, cache.win_v], 2).transpose(1, 2)
+            swa, _ = ops.window_sink_decode(q, keys, vals, scale=self.scaling)
+        cache.seen = t + 1
+        return self._combine(lin_out, swa, x.dtype)
+
+    def _linear_step(self, lin, cache, entered_window: bool):
+        """Append the token to the window; if a token leaves it, fold it into the state; read q^T S."""
+        qx = self._query(lin)
+        if entered_window:
+            new = {key: lin[key] for key in LIN_KEYS if key in lin}
+            cache.win_lin = new if cache.win_lin is None else {
+                key: torch.cat([cache.win_lin[key], new[key]], 1) for key in new}
+        n_win = 0 if cache.win_lin is None else next(iter(cache.win_lin.values())).shape[1]
+        if n_win > self.window:
+            leaving = {key: val[:, :1] for key, val in cache.win_lin.items()}
+            cache.win_lin = {key: val[:, 1:] for key, val in cache.win_lin.items()}
+            out, cache.state = self._run(leaving, qx, cache.state, chunked=False)
+            return out
+        if cache.state is None:
+            return self._zero_output(qx, lin)
+        # nothing to fold: read the state with a no-op token (zero key, unit decay, zero beta)
+        noop = {key: torch.zeros_like(lin[key]) for key in LIN_KEYS if key in lin}
+        out, cache.state = self._run(noop, qx, cache.state, chunked=False)
+        return out

@@ -1,0 +1,228 @@
+"""Convert a pretrained decoder into a linearized model: swap attention modules, freeze the backbone.
+
+`linearize(model, LinearizeConfig(...))` replaces `self_attn` of every layer not kept as full attention
+by `LinearizedAttention`, adds short convs / LoRA when asked, and makes only the new parameters
+trainable. The model keeps its class (plus a generation mixin that builds `LinearCache`), so
+`model.generate`, `save_pretrained`-free checkpoints (models.checkpoint) and lm-eval's HFLM work.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import torch
+
+from models.backbone import check_architecture, fingerprint, load_backbone
+from models.cache import LinearCache
+from models.layers import LinearizedAttention
+from models.mechanisms import MECHANISMS
+
+SELECTIONS = ("uniform", "hardness")
+
+
+@dataclasses.dataclass
+class LinearizeConfig:
+    mechanism: str = "gdn"          # gla | kgla | gdn | hedgehog | none (window/sinks only, no state)
+    window: int = 0                 # sliding-window tokens on the disjoint softmax path
+    sinks: int = 0                  # first tokens kept exactly; cache budget = sinks + window
+    short_conv: bool = False        # causal depthwise convs (kernel conv_size) on q, k, v
+    conv_size: int = 4
+    lora: bool = False              # LoRA on Wq, Wk, Wv through PEFT
+    lora_rank: int = 8
+    lora_alpha: int = 16
+    full_layers: list[int] | None = None  # explicit full-attention layers (hybrid)
+    keep_full: float = 0.0          # or: this fraction of layers kept as full attention ...
+    select: str = "uniform"         # ... chosen uniformly over depth or by layer_scores (hardest kept)
+    layer_scores: list[float] | None = None
+    gate_rank: int = 16             # GLA gate low rank
+    feature_dim: int = 64           # Hedgehog feature dim per half
+
+    @property
+    def cache_budget(self) -> int:
+        return self.sinks + self.window
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LinearizeConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown linearize options {sorted(unknown)}; allowed: {sorted(names)}")
+        return cls(**d)
+
+
+DEFAULT_RECIPE = LinearizeConfig(mechanism="gdn", window=56, sinks=8, short_conv=True)
+
+
+def validate(cfg: LinearizeConfig, config) -> list[int]:
+    """Check options against the backbone's config; return the sorted full-attention layer indices."""
+    n = config.num_hidden_layers
+    if cfg.mechanism not in MECHANISMS:
+        raise ValueError(f"unknown mechanism {cfg.mechanism!r}; allowed: {list(MECHANISMS)}")
+    max_len = getattr(config, "max_position_embeddings", None) or 1 << 20
+    for name in ("window", "sinks"):
+        val = getattr(cfg, name)
+        if not isinstance(val, int) or isinstance(val, bool) or val < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {val!r}")
+        if val > max_len:
+            raise ValueError(f"{name}={val} exceeds the model's max_position_embeddings={max_len}")
+    if cfg.window + cfg.sinks > max_len:
+        raise ValueError(f"cache budget sinks+window={cfg.cache_budget} exceeds max_position_embeddings={max_len}")
+    if cfg.mechanism == "none" and cfg.cache_budget == 0:
+        raise ValueError("mechanism 'none' (window/sinks only) needs window + sinks > 0")
+    if cfg.conv_size < 1:
+        raise ValueError(f"conv_size must be >= 1, got {cfg.conv_size}")
+    if cfg.lora and cfg.lora_rank < 1:
+        raise ValueError(f"lora_rank must be >= 1, got {cfg.lora_rank}")
+    if cfg.select not in SELECTIONS:
+        raise ValueError(f"unknown layer selection {cfg.select!r}; allowed: {list(SELECTIONS)}")
+    if not 0.0 <= cfg.keep_full < 1.0:
+        raise ValueError(f"keep_full must be a fraction in [0, 1), got {cfg.keep_full}")
+    if cfg.full_layers is not None:
+        if cfg.keep_full:
+            raise ValueError("give either full_layers or keep_full, not both")
+        bad = [i for i in cfg.full_layers if not isinstance(i, int) or not 0 <= i < n]
+        if bad:
+            raise ValueError(f"full-attention layer indices {bad} out of range; allowed: 0..{n - 1}")
+        if len(set(cfg.full_layers)) == n:
+            raise ValueError("every layer is kept as full attention: nothing to linearize")
+        return sorted(set(cfg.full_layers))
+    k = round(cfg.keep_full * n)
+    if k == 0:
+        return []
+    if cfg.select == "uniform":
+        return sorted({min(n - 1, int((i + 0.5) * n / k)) for i in range(k)})
+    scores = cfg.layer_scores
+    if scores is None or len(scores) != n:
+        raise ValueError(f"select='hardness' needs layer_scores with one score per layer ({n}), "
+                         f"got {None if scores is None else len(scores)}")
+    return sorted(sorted(range(n), key=lambda i: (-scores[i], i))[:k])
+
+
+def _decoder_layers(model):
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers"):
+        raise ValueError(f"unsupported model class {type(model).__name__}: expected a *ForCausalLM with .model.layers")
+    return inner.layers
+
+
+class LinearGenerationMixin:
+    """Makes `generate` build a LinearCache instead of a DynamicCache."""
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        if model_kwargs.get("past_key_values") is None and generation_config.use_cache is not False:
+            model_kwargs["past_key_values"] = LinearCache.for_model(self)
+        return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+
+
+def linearize(model, cfg: LinearizeConfig, base_name: str | None = None):
+    """Linearize `model` in place and return it. Only the new parameters require grad afterwards."""
+    check_architecture(model.config)
+    full = validate(cfg, model.config)
+    if any(isinstance(layer.self_attn, LinearizedAttention) for layer in _decoder_layers(model)):
+        raise ValueError("model is already linearized")
+    base_fp = fingerprint(model)
+    model.requires_grad_(False)
+    for idx, layer in enumerate(_decoder_layers(model)):
+        if idx in full:
+            continue
+        layer.self_attn = LinearizedAttention(layer.self_attn, model.config, idx, cfg.mechanism, cfg.window,
+                                              cfg.sinks, cfg.short_conv, cfg.conv_size, cfg.gate_rank,
+                                              cfg.feature_dim)
+        layer.self_attn.to(dtype=torch.float32)  # new parameters stay fp32 (they are tiny)
+        layer.self_attn.requires_grad_(False)
+        for name in ("lin", "conv"):
+            sub = getattr(layer.self_attn, name)
+            if sub is not None:
+                sub.requires_grad_(True)
+    if cfg.lora:
+        _add_lora(model, cfg, full)
+    cls = type(model)
+    if not issubclass(cls, LinearGenerationMixin):
+        model.__class__ = type(f"Linearized{cls.__name__}", (LinearGenerationMixin, cls), {})
+    model.config.golinear = {"linearize": cfg.to_dict(), "full_layers": full, "base": base_name,
+                             "base_fingerprint": base_fp}
+    return model
+
+
+def _add_lora(model, cfg: LinearizeConfig, full: list[int]):
+    from peft import LoraConfig, inject_adapter_in_model
+    lin_layers = [i for i in range(model.config.num_hidden_layers) if i not in full]
+    pattern = r".*\.layers\.(" + "|".join(map(str, lin_layers)) + r")\.self_attn\.(q_proj|k_proj|v_proj)"
+    inject_adapter_in_model(LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
+                                       target_modules=pattern), model)
+    for name, p in model.named_parameters():
+        if "lora_" in name:
+            p.requires_grad_(True)
+            p.data = p.data.float()
+
+
+def new_parameters(model) -> dict[str, torch.nn.Parameter]:
+    """The parameters linearization added (the only trainable ones)."""
+    return {n: p for n, p in model.named_parameters() if _is_new(n)}
+
+
+def _is_new(name: str) -> bool:
+    return ".self_attn.lin." in name or ".self_attn.conv." in name or "lora_" in name
+
+
+def count_new_parameters(model) -> int:
+    return sum(p.numel() for p in new_parameters(model).values())
+
+
+def count_for_config(name: str, cfg: LinearizeConfig) -> int:
+    """New-parameter count for a named configuration (built on the meta device: no memory)."""
+    from models.backbone import random_backbone
+    return count_new_parameters(linearize(random_backbone(name, device="meta"), cfg))
+
+
+def decode_state_bytes(model, batch: int = 1, dtype_bytes: int = 4, context: int = 0) -> int:
+    """Per-sequence decode memory (bytes) of the cache after `context` tokens, computed from shapes."""
+    c = model.config
+    info = model.config.golinear
+    cfg = LinearizeConfig.from_dict(info["linearize"])
+    hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    H, Hkv = c.num_attention_heads, c.num_key_value_heads
+    per_layer = 2 * Hkv * hd * min(context, cfg.cache_budget) * dtype_bytes  # sink + window KV
+    if cfg.mechanism in ("gla", "kgla", "gdn"):
+        per_layer += H * hd * hd * 4  # fp32 state
+    elif cfg.mechanism == "hedgehog":
+        f = 2 * cfg.feature_dim
+        per_layer += (H * f * hd + H * f) * 4
+    if cfg.mechanism != "none":  # window tokens' pending linear inputs
+        per_layer += min(context, cfg.window) * H * hd * 3 * 4
+    if cfg.short_conv:
+        per_layer += (H + 2 * Hkv) * hd * (cfg.conv_size - 1) * dtype_bytes
+    full_layer = 2 * Hkv * hd * context * dtype_bytes
+    n_full = len(info["full_layers"])
+    return batch * ((c.num_hidden_layers - n_full) * per_layer + n_full * full_layer)
+
+
+def load_model(base: str = "smollm2-135m", checkpoint: str | None = None, mechanism: str | None = None,
+               dtype: str = "float32", device: str = "cpu", **options):
+    """(model, tokenizer, info): full attention (no mechanism, no checkpoint), a fresh linearization, or
+    a saved checkpoint (models.checkpoint). `options` are LinearizeConfig fields."""
+    from models import checkpoint as ckpt
+    if checkpoint is not None:
+        return ckpt.load_checkpoint(checkpoint, base=base if base != "smollm2-135m" else None,
+                                    dtype=dtype, device=device)
+    model, tok = load_backbone(base, dtype=dtype, device="cpu")
+    info = {"base": base, "base_fingerprint": fingerprint(model), "checkpoint": None,
+            "checkpoint_fingerprint": None, "linearize": None, "new_parameters": 0,
+            "cache_budget": math.inf, "trained": False}
+    if mechanism is None:
+        if options:
+            raise ValueError(f"options {sorted(options)} need a mechanism (allowed: {list(MECHANISMS)})")
+        return model.to(device), tok, info
+    cfg = LinearizeConfig.from_dict({"mechanism": mechanism, **options})
+    linearize(model, cfg, base_name=base)
+    info.update(linearize=cfg.to_dict(), new_parameters=count_new_parameters(model),
+                cache_budget=cfg.cache_budget if cfg.mechanism == "none" or cfg.cache_budget else 0)
+    return model.to(device), tok, info
+
+
+def describe(info: dict) -> str:
+    return json.dumps(info, sort_keys=True, default=str)

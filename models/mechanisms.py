@@ -1,0 +1,146 @@
+"""The new parameters of each linear mechanism (Figure 1 of the paper): gates, beta, feature maps.
+
+Each mechanism turns the layer's frozen, RoPE'd q/k/v (already expanded to the query heads) plus the
+layer input x into the arguments of its op in `models.ops`. Only these modules are trainable.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+MECHANISMS = ("gla", "kgla", "gdn", "hedgehog", "none")
+
+
+def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """FLA's in-kernel normalisation: x * rsqrt(sum(x^2) + eps)."""
+    return x * torch.rsqrt(x.float().pow(2).sum(-1, keepdim=True) + eps).to(x.dtype)
+
+
+class GLAGate(nn.Module):
+    """GLA: data-dependent diagonal decay a_t = sigmoid(W2 W1 x)^(1/16), low rank 16 (FLA's GLA layer)."""
+
+    def __init__(self, hidden: int, heads: int, head_dim: int, rank: int = 16, normalizer: float = 16.0):
+        super().__init__()
+        self.heads, self.head_dim, self.normalizer = heads, head_dim, normalizer
+        self.down = nn.Linear(hidden, rank, bias=False)
+        self.up = nn.Linear(rank, heads * head_dim, bias=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = self.up(self.down(x)).float()
+        return (F.logsigmoid(g) / self.normalizer).unflatten(-1, (self.heads, self.head_dim))
+
+
+class GLA(nn.Module):
+    kind = "gla"
+
+    def __init__(self, hidden, heads, kv_heads, head_dim, gate_rank=16, **_):
+        super().__init__()
+        self.gate = GLAGate(hidden, heads, head_dim, gate_rank)
+        self.scale = head_dim ** -0.5
+
+    def inputs(self, x, q, k, v):
+        return dict(q=q, k=k, v=v, log_a=self.gate(x))
+
+
+class KeyGatedGLA(GLA):
+    """kGLA (§3.2.2): decay diag(a_t)(I - b_t Diag(k_t*k_t)); keys L2-normalised so 1 - b k^2 > 0.
+
+    The gate stays diagonal, so it is GLA with log a'_t = log a_t + log(1 - b_t k_t^2) (same op)."""
+    kind = "kgla"
+
+    def __init__(self, hidden, heads, kv_heads, head_dim, gate_rank=16, **_):
+        super().__init__(hidden, heads, kv_heads, head_dim, gate_rank)
+        self.beta = nn.Linear(hidden, heads, bias=False)
+
+    def inputs(self, x, q, k, v):
+        q, k = l2norm(q), l2norm(k)
+        beta = torch.sigmoid(self.beta(x).float()).unsqueeze(-1)
+        log_a = self.gate(x) + torch.log1p(-(beta * k.float().pow(2)).clamp(max=1 - 1e-6))
+        return dict(q=q, k=k, v=v, log_a=log_a)
+
+
+class GatedDeltaNet(nn.Module):
+    """GDN: S_t = a_t (I - b_t k_t k_t^T) S_{t-1} + b_t k_t v_t^T, scalar decay per head (FLA's GDN gate)."""
+    kind = "gdn"
+
+    def __init__(self, hidden, heads, kv_heads, head_dim, **_):
+        super().__init__()
+        self.a_proj = nn.Linear(hidden, heads, bias=False)
+        self.b_proj = nn.Linear(hidden, heads, bias=False)
+        self.A_log = nn.Parameter(torch.empty(heads))
+        self.dt_bias = nn.Parameter(torch.empty(heads))
+        self.scale = head_dim ** -0.5
+        self.reset_gate()
+
+    @torch.no_grad()
+    def reset_gate(self):
+        """Mamba2/FLA initialisation: A in [1, 16], dt in [1e-3, 1e-1] (log-uniform)."""
+        if self.A_log.is_meta:
+            return
+        self.A_log.copy_(torch.empty_like(self.A_log).uniform_(1, 16).log())
+        dt = torch.exp(torch.rand_like(self.dt_bias) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+        self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+
+    def inputs(self, x, q, k, v):
+        log_a = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias.float())
+        beta = torch.sigmoid(self.b_proj(x).float())
+        return dict(q=l2norm(q), k=l2norm(k), v=v, log_a=log_a, beta=beta)
+
+
+class HedgehogFeatureMap(nn.Module):
+    """phi(x) = softmax(xW + b) (+) softmax(-(xW + b)), one map per head (LoLCATs' 'fullspace' Hedgehog)."""
+
+    def __init__(self, heads: int, head_dim: int, feature_dim: int = 64):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(heads, head_dim, feature_dim))
+        self.bias = nn.Parameter(torch.zeros(heads, feature_dim))
+        if not self.weight.is_meta:
+            nn.init.normal_(self.weight, std=head_dim ** -0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [B, T, H, D] -> [B, T, H, 2F]
+        z = torch.einsum("bthd,hdf->bthf", x.float(), self.weight.float()) + self.bias.float()
+        return torch.cat([torch.softmax(z, -1), torch.softmax(-z, -1)], -1)
+
+
+class Hedgehog(nn.Module):
+    kind = "hedgehog"
+
+    def __init__(self, hidden, heads, kv_heads, head_dim, feature_dim=64, windowed=False, **_):
+        super().__init__()
+        self.groups = heads // kv_heads
+        self.phi_q = HedgehogFeatureMap(heads, head_dim, feature_dim)
+        self.phi_k = HedgehogFeatureMap(kv_heads, head_dim, feature_dim)
+        # With a window/sink path the two branches share one normaliser; the window branch enters with a
+        # learned per-head mass exp(window_logmass) (LoLCATs mixes the two with a learned factor too).
+        self.window_logmass = nn.Parameter(torch.zeros(heads)) if windowed else None
+
+    def inputs(self, x, q, k_kv, v):
+        """k_kv: keys on the KV heads (the k feature map is per KV head, then shared by its query heads)."""
+        phi_k = self.phi_k(k_kv).repeat_interleave(self.groups, dim=2)
+        return dict(phi_q=self.phi_q(q), phi_k=phi_k, v=v)
+
+
+MECHANISM_CLASSES = {"gla": GLA, "kgla": KeyGatedGLA, "gdn": GatedDeltaNet, "hedgehog": Hedgehog}
+
+
+class ShortConvs(nn.Module):
+    """Causal depthwise convolutions (kernel 4) on q, k and v, initialised to the identity.
+
+    Identity initialisation (last tap = 1, no activation) makes the untrained model equal to the
+    model without convolutions, so training starts from the frozen projections."""
+
+    def __init__(self, q_dim: int, kv_dim: int, kernel: int = 4):
+        super().__init__()
+        self.kernel = kernel
+        self.q = nn.Parameter(self._identity(q_dim, kernel))
+        self.k = nn.Parameter(self._identity(kv_dim, kernel))
+        self.v = nn.Parameter(self._identity(kv_dim, kernel))
+
+    @staticmethod
+    def _identity(dim: int, kernel: int) -> torch.Tensor:
+        w = torch.zeros(dim, kernel)
+        w[:, -1] = 1.0
+        return w
