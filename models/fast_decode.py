@@ -1,0 +1,429 @@
+"""Fast generation for linearized models: chunked prefill, then decoding on a static-shape cache.
+
+Every decode buffer has a fixed shape whatever the prompt length: per linearized layer the recurrent
+state, the sink KV, a ring buffer of the last `window` tokens (their KV, their position and the
+linear-path inputs they fold into the state when they leave), and the short-conv state; per
+full-attention layer of a hybrid a KV buffer of `max_len` slots. The decode step reads the position from
+a device tensor and selects ring slots / validity with device-side indexing, so it has no host sync and
+no data-dependent shapes: on CUDA it is captured once in a CUDA graph and replayed per token, and its
+cost does not depend on how long the prompt was.
+
+The math is LinearizedAttention's (models/layers.py), reusing its modules and methods (`project`,
+`linear_inputs`, `_run`, `_query`, `_combine`); tests/test_latency.py checks the logits against the
+model's own parallel forward. The prefill runs the prompt in chunks of `prefill_chunk` positions,
+carrying state, window tail, sinks and conv state across chunks, which bounds activation memory.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from models import ops
+from models.layers import LIN_KEYS, LinearizedAttention
+from models.ops.fla_backend import merge_attention, sink_part
+
+DEFAULT_PREFILL_CHUNK = 8192
+
+
+def decoder_layers(model):
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers"):
+        raise ValueError(f"unsupported model class {type(model).__name__}: expected a *ForCausalLM with .model.layers")
+    return inner.layers
+
+
+def masked_attention(q, keys, vals, allowed, scale):
+    """q [B,Tq,Hq,D], keys/vals [B,L,Hkv,D], allowed [Tq,L] bool -> out [B,Tq,Hq,D] (fp32 softmax)."""
+    B, Tq, Hq, D = q.shape
+    Hkv = keys.shape[2]
+    s = torch.einsum("bqhgd,blhd->bqhgl", q.reshape(B, Tq, Hkv, Hq // Hkv, D), keys).float() * scale
+    s = s.masked_fill(~allowed[None, :, None, None, :], -math.inf)
+    p = torch.softmax(s, -1).to(vals.dtype)
+    return torch.einsum("bqhgl,blhd->bqhgd", p, vals).reshape(B, Tq, Hq, vals.shape[-1])
+
+
+def _write(buf, idx, value, dim=1):
+    """buf.index_copy_ along `dim` with a device index (no host sync)."""
+    buf.index_copy_(dim, idx, value.to(buf.dtype))
+
+
+def _assign(holder: dict, name: str, value: torch.Tensor):
+    """Copy into the existing static buffer when shapes match (keeps captured graphs valid), else replace."""
+    old = holder.get(name)
+    if old is not None and old.shape == value.shape and old.dtype == value.dtype:
+        old.copy_(value)
+        return False
+    holder[name] = value.clone()
+    return True
+
+
+class _LinearLayerState:
+    """Static decode buffers of one LinearizedAttention layer (filled by the prefill)."""
+
+    def __init__(self):
+        self.buf: dict[str, torch.Tensor] = {}  # sink_k/v [B,s,Hkv,D], ring_k/v [B,w,Hkv,D], ring_pos [w],
+        self.lin: dict[str, torch.Tensor] = {}  # ring of linear inputs [B,w,...]
+        self.conv: dict[str, torch.Tensor] = {}
+        self.state = None  # tensor or (S, Z)
+
+
+class FastDecoder:
+    """Greedy generation for a (linearized or hybrid) *ForCausalLM with a static cache and CUDA graphs.
+
+    `prefill(input_ids)` returns the first generated token [B, 1]; `decode(n)` returns the next n tokens
+    [B, n]. `use_graph=None` means: on CUDA. `max_len` bounds prompt + generated tokens (it sizes the KV
+    buffers of full-attention layers only)."""
+
+    def __init__(self, model, prefill_chunk: int = DEFAULT_PREFILL_CHUNK, use_graph: bool | None = None,
+                 max_len: int | None = None):
+        if prefill_chunk < 0:
+            raise ValueError(f"prefill_chunk must be >= 0 (0 = the whole prompt at once), got {prefill_chunk}")
+        self.model = model
+        self.layers = list(decoder_layers(model))
+        self.prefill_chunk = prefill_chunk
+        self.device = next(model.parameters()).device
+        self.use_graph = (self.device.type == "cuda") if use_graph is None else use_graph
+        self.max_len = max_len
+        self.linear = [isinstance(layer.self_attn, LinearizedAttention) for layer in self.layers]
+        self.states: list = [None] * len(self.layers)
+        self.graph = None
+        self.io: dict[str, torch.Tensor] = {}
+
+    # ------------------------------------------------------------------ public API
+    @torch.no_grad()
+    def prefill(self, input_ids: torch.Tensor) -> torch.Tensor:
+        B, T = input_ids.shape
+        if T == 0:
+            raise ValueError("prefill needs at least one prompt token")
+        max_len = max(self.max_len or 0, T + 1)
+        changed = False
+        fresh = [_LinearLayerState() if lin else {} for lin in self.linear]
+        chunk = self.prefill_chunk or T
+        tails = [dict() for _ in self.layers]
+        logits = None
+        for p0 in range(0, T, chunk):
+            p1 = min(T, p0 + chunk)
+            ids = input_ids[:, p0:p1]
+            h = self.model.model.embed_tokens(ids)
+            pos = torch.arange(p0, p1, device=ids.device).unsqueeze(0).expand(B, -1)
+            pe = self.model.model.rotary_emb(h, pos)
+            for i, layer in enumerate(self.layers):
+                x = layer.input_layernorm(h)
+                if self.linear[i]:
+                    a = self._prefill_linear(layer.self_attn, x, pe, p0, fresh[i], tails[i])
+                else:
+                    a = self._prefill_full(layer.self_attn, x, pe, p0, tails[i])
+                h = h + a
+                h = h + layer.mlp(layer.post_attention_layernorm(h))
+            if p1 == T:
+                logits = self.model.lm_head(self.model.model.norm(h[:, -1:]))
+        # move everything into the static buffers (reused across prompts so a captured graph stays valid)
+        for i, layer in enumerate(self.layers):
+            if self.linear[i]:
+                changed |= self._finish_linear(i, layer.self_attn, fresh[i], tails[i], T, B)
+            else:
+                changed |= self._finish_full(i, layer.self_attn, tails[i], T, B, max_len)
+        nxt = logits.argmax(-1)
+        changed |= _assign(self.io, "ids", nxt)
+        changed |= _assign(self.io, "pos", torch.tensor(T, device=self.device))
+        changed |= _assign(self.io, "pos_ids", torch.full((B, 1), T, device=self.device, dtype=torch.long))
+        changed |= _assign(self.io, "logits", logits.float())
+        if changed:
+            self.graph = None
+        return nxt
+
+    @torch.no_grad()
+    def decode(self, n: int) -> torch.Tensor:
+        """n greedy steps from the prefilled cache; returns [B, n]."""
+        if "ids" not in self.io:
+            raise ValueError("decode() needs a prefill() first")
+        out = []
+        if self.use_graph and self.graph is None:
+            self._capture()
+        for _ in range(n):
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self._step()
+            out.append(self.io["ids"].clone())
+        return torch.cat(out, 1) if out else self.io["ids"].new_zeros(self.io["ids"].shape[0], 0)
+
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+        first = self.prefill(input_ids)
+        return torch.cat([first, self.decode(max_new_tokens - 1)], 1) if max_new_tokens > 0 else first[:, :0]
+
+    @property
+    def last_logits(self) -> torch.Tensor:
+        """Logits [B, 1, vocab] behind the most recent token (prefill or decode step)."""
+        return self.io["logits"]
+
+    # ------------------------------------------------------------------ prefill, linearized layers
+    def _prefill_linear(self, attn: LinearizedAttention, x, pe, p0: int, st: _LinearLayerState, tail: dict):
+        B, Tc = x.shape[:2]
+        p1 = p0 + Tc
+        s, w = attn.sinks, attn.window
+        q, k, v, new_conv = attn.project(x, pe, tail.get("conv"))
+        tail["conv"] = new_conv
+        swa = None
+        if attn.has_softmax_path:
+            if p0 < s:  # the first s keys overall are the sinks
+                prev = tail.get("sink_k")
+                take = min(s, p1) - p0
+                tail["sink_k"] = k[:, :take] if prev is None else torch.cat([prev, k[:, :take]], 1)
+                tail["sink_v"] = v[:, :take] if prev is None else torch.cat([tail["sink_v"], v[:, :take]], 1)
+            q_pos = torch.arange(p0, p1, device=x.device)
+            if w > 0:
+                tk, tv = tail.get("win_k"), tail.get("win_v")
+                n_tail = 0 if tk is None else tk.shape[1]
+                k_ext = k if tk is None else torch.cat([tk, k], 1)
+                v_ext = v if tv is None else torch.cat([tv, v], 1)
+                q_ext = q if n_tail == 0 else torch.cat([q.new_zeros(B, n_tail, *q.shape[2:]), q], 1)
+                o_w, lse_w = ops.window_sink_attention(q_ext, k_ext, v_ext, 0, w, attn.scaling)
+                o_w, lse_w = o_w[:, n_tail:].float(), lse_w[:, n_tail:]
+                tail["win_k"], tail["win_v"] = k_ext[:, -w:], v_ext[:, -w:]  # last w keys (ring at the end)
+            else:
+                o_w = q.new_zeros(*q.shape[:3], v.shape[-1], dtype=torch.float32)
+                lse_w = q.new_full(q.shape[:3], -math.inf, dtype=torch.float32)
+            if s > 0 and p1 - 1 - w >= 0:
+                o_s, lse_s = sink_part(q, tail["sink_k"], tail["sink_v"], w, attn.scaling, q_pos)
+                swa, _ = merge_attention(o_w, lse_w, o_s, lse_s)
+            else:
+                swa = o_w
+            swa = swa.to(q.dtype)
+        lin_out = None
+        if attn.lin is not None:
+            lin = attn.linear_inputs(x, q, k, v)
+            qx = attn._query(lin)
+            lin = {key: lin[key] for key in LIN_KEYS if key in lin}
+            prev = tail.get("lin")
+            ext = lin if prev is None else {key: torch.cat([prev[key], lin[key]], 1) for key in lin}
+            e0 = p0 - (0 if prev is None else next(iter(prev.values())).shape[1])  # position of ext[:, 0]
+            n = p1 - w - e0  # tokens entering the state in this chunk: positions e0 .. p1-w-1
+            if n > 0:
+                entering = {key: val[:, :n] for key, val in ext.items()}
+                keep = (torch.arange(e0, e0 + n, device=x.device) >= s)  # sinks never enter the state
+                for key in ("k", "phi_k", "beta"):
+                    if key in entering:
+                        t = entering[key]
+                        entering[key] = t * keep.view(1, n, *([1] * (t.dim() - 2))).to(t.dtype)
+                r0 = Tc - n  # first query row reading a state (row of position e0 + w)
+                out, st.state = attn._run(entering, qx[:, r0:], st.state, chunked=True)
+                pad = lambda t: torch.cat([t.new_zeros(t.shape[0], r0, *t.shape[2:]), t], 1)  # noqa: E731
+                lin_out = tuple(pad(o) for o in out) if isinstance(out, tuple) else pad(out)
+            else:
+                lin_out = attn._zero_output(qx, lin)
+            tail["lin"] = {key: val[:, -w:] for key, val in ext.items()} if w > 0 else None
+        y = attn._combine(lin_out, swa, x.dtype)
+        return attn.o_proj(y.reshape(B, Tc, -1).to(x.dtype))
+
+    def _finish_linear(self, i, attn, fresh: _LinearLayerState, tail: dict, T: int, B: int) -> bool:
+        st = self.states[i] if isinstance(self.states[i], _LinearLayerState) else _LinearLayerState()
+        self.states[i] = st
+        s, w = attn.sinks, attn.window
+        H, Hkv, D = attn.num_heads, attn.num_kv_heads, attn.head_dim
+        dt = attn.o_proj.weight.dtype
+        dev = self.device
+        changed = False
+        if s > 0:
+            sk = torch.zeros(B, s, Hkv, D, dtype=dt, device=dev)
+            sv = torch.zeros_like(sk)
+            n = tail["sink_k"].shape[1]
+            sk[:, :n], sv[:, :n] = tail["sink_k"], tail["sink_v"]
+            changed |= _assign(st.buf, "sink_k", sk) | _assign(st.buf, "sink_v", sv)
+        if w > 0:
+            first = max(0, T - w)
+            positions = torch.arange(first, T, device=dev)
+            slots = positions % w
+            ring_pos = torch.full((w,), -1, dtype=torch.long, device=dev)
+            ring_pos[slots] = positions
+            changed |= _assign(st.buf, "ring_pos", ring_pos)
+            if attn.has_softmax_path:
+                rk = torch.zeros(B, w, Hkv, D, dtype=dt, device=dev)
+                rv = torch.zeros_like(rk)
+                rk[:, slots], rv[:, slots] = tail["win_k"][:, -(T - first):], tail["win_v"][:, -(T - first):]
+                changed |= _assign(st.buf, "ring_k", rk) | _assign(st.buf, "ring_v", rv)
+            if attn.lin is not None:
+                for key, val in tail["lin"].items():
+                    ring = torch.zeros(B, w, *val.shape[2:], dtype=val.dtype, device=dev)
+                    ring[:, slots] = val[:, -(T - first):]
+                    changed |= _assign(st.lin, key, ring)
+        if attn.lin is not None:
+            state = fresh.state if fresh.state is not None else self._zero_state(attn, B)
+            if isinstance(state, tuple):
+                old = st.state if isinstance(st.state, tuple) else (None, None)
+                holder = {"S": old[0], "Z": old[1]}
+                changed |= _assign(holder, "S", state[0].float()) | _assign(holder, "Z", state[1].float())
+                st.state = (holder["S"], holder["Z"])
+            else:
+                holder = {"S": st.state}
+                changed |= _assign(holder, "S", state.float())
+                st.state = holder["S"]
+        if tail.get("conv"):
+            for key, val in tail["conv"].items():
+                changed |= _assign(st.conv, key, val)
+        return changed
+
+    def _zero_state(self, attn, B):
+        H, D = attn.num_heads, attn.head_dim
+        if attn.mechanism == "hedgehog":
+            F2 = attn.lin.phi_q.weight.shape[-1] * 2
+            return (torch.zeros(B, H, F2, D, device=self.device), torch.zeros(B, H, F2, device=self.device))
+        return torch.zeros(B, H, D, D, device=self.device)
+
+    # ------------------------------------------------------------------ prefill, full-attention layers
+    @staticmethod
+    def _project_full(attn, x, pe):
+        B, T = x.shape[:2]
+        D = attn.head_dim
+        q = attn.q_proj(x).view(B, T, -1, D)
+        k = attn.k_proj(x).view(B, T, -1, D)
+        v = attn.v_proj(x).view(B, T, -1, D)
+        if getattr(attn, "q_norm", None) is not None:
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+        q, k = apply_rotary_pos_emb(q, k, *pe, unsqueeze_dim=2)
+        return q, k, v
+
+    def _prefill_full(self, attn, x, pe, p0: int, tail: dict):
+        B, Tc = x.shape[:2]
+        q, k, v = self._project_full(attn, x, pe)
+        keys = k if p0 == 0 else torch.cat([tail["k"], k], 1)
+        vals = v if p0 == 0 else torch.cat([tail["v"], v], 1)
+        tail["k"], tail["v"] = keys, vals
+        G = q.shape[2] // k.shape[2]
+        qt, kt, vt = q.transpose(1, 2), keys.transpose(1, 2), vals.transpose(1, 2)
+        if p0 == 0:
+            o = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True, scale=attn.scaling,
+                                                                  enable_gqa=G > 1)
+        else:
+            allowed = torch.arange(keys.shape[1], device=x.device)[None] <= torch.arange(p0, p0 + Tc,
+                                                                                        device=x.device)[:, None]
+            o = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=allowed, scale=attn.scaling,
+                                                                  enable_gqa=G > 1)
+        return attn.o_proj(o.transpose(1, 2).reshape(B, Tc, -1))
+
+    def _finish_full(self, i, attn, tail: dict, T: int, B: int, max_len: int) -> bool:
+        st = self.states[i] if isinstance(self.states[i], dict) else {}
+        self.states[i] = st
+        k, v = tail["k"], tail["v"]
+        cur = st.get("k")
+        L = max(max_len, cur.shape[1] if cur is not None else 0)
+        kb = torch.zeros(B, L, *k.shape[2:], dtype=k.dtype, device=self.device)
+        vb = torch.zeros_like(kb)
+        kb[:, :T], vb[:, :T] = k, v
+        return _assign(st, "k", kb) | _assign(st, "v", vb)
+
+    # ------------------------------------------------------------------ decode step (static shapes)
+    def _step(self):
+        io = self.io
+        pos, pos_ids = io["pos"], io["pos_ids"]
+        h = self.model.model.embed_tokens(io["ids"])
+        pe = self.model.model.rotary_emb(h, pos_ids)
+        for i, layer in enumerate(self.layers):
+            x = layer.input_layernorm(h)
+            if self.linear[i]:
+                a = self._step_linear(layer.self_attn, self.states[i], x, pe, pos)
+            else:
+                a = self._step_full(layer.self_attn, self.states[i], x, pe, pos)
+            h = h + a
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        logits = self.model.lm_head(self.model.model.norm(h))
+        io["logits"].copy_(logits.float())
+        io["ids"].copy_(logits.argmax(-1))
+        pos.add_(1)
+        pos_ids.add_(1)
+
+    def _step_linear(self, attn: LinearizedAttention, st: _LinearLayerState, x, pe, pos):
+        B = x.shape[0]
+        s, w = attn.sinks, attn.window
+        q, k, v, new_conv = attn.project(x, pe, st.conv or None)
+        if new_conv:
+            for key, val in new_conv.items():
+                st.conv[key].copy_(val)
+        slot = (pos % w).view(1) if w > 0 else None
+        lin_out = None
+        if attn.lin is not None:
+            lin = attn.linear_inputs(x, q, k, v)
+            qx = attn._query(lin)
+            cur = {key: lin[key] for key in LIN_KEYS if key in lin}
+            if w > 0:  # the token leaving the window (position pos - w) folds into the state
+                leaving_pos = st.buf["ring_pos"].index_select(0, slot)
+                leaving = {key: st.lin[key].index_select(1, slot) for key in cur}
+                for key, val in cur.items():
+                    _write(st.lin[key], slot, val)
+            else:
+                leaving_pos, leaving = pos.view(1), cur
+            valid = leaving_pos >= s  # [1]: a real token that is not a sink
+            leaving = {key: torch.where(valid.view(1, 1, *([1] * (val.dim() - 2))), val, torch.zeros_like(val))
+                       for key, val in leaving.items()}
+            out, state = attn._run(leaving, qx, st.state, chunked=False)
+            if isinstance(state, tuple):
+                st.state[0].copy_(state[0])
+                st.state[1].copy_(state[1])
+            else:
+                st.state.copy_(state)
+            lin_out = out
+        if w > 0:
+            _write(st.buf["ring_pos"], slot, pos.view(1), dim=0)
+        swa = None
+        if attn.has_softmax_path:
+            keys, vals, allowed = [], [], []
+            if s > 0:
+                idx = pos.clamp(max=s - 1).view(1)
+                is_sink = (pos < s).view(1, 1, 1, 1)
+                _write(st.buf["sink_k"], idx, torch.where(is_sink, k, st.buf["sink_k"].index_select(1, idx)))
+                _write(st.buf["sink_v"], idx, torch.where(is_sink, v, st.buf["sink_v"].index_select(1, idx)))
+                keys.append(st.buf["sink_k"])
+                vals.append(st.buf["sink_v"])
+                allowed.append(torch.arange(s, device=x.device) <= pos)
+            if w > 0:
+                _write(st.buf["ring_k"], slot, k)
+                _write(st.buf["ring_v"], slot, v)
+                keys.append(st.buf["ring_k"])
+                vals.append(st.buf["ring_v"])
+                allowed.append(st.buf["ring_pos"] >= s)
+            swa = masked_attention(q, torch.cat(keys, 1), torch.cat(vals, 1), torch.cat(allowed).view(1, -1),
+                                   attn.scaling)
+        y = attn._combine(lin_out, swa, x.dtype)
+        return attn.o_proj(y.reshape(B, 1, -1).to(x.dtype))
+
+    def _step_full(self, attn, st: dict, x, pe, pos):
+        B = x.shape[0]
+        q, k, v = self._project_full(attn, x, pe)
+        _write(st["k"], pos.view(1), k)
+        _write(st["v"], pos.view(1), v)
+        allowed = (torch.arange(st["k"].shape[1], device=x.device) <= pos).view(1, -1)
+        o = masked_attention(q, st["k"], st["v"], allowed, attn.scaling)
+        return attn.o_proj(o.reshape(B, 1, -1).to(x.dtype))
+
+    # ------------------------------------------------------------------ CUDA graph
+    def _buffers(self):
+        out = list(self.io.values())
+        for st in self.states:
+            if isinstance(st, _LinearLayerState):
+                out += list(st.buf.values()) + list(st.lin.values()) + list(st.conv.values())
+                out += list(st.state) if isinstance(st.state, tuple) else ([st.state] if st.state is not None else [])
+            elif isinstance(st, dict):
+                out += list(st.values())
+        return out
+
+    def _capture(self):
+        """Warm up (Triton autotuning, cuBLAS handles) on a saved copy of the cache, then capture one step."""
+        bufs = self._buffers()
+        saved = [b.clone() for b in bufs]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._step()
+        torch.cuda.current_stream().wait_stream(side)
+        for b, c in zip(bufs, saved):
+            b.copy_(c)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._step()
+        for b, c in zip(bufs, saved):  # capture does not run kernels, but be exact about the state
+            b.copy_(c)
+        del saved
+        self.graph = graph

@@ -1,0 +1,279 @@
+"""CUDA implementations of `models.ops` on flash-linear-attention (FLA 0.6.0) Triton kernels.
+
+Same signatures and conventions as `models.ops.reference` ([B, T, H, D] layout, fp32 states [B, H, K, V],
+outputs in the input dtype). Imported only by the dispatch in `models.ops` when tensors are on CUDA and
+FLA imports. Which kernel backs each op:
+  - gla_chunk / gla_recurrent: `chunk_gla` / `fused_recurrent_gla`.
+  - gdn_chunk: FLA's `ChunkGatedDeltaRuleFunction` with its backward run under a scoped bypass of the
+    Hopper + triton<3.7.1 guard (FLA #640; gradients checked against the reference in tests/test_gpu.py
+    for head dims 64 and 128 at T=4096 on the H200). gdn_recurrent: `fused_recurrent_gated_delta_rule`
+    (forward only: FLA has no backward for it; with grad enabled and T > 1 the chunk kernel is used).
+  - linear_attn_chunk / _recurrent (Hedgehog): FLA's `chunk_linear_attn` / `fused_recurrent_linear_attn`
+    with normalize=False and scale=1, on v augmented by a ones column (padded to a multiple of 16), so one
+    kernel returns the numerator and the denominator phi_q^T Z together; the state carries Z in that
+    column. FLA's own normalize=True returns only num/den, but the layer needs both (shared normaliser).
+  - window_sink_attention: the window part on FLA's `parallel_attn` kernel (skips key blocks outside the
+    window) when no gradient is needed, else a blocked PyTorch form with autograd; the sink keys are a
+    small separate softmax merged through the log-sum-exp (FLA's sink_bias is a learned logit, not
+    StreamingLLM sink tokens). See scripts/gpu/NOTES.md for the measurement behind this choice.
+  - short_conv, window_sink_decode: the reference (cuDNN depthwise conv / a few small matmuls).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.nn.functional as F
+
+from models.ops import reference
+from models.ops.reference import short_conv, window_sink_decode  # noqa: F401  (fast enough on CUDA)
+
+LN2 = math.log(2.0)
+WINDOW_BLOCK = 64  # query block of the differentiable window path
+
+
+class _FLA:
+    """FLA's kernels, imported on first use (the PyTorch parts of this module work without FLA)."""
+
+    def __getattr__(self, name):
+        load_fla()
+        return self.__dict__[name]
+
+
+kernels = _FLA()
+
+
+def load_fla():
+    """Import the FLA pieces used here; raises ImportError (no fla / no triton) like a plain import."""
+    if "chunk_gla" in kernels.__dict__:
+        return
+    import fla.ops.common.chunk_o as chunk_o  # module global holding the #640 guard flag
+    from fla.ops.attn.parallel import parallel_attn_fwd
+    from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+    from fla.ops.gated_delta_rule.chunk import ChunkGatedDeltaRuleFunction
+    from fla.ops.gla import chunk_gla, fused_recurrent_gla
+    from fla.ops.linear_attn import chunk_linear_attn, fused_recurrent_linear_attn
+
+    class GDNChunkFunction(ChunkGatedDeltaRuleFunction):
+        """FLA's chunk GDN, with the backward (where the guard sits) run under `hopper_guard_bypassed`."""
+
+        @staticmethod
+        def backward(ctx, do, dht):
+            with hopper_guard_bypassed():
+                return ChunkGatedDeltaRuleFunction.backward(ctx, do, dht)
+
+    kernels.__dict__.update(
+        chunk_o=chunk_o, parallel_attn_fwd=parallel_attn_fwd, chunk_gla=chunk_gla,
+        fused_recurrent_gla=fused_recurrent_gla, GDNChunkFunction=GDNChunkFunction,
+        fused_recurrent_gated_delta_rule=fused_recurrent_gated_delta_rule, chunk_linear_attn=chunk_linear_attn,
+        fused_recurrent_linear_attn=fused_recurrent_linear_attn)
+
+
+# ----------------------------------------------------------------------------------------------- GLA
+def _state_in(initial_state):
+    return None if initial_state is None else initial_state.float().contiguous()
+
+
+def gla_chunk(q, k, v, log_a, scale, initial_state=None, output_final_state=False, chunk_size=64):
+    reference._check_qkv(q, k, v)
+    if q.shape[1] == 0:
+        return reference.gla_chunk(q, k, v, log_a, scale, initial_state, output_final_state, chunk_size)
+    o, state = kernels.chunk_gla(q=q, k=k, v=v, g=log_a.float(), scale=scale, initial_state=_state_in(initial_state),
+                         output_final_state=output_final_state)
+    return o.to(q.dtype), state
+
+
+def gla_recurrent(q, k, v, log_a, scale, initial_state=None, output_final_state=False):
+    reference._check_qkv(q, k, v)
+    if q.shape[1] == 0:
+        return reference.gla_recurrent(q, k, v, log_a, scale, initial_state, output_final_state)
+    o, state = kernels.fused_recurrent_gla(q=q, k=k, v=v, gk=log_a.float(), scale=scale,
+                                   initial_state=_state_in(initial_state), output_final_state=output_final_state)
+    return o.to(q.dtype), state
+
+
+# ----------------------------------------------------------------------------------------------- GDN
+@contextlib.contextmanager
+def hopper_guard_bypassed():
+    """Let FLA run its gated chunk backward on Hopper with triton < 3.7.1 (FLA #640) for this scope only."""
+    chunk_o = kernels.chunk_o
+    old = chunk_o.TRITON_ABOVE_3_4_0
+    chunk_o.TRITON_ABOVE_3_4_0 = False
+    try:
+        yield
+    finally:
+        chunk_o.TRITON_ABOVE_3_4_0 = old
+
+
+def gdn_chunk(q, k, v, log_a, beta, scale, initial_state=None, output_final_state=False, chunk_size=64):
+    reference._check_qkv(q, k, v)
+    reference._check_gates("log_a", log_a, q)
+    reference._check_gates("beta", beta, q)
+    if q.shape[1] == 0:
+        return reference.gdn_chunk(q, k, v, log_a, beta, scale, initial_state, output_final_state, chunk_size)
+    fla_chunk = chunk_size if chunk_size in (16, 32, 64) else 64  # the result does not depend on it
+    q, k, v = (x.contiguous() for x in (q, k, v))
+    # positional order of ChunkGatedDeltaRuleFunction.forward (FLA 0.6.0)
+    o, state = kernels.GDNChunkFunction.apply(
+        q, k, v, log_a.float().contiguous(), beta.to(q.dtype).contiguous(), scale, _state_in(initial_state),
+        output_final_state, False, None, None, None,  # state_v_first, cu_seqlens, cu_seqlens_cpu, chunk_indices
+        False, False, None, None, False, False, None,  # l2norm, gate-in-kernel, A_log, dt_bias, beta-sigmoid, neg-eig, cp
+        fla_chunk)
+    return o.to(q.dtype), state
+
+
+def gdn_recurrent(q, k, v, log_a, beta, scale, initial_state=None, output_final_state=False):
+    reference._check_qkv(q, k, v)
+    reference._check_gates("log_a", log_a, q)
+    reference._check_gates("beta", beta, q)
+    if q.shape[1] == 0:
+        return reference.gdn_recurrent(q, k, v, log_a, beta, scale, initial_state, output_final_state)
+    needs_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (q, k, v, log_a, beta, initial_state))
+    if needs_grad:  # FLA's fused recurrent GDN has no backward: same recurrence through the chunk kernel
+        return gdn_chunk(q, k, v, log_a, beta, scale, initial_state, output_final_state)
+    # keywords only: the 5th positional argument of this op is gk, not beta (fla.md footgun)
+    o, state = kernels.fused_recurrent_gated_delta_rule(q=q, k=k, v=v, g=log_a.float(), beta=beta.to(q.dtype), scale=scale,
+                                                initial_state=_state_in(initial_state),
+                                                output_final_state=output_final_state)
+    return o.to(q.dtype), state
+
+
+# ----------------------------------------------------------------------------------------------- linear attention
+def _augment(v, S0, Z0):
+    """v [B,T,H,V] -> [B,T,H,V'] with a ones column at V (V' = V+1 rounded up to 16); state likewise."""
+    B, T, H, V = v.shape
+    Vp = -(-(V + 1) // 16) * 16
+    ones = v.new_ones(B, T, H, 1)
+    v_aug = torch.cat([v, ones, v.new_zeros(B, T, H, Vp - V - 1)], -1)
+    state = None
+    if S0 is not None:
+        state = torch.cat([S0.float(), Z0.float().unsqueeze(-1), S0.new_zeros(*S0.shape[:3], Vp - V - 1,
+                                                                              dtype=torch.float32)], -1)
+    return v_aug, state
+
+
+def _split(o, state, V, output_final_state):
+    num, den = o[..., :V], o[..., V]
+    final = (state[..., :V], state[..., V]) if (output_final_state and state is not None) else None
+    return num, den, final
+
+
+def _linear_attn(fn, phi_q, phi_k, v, initial_state, output_final_state):
+    reference._check_qkv(phi_q, phi_k, v, "phi_q", "phi_k")
+    S0 = Z0 = None
+    if initial_state is not None:
+        S0, Z0 = initial_state
+    v_aug, state = _augment(v.to(phi_q.dtype), S0, Z0)
+    o, final = fn(q=phi_q, k=phi_k, v=v_aug, scale=1.0, initial_state=state,
+                  output_final_state=output_final_state, normalize=False)
+    num, den, final = _split(o, final, v.shape[-1], output_final_state)
+    return num.to(phi_q.dtype), den.to(phi_q.dtype), final
+
+
+def linear_attn_chunk(phi_q, phi_k, v, initial_state=None, output_final_state=False, chunk_size=64):
+    if phi_q.shape[1] == 0:
+        return reference.linear_attn_chunk(phi_q, phi_k, v, initial_state, output_final_state, chunk_size)
+    return _linear_attn(kernels.chunk_linear_attn, phi_q, phi_k, v, initial_state, output_final_state)
+
+
+def linear_attn_recurrent(phi_q, phi_k, v, initial_state=None, output_final_state=False):
+    if phi_q.shape[1] == 0:
+        return reference.linear_attn_recurrent(phi_q, phi_k, v, initial_state, output_final_state)
+    return _linear_attn(kernels.fused_recurrent_linear_attn, phi_q, phi_k, v, initial_state, output_final_state)
+
+
+# ----------------------------------------------------------------------------------------------- window + sinks
+def merge_attention(o_a, lse_a, o_b, lse_b):
+    """Softmax over the union of two disjoint key sets from the two partial results (lse may be -inf)."""
+    lse = torch.logaddexp(lse_a, lse_b)
+    safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    wa = torch.where(torch.isfinite(lse_a), torch.exp(lse_a - safe), torch.zeros_like(lse_a))
+    wb = torch.where(torch.isfinite(lse_b), torch.exp(lse_b - safe), torch.zeros_like(lse_b))
+    return o_a.float() * wa.unsqueeze(-1) + o_b.float() * wb.unsqueeze(-1), lse
+
+
+def sink_part(q, sink_k, sink_v, window, scale, q_pos):
+    """Softmax over the sink keys j (positions 0..s-1) that are outside the window: j <= t - window.
+
+    q [B,T,Hq,D], sink_k/v [B,s,Hkv,D], q_pos [T] absolute positions. -> (out fp32, lse fp32)."""
+    B, T, Hq, D = q.shape
+    s, Hkv = sink_k.shape[1], sink_k.shape[2]
+    G = Hq // Hkv
+    scores = torch.einsum("bthgd,bshd->bthgs", q.float().reshape(B, T, Hkv, G, D), sink_k.float()) * scale
+    j = torch.arange(s, device=q.device)
+    allowed = j.unsqueeze(0) <= (q_pos.unsqueeze(1) - window)  # [T, s]
+    scores = scores.masked_fill(~allowed[None, :, None, None, :], -math.inf)
+    lse = torch.logsumexp(scores, -1)
+    p = torch.exp(scores - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse)).unsqueeze(-1))
+    out = torch.einsum("bthgs,bshd->bthgd", p, sink_v.float())
+    return out.reshape(B, T, Hq, -1), lse.reshape(B, T, Hq)
+
+
+def window_part_blocked(q, k, v, window, scale, block=WINDOW_BLOCK):
+    """Sliding-window softmax (keys t-window < j <= t), GQA aware, with autograd; q/k/v share positions.
+
+    Queries go in blocks of `block`; each block sees the window-1 keys before it plus its own block
+    (an unfold view), so memory is O(T x (window + block)). -> (out fp32 [B,T,Hq,V], lse fp32 [B,T,Hq])."""
+    B, T, Hq, D = q.shape
+    Hkv, V = k.shape[2], v.shape[-1]
+    G = Hq // Hkv
+    L = window - 1
+    n = -(-T // block)
+    Tp = n * block
+    qb = F.pad(q, (0, 0, 0, 0, 0, Tp - T)).reshape(B, n, block, Hkv, G, D)
+    kp = F.pad(k, (0, 0, 0, 0, L, Tp - T)).unfold(1, L + block, block)  # [B, n, Hkv, D, L+block]
+    vp = F.pad(v, (0, 0, 0, 0, L, Tp - T)).unfold(1, L + block, block)  # [B, n, Hkv, V, L+block]
+    scores = torch.einsum("bnqhgd,bnhdc->bnhgqc", qb, kp).float() * scale
+    r = torch.arange(block, device=q.device).unsqueeze(1)
+    c = torch.arange(L + block, device=q.device).unsqueeze(0)
+    start = torch.arange(n, device=q.device).view(n, 1, 1) * block - L  # absolute position of column 0
+    delta = r + L - c  # t - j
+    allowed = (delta >= 0) & (delta <= L) & (start + c >= 0)  # [n, block, L+block]
+    scores = scores.masked_fill(~allowed[None, :, None, None], -math.inf)
+    lse = torch.logsumexp(scores, -1)  # every real query sees itself: finite
+    p = torch.exp(scores - lse.unsqueeze(-1))
+    out = torch.einsum("bnhgqc,bnhvc->bnqhgv", p.to(v.dtype), vp).float()
+    out = out.reshape(B, Tp, Hq, V)[:, :T]
+    lse = lse.permute(0, 1, 4, 2, 3).reshape(B, Tp, Hq)[:, :T]
+    return out, lse
+
+
+def window_part_fla(q, k, v, window, scale):
+    """The same on FLA's parallel_attn forward kernel (no autograd); window >= T means causal."""
+    T = q.shape[1]
+    w = None if window >= T else window
+    o, lse2 = kernels.parallel_attn_fwd(q=q.contiguous(), k=k.contiguous(), v=v.contiguous(), g_cumsum=None,
+                                sink_bias=None, scale=scale, window_size=w)
+    return o.float(), lse2 * LN2  # FLA keeps the log-sum-exp in base 2
+
+
+def window_sink_attention(q, k, v, sinks, window, scale, q_offset=0):
+    reference._grouped(q, k)
+    B, Tq, Hq, D = q.shape
+    Tk = k.shape[1]
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if Tq == 0 or (q_offset and q_offset + Tq != Tk) or (not q_offset and Tq != Tk) or \
+            (needs_grad and window > 4 * WINDOW_BLOCK) or q.dtype == torch.float64:
+        return reference.window_sink_attention(q, k, v, sinks, window, scale, q_offset)
+    if q_offset:  # keys 0..Tk-1, queries the last Tq of them: pad queries in front, drop their rows
+        q = torch.cat([q.new_zeros(B, q_offset, Hq, D), q], 1)
+    T = q.shape[1]
+    if window > 0:
+        if needs_grad:
+            o_w, lse_w = window_part_blocked(q, k, v, window, scale)
+        else:
+            o_w, lse_w = window_part_fla(q, k, v, window, scale)
+    else:
+        o_w = q.new_zeros(B, T, Hq, v.shape[-1], dtype=torch.float32)
+        lse_w = q.new_full((B, T, Hq), -math.inf, dtype=torch.float32)
+    s = min(sinks, Tk)
+    if s > 0 and window < T:
+        pos = torch.arange(T, device=q.device)
+        o_s, lse_s = sink_part(q, k[:, :s], v[:, :s], window, scale, pos)
+        out, lse = merge_attention(o_w, lse_w, o_s, lse_s)
+    else:
+        out, lse = o_w, lse_w
+    out, lse = out[:, q_offset:], lse[:, q_offset:]
+    return out.to(q.dtype), lse
