@@ -1,0 +1,546 @@
+"""`golinear train`: train only the new parameters of a linearized model (frozen backbone, next-token CE).
+
+Paper defaults: packed 4096-token sequences, batch 1, 2,500 steps (~10M tokens), AdamW lr 2e-3 (5e-4 for
+LoRA parameters), cosine schedule, gradient clipping at 1, bf16 autocast on GPU. The run folder gets the
+new parameters (models.checkpoint), `train_log.jsonl`, `train_config.json` (every setting, seeds, data
+provenance, timings, held-out losses next to the full-attention model's) and `loss.png`.
+`state.pt` in the same folder is the resume point (optimizer, schedule, RNG, data position = step):
+re-running the same command continues exactly where an interrupted run stopped.
+Data parallel under `accelerate launch` (each rank reads its own slice of every global batch).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models import data as data_mod
+
+STATE_FILE = "state.pt"
+LOG_FILE = "train_log.jsonl"
+CONFIG_FILE = "train_config.json"
+PLOT_FILE = "loss.png"
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    seq_len: int = 4096
+    batch_size: int = 1               # sequences per rank per step
+    steps: int = 2500
+    lr: float = 2e-3
+    lora_lr: float = 5e-4
+    weight_decay: float = 0.0
+    betas: tuple = (0.9, 0.999)
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.0         # cosine decays to lr * min_lr_ratio
+    grad_clip: float = 1.0
+    seed: int = 0
+    save_every: int = 250             # resume-state interval (steps); 0 = only at the end / on stop
+    log_every: int = 10
+    eval_sequences: int = 16          # held-out sequences of seq_len for the final losses
+    time_budget_s: float | None = None  # fit the step count to this budget after measuring speed
+    stop_after: int | None = None     # leave this invocation after this global step (resume later)
+    bf16: bool | None = None          # autocast; None = on for CUDA
+
+    def validate(self):
+        for name in ("seq_len", "batch_size", "steps", "log_every", "eval_sequences"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}; allowed: >= 1")
+        if self.lr <= 0 or self.lora_lr <= 0:
+            raise ValueError(f"learning rates must be > 0 (lr={self.lr}, lora_lr={self.lora_lr})")
+        if not 0 <= self.warmup_steps < self.steps:
+            raise ValueError(f"warmup_steps={self.warmup_steps}; allowed: 0..steps-1 ({self.steps - 1})")
+        if self.save_every < 0:
+            raise ValueError(f"save_every={self.save_every}; allowed: >= 0")
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def cosine_lr_factor(step: int, total: int, warmup: int = 0, min_ratio: float = 0.0) -> float:
+    """Multiplier of the base lr for update number `step` (0-based): linear warmup, then cosine."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def param_groups(named_params: dict, cfg: TrainConfig) -> list[dict]:
+    """AdamW groups: LoRA parameters at lora_lr, every other new parameter at lr."""
+    lora = [p for n, p in named_params.items() if "lora_" in n]
+    rest = [p for n, p in named_params.items() if "lora_" not in n]
+    groups = [{"params": rest, "lr": cfg.lr, "base_lr": cfg.lr, "name": "new"}]
+    if lora:
+        groups.append({"params": lora, "lr": cfg.lora_lr, "base_lr": cfg.lora_lr, "name": "lora"})
+    return [g for g in groups if g["params"]]
+
+
+def trainable_parameters(model) -> dict:
+    named = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    if not named:
+        raise ValueError("the model has no trainable parameters (was it linearized?)")
+    return named
+
+
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def atomic_write_bytes(path: Path, writer) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+    os.close(fd)
+    try:
+        writer(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    atomic_write_bytes(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=2, default=str) + "\n"))
+
+
+@torch.no_grad()
+def heldout_loss(model, sequences: torch.Tensor, device, bf16: bool) -> float:
+    """Token-weighted mean next-token cross-entropy over the held-out sequences."""
+    total, count = 0.0, 0
+    for seq in sequences:
+        ids = seq.unsqueeze(0).to(device)
+        with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        n = ids.shape[1] - 1
+        total += float(loss) * n
+        count += n
+    return total / count
+
+
+def read_log(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_loss(log: list[dict], png: Path, title: str = "", heldout: dict | None = None) -> None:
+    """Training loss against tokens seen, with the held-out losses as horizontal lines."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    if log:
+        tokens = [r["tokens"] / 1e6 for r in log]
+        ax.plot(tokens, [r["loss"] for r in log], lw=1.0, label="train loss")
+    for (name, value), color in zip((heldout or {}).items(), ("k", "tab:red", "tab:green")):
+        if value is not None:
+            ax.axhline(value, ls="--", lw=1.0, color=color, label=f"{name}: {value:.3f}")
+    ax.set_xlabel("training tokens (M)")
+    ax.set_ylabel("cross-entropy")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    atomic_write_bytes(png, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------- trainer
+class Trainer:
+    """The loop: owns optimizer, schedule position, RNG and the data position (the global step)."""
+
+    def __init__(self, model, sequences: data_mod.PackedSequences, cfg: TrainConfig, out: Path,
+                 accelerator=None, meta: dict | None = None):
+        from accelerate import Accelerator
+
+        cfg.validate()
+        self.cfg, self.out, self.meta = cfg, Path(out), dict(meta or {})
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        self.device = self.acc.device
+        self.bf16 = cfg.bf16 if cfg.bf16 is not None else self.device.type == "cuda"
+        self.sequences = sequences
+        self.raw_model = model
+        self.named = trainable_parameters(model)
+        self.optimizer = torch.optim.AdamW(param_groups(self.named, cfg), lr=cfg.lr, betas=tuple(cfg.betas),
+                                           weight_decay=cfg.weight_decay)
+        self.model = self.acc.prepare(model)  # DDP wrapper when distributed; moves to the device
+        self.step = 0
+        self.loss_window: list[float] = []  # losses since the last log line (part of the state)
+        self.total_steps = cfg.steps
+        self.budget_note = None
+        self.elapsed_before = 0.0  # training seconds spent by earlier invocations (resume)
+        self.world = self.acc.num_processes
+        self.rank = self.acc.process_index
+
+    # -- state
+    def state_dict(self) -> dict:
+        return {"step": self.step, "total_steps": self.total_steps, "budget_note": self.budget_note,
+                "loss_window": list(self.loss_window),
+                "params": {n: p.detach().cpu().clone() for n, p in self.named.items()},
+                "optimizer": self.optimizer.state_dict(), "rng": rng_state(),
+                "elapsed_s": self.elapsed_before + self._run_elapsed(), "config": dataclasses.asdict(self.cfg),
+                "meta": self.meta, "world_size": self.world}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["world_size"] != self.world:
+            raise ValueError(f"resume state was written with {state['world_size']} processes, this run has "
+                             f"{self.world}; resume with the same number")
+        with torch.no_grad():
+            for n, p in self.named.items():
+                p.copy_(state["params"][n].to(p.device))
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step, self.total_steps = state["step"], state["total_steps"]
+        self.budget_note = state.get("budget_note")
+        self.loss_window = list(state.get("loss_window", []))
+        self.elapsed_before = state["elapsed_s"]
+        self.meta.update(state.get("meta", {}))
+        set_rng_state(state["rng"])
+
+    def save_state(self) -> None:
+        if self.acc.is_main_process:
+            atomic_write_bytes(self.out / STATE_FILE, lambda tmp: torch.save(self.state_dict(), tmp))
+        self.acc.wait_for_everyone()
+
+    def try_resume(self) -> bool:
+        path = self.out / STATE_FILE
+        if not path.exists():
+            return False
+        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
+        if self.acc.is_main_process:  # drop log lines written after the saved step
+            kept = [r for r in read_log(self.out / LOG_FILE) if r["step"] <= self.step]
+            atomic_write_bytes(self.out / LOG_FILE, lambda tmp: Path(tmp).write_text(
+                "".join(json.dumps(r) + "\n" for r in kept)))
+        return True
+
+    # -- loop
+    def _run_elapsed(self) -> float:
+        return time.perf_counter() - self._t0 if hasattr(self, "_t0") else 0.0
+
+    def _set_lr(self) -> float:
+        factor = cosine_lr_factor(self.step, self.total_steps, self.cfg.warmup_steps, self.cfg.min_lr_ratio)
+        for g in self.optimizer.param_groups:
+            g["lr"] = g["base_lr"] * factor
+        return self.optimizer.param_groups[0]["lr"]
+
+    def _batch(self) -> torch.Tensor:
+        b = self.cfg.batch_size
+        start = self.step * b * self.world + self.rank * b
+        return self.sequences.batch(start, b).to(self.device)
+
+    def _fit_budget(self, steps_done_here: int, seconds: float) -> None:
+        """Shrink total_steps so the run ends within time_budget_s (measured rate; decided once)."""
+        rate = steps_done_here / max(seconds, 1e-9)
+        remaining = self.cfg.time_budget_s - self.elapsed_before - self._run_elapsed()
+        fit = self.step + max(1, int(remaining * rate * 0.97))
+        new_total = [min(self.total_steps, fit)]
+        from accelerate.utils import broadcast_object_list
+        if self.world > 1:
+            broadcast_object_list(new_total, from_process=0)
+        if new_total[0] < self.total_steps:
+            self.budget_note = (f"time budget {self.cfg.time_budget_s:.0f}s: {self.total_steps} steps requested, "
+                                f"{new_total[0]} fit at {rate:.2f} steps/s (measured at step {self.step})")
+        self.total_steps = max(new_total[0], self.step + 1)
+
+    def train(self) -> dict:
+        from tqdm.auto import tqdm
+
+        cfg = self.cfg
+        tokens_per_step = cfg.batch_size * cfg.seq_len * self.world
+        self._t0 = time.perf_counter()
+        start_step, window = self.step, self.loss_window
+        calib_from = calib_t = None
+        bar = tqdm(total=self.total_steps, initial=self.step, disable=not self.acc.is_main_process,
+                   desc=self.out.name, unit="step", dynamic_ncols=True)
+        log_f = open(self.out / LOG_FILE, "a") if self.acc.is_main_process else None
+        stop_after = cfg.stop_after if cfg.stop_after is not None else math.inf
+        steady_t0 = steady_step0 = None
+        try:
+            while self.step < self.total_steps and self.step < stop_after:
+                lr = self._set_lr()
+                ids = self._batch()
+                with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                    loss = self.model(input_ids=ids, labels=ids, use_cache=False).loss
+                self.acc.backward(loss)
+                grad_norm = torch.nn.utils.clip_grad_norm_(list(self.named.values()), cfg.grad_clip)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                self.step += 1
+                window.append(float(loss.detach()))
+                done_here = self.step - start_step
+                if done_here == 3:  # steady-state timing starts after compilation / autotuning
+                    if self.device.type == "cuda":
+                        torch.cuda.synchronize()
+                    steady_t0, steady_step0 = time.perf_counter(), self.step
+                if cfg.time_budget_s and calib_from is None and done_here == 3:
+                    calib_from, calib_t = self.step, time.perf_counter()
+                if cfg.time_budget_s and calib_from is not None and self.step == calib_from + 10:
+                    self._fit_budget(10, time.perf_counter() - calib_t)
+                    bar.total = self.total_steps
+                    bar.refresh()
+                elapsed = self.elapsed_before + self._run_elapsed()
+                tok_s = done_here * tokens_per_step / max(self._run_elapsed(), 1e-9)
+                bar.update(1)
+                bar.set_postfix(loss=f"{window[-1]:.3f}", tok_s=f"{tok_s:,.0f}", lr=f"{lr:.2e}", refresh=False)
+                if self.step % cfg.log_every == 0 or self.step == self.total_steps:
+                    rec = {"step": self.step, "tokens": self.step * tokens_per_step,
+                           "loss": sum(window) / len(window), "lr": lr, "grad_norm": float(grad_norm),
+                           "elapsed_s": round(elapsed, 3), "tokens_per_s": round(tok_s, 1)}
+                    window.clear()
+                    if log_f:
+                        log_f.write(json.dumps(rec) + "\n")
+                        log_f.flush()
+                if cfg.save_every and self.step % cfg.save_every == 0 and self.step < self.total_steps:
+                    self.save_state()
+        finally:
+            bar.close()
+            if log_f:
+                log_f.close()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        run_s = self._run_elapsed()
+        steady = None
+        if steady_t0 is not None and self.step > steady_step0:
+            steady = (self.step - steady_step0) * tokens_per_step / (time.perf_counter() - steady_t0)
+        finished = self.step >= self.total_steps
+        if not finished or cfg.save_every:
+            self.save_state()
+        return {"finished": finished, "step": self.step, "total_steps": self.total_steps,
+                "requested_steps": cfg.steps, "budget_note": self.budget_note,
+                "tokens": self.step * tokens_per_step, "tokens_this_invocation": (self.step - start_step) * tokens_per_step,
+                "wall_s_this_invocation": round(run_s, 2), "train_wall_s": round(self.elapsed_before + run_s, 2),
+                "tokens_per_s": round((self.step - start_step) * tokens_per_step / max(run_s, 1e-9), 1),
+                "steady_tokens_per_s": None if steady is None else round(steady, 1),
+                "world_size": self.world}
+
+    def evaluate(self, sequences: torch.Tensor) -> float:
+        return heldout_loss(self.raw_model, sequences, self.device, self.bf16)
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def add_arguments(p) -> None:
+    import argparse
+    d = TrainConfig()
+    g = p.add_argument_group("model")
+    g.add_argument("--base", default="smollm2-135m", help="backbone: smollm2-135m (embedded), hub id or folder")
+    g.add_argument("--mechanism", default="gdn", help="gla | kgla | gdn | hedgehog | none (default gdn)")
+    g.add_argument("--window", type=int, default=56, help="sliding-window tokens (default 56)")
+    g.add_argument("--sinks", type=int, default=8, help="sink tokens (default 8)")
+    g.add_argument("--short-conv", action=argparse.BooleanOptionalAction, default=True,
+                   help="short convolutions on q/k/v (default on)")
+    g.add_argument("--lora", action="store_true", help="LoRA on Wq/Wk/Wv (lr --lora-lr)")
+    g.add_argument("--full-layers", default=None, help="comma-separated layers kept as full attention")
+    g.add_argument("--keep-full", type=float, default=0.0, help="fraction of layers kept as full attention")
+    g.add_argument("--select", default="uniform", help="uniform | hardness (needs --layer-scores)")
+    g.add_argument("--layer-scores", default=None, help="JSON from `golinear diagnose` (layer_scores)")
+    g = p.add_argument_group("data")
+    g.add_argument("--data-dir", default=None, help="data folder (default $GOLINEAR_DATA or ../shared/data)")
+    g.add_argument("--dataset", default=None, help="a Hugging Face dataset instead of the books corpus")
+    g.add_argument("--dataset-config", default=None)
+    g.add_argument("--dataset-split", default="train")
+    g.add_argument("--dataset-files", nargs="*", default=None, help="data_files for local builders (json, text)")
+    g.add_argument("--text-field", default="text")
+    g.add_argument("--heldout-docs", type=int, default=8, help="books held out (smallest sha256 of the id)")
+    g.add_argument("--heldout-fraction", type=float, default=0.01, help="HF datasets: fraction held out by hash")
+    g.add_argument("--tokens", default=None, help="prepared token file (.npz): read if present, else written")
+    g.add_argument("--prepare-only", action="store_true", help="write --tokens and exit")
+    g.add_argument("--prepare-train-tokens", type=int, default=None, help="train tokens to prepare "
+                   "(default: what --steps needs)")
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--seq-len", type=int, default=d.seq_len)
+    g.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per process per step")
+    g.add_argument("--steps", type=int, default=d.steps)
+    g.add_argument("--lr", type=float, default=d.lr)
+    g.add_argument("--lora-lr", type=float, default=d.lora_lr)
+    g.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    g.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
+    g.add_argument("--min-lr-ratio", type=float, default=d.min_lr_ratio)
+    g.add_argument("--grad-clip", type=float, default=d.grad_clip)
+    g.add_argument("--seed", type=int, default=d.seed)
+    g.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="autocast (default: on GPU)")
+    g = p.add_argument_group("run")
+    g.add_argument("--out", default=None, help="run folder (default runs/train/<mechanism...>)")
+    g.add_argument("--save-every", type=int, default=d.save_every, help="resume-state interval in steps")
+    g.add_argument("--log-every", type=int, default=d.log_every)
+    g.add_argument("--eval-sequences", type=int, default=d.eval_sequences)
+    g.add_argument("--time-budget-s", type=float, default=None,
+                   help="fit the step count into this many seconds (measured after a few steps)")
+    g.add_argument("--stop-after", type=int, default=None, help="leave after this global step (resume later)")
+    g.add_argument("--keep-state", action="store_true", help="keep state.pt after a finished run")
+    g.add_argument("--note", default=None, help="free text stored in the config (e.g. why fewer tokens)")
+
+
+def linearize_options(args) -> dict:
+    full = None
+    if args.full_layers:
+        try:
+            full = [int(x) for x in str(args.full_layers).split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"--full-layers {args.full_layers!r}: expected comma-separated integers")
+    scores = None
+    if args.layer_scores:
+        path = Path(args.layer_scores)
+        if not path.exists():
+            raise FileNotFoundError(f"--layer-scores file {str(path)!r} does not exist")
+        scores = json.loads(path.read_text())["layer_scores"]
+    return dict(mechanism=args.mechanism, window=args.window, sinks=args.sinks, short_conv=args.short_conv,
+                lora=args.lora, full_layers=full, keep_full=args.keep_full, select=args.select, layer_scores=scores)
+
+
+def run_name(opts: dict) -> str:
+    parts = [opts["mechanism"]]
+    if opts["window"]:
+        parts.append(f"w{opts['window']}")
+    if opts["sinks"]:
+        parts.append(f"s{opts['sinks']}")
+    if opts["short_conv"]:
+        parts.append("sc")
+    if opts["lora"]:
+        parts.append("lora")
+    return "-".join(parts)
+
+
+def train_config_from_args(args) -> TrainConfig:
+    return TrainConfig(seq_len=args.seq_len, batch_size=args.batch_size, steps=args.steps, lr=args.lr,
+                       lora_lr=args.lora_lr, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps,
+                       min_lr_ratio=args.min_lr_ratio, grad_clip=args.grad_clip, seed=args.seed,
+                       save_every=args.save_every, log_every=args.log_every, eval_sequences=args.eval_sequences,
+                       time_budget_s=args.time_budget_s, stop_after=args.stop_after, bf16=args.bf16)
+
+
+def load_token_data(args, tokenizer, train_tokens: int, heldout_tokens: int) -> data_mod.TokenData:
+    if args.tokens and Path(args.tokens).exists():
+        td = data_mod.TokenData.load(args.tokens)
+        fp = data_mod.tokenizer_fingerprint(tokenizer)
+        if td.meta.get("tokenizer_fingerprint") != fp:
+            raise ValueError(f"token file {args.tokens!r} was made with tokenizer {td.meta.get('tokenizer')!r} "
+                             f"({td.meta.get('tokenizer_fingerprint')}), not this backbone's ({fp})")
+        return td
+    if args.dataset:
+        td = data_mod.prepare_hf(tokenizer, args.dataset, args.dataset_config, args.dataset_split, args.text_field,
+                                 args.dataset_files, train_tokens=train_tokens, heldout_fraction=args.heldout_fraction,
+                                 heldout_tokens=heldout_tokens, seed=args.seed)
+    else:
+        td = data_mod.prepare_books(tokenizer, args.data_dir, train_tokens=train_tokens, heldout_docs=args.heldout_docs,
+                                    heldout_tokens=heldout_tokens, seed=args.seed)
+    if args.tokens:
+        td.save(args.tokens)
+    return td
+
+
+def main(args) -> int:
+    from accelerate import Accelerator
+    from models.backbone import load_backbone, load_tokenizer
+
+    cfg = train_config_from_args(args)
+    cfg.validate()
+    opts = linearize_options(args)
+    acc = Accelerator(cpu=not torch.cuda.is_available())
+    needed = cfg.steps * cfg.batch_size * acc.num_processes * cfg.seq_len + cfg.seq_len
+    train_tokens = args.prepare_train_tokens or needed
+    heldout_tokens = cfg.eval_sequences * cfg.seq_len
+    if args.prepare_only:
+        if not args.tokens:
+            raise ValueError("--prepare-only needs --tokens FILE")
+        td = load_token_data(args, load_tokenizer(args.base), train_tokens, heldout_tokens)
+        print(json.dumps({k: v for k, v in td.meta.items() if k != "heldout_ids"}))
+        return 0
+
+    from models.checkpoint import save_new_params
+    from models.linearize import LinearizeConfig, linearize
+
+    out = Path(args.out or Path("runs") / "train" / run_name(opts))
+    out.mkdir(parents=True, exist_ok=True)
+    lin_cfg = LinearizeConfig.from_dict(opts)
+    if acc.is_main_process:  # the tokenizer-and-pack step runs once; other ranks read the token file
+        td = load_token_data(args, load_tokenizer(args.base), train_tokens, heldout_tokens)
+    acc.wait_for_everyone()
+    if not acc.is_main_process:
+        td = load_token_data(args, load_tokenizer(args.base), train_tokens, heldout_tokens)
+    sequences = data_mod.PackedSequences(td.train, cfg.seq_len, seed=cfg.seed)
+    heldout = data_mod.heldout_sequences(td.heldout, cfg.seq_len, cfg.eval_sequences)
+
+    model, _ = load_backbone(args.base, dtype="float32", device=acc.device)
+    bf16 = cfg.bf16 if cfg.bf16 is not None else acc.device.type == "cuda"
+    resuming = (out / STATE_FILE).exists()
+    previous = json.loads((out / CONFIG_FILE).read_text()) if resuming and (out / CONFIG_FILE).exists() else {}
+    t_start = time.perf_counter()
+    full_loss = previous.get("results", {}).get("heldout_loss_full_attention")
+    if full_loss is None and acc.is_main_process:
+        full_loss = heldout_loss(model, heldout, acc.device, bf16)
+    seed_everything(cfg.seed)  # new-parameter initialisation is a function of the seed
+    linearize(model, lin_cfg, base_name=args.base)
+    init_loss = previous.get("results", {}).get("heldout_loss_init")
+    if init_loss is None and acc.is_main_process:
+        init_loss = heldout_loss(model, heldout, acc.device, bf16)
+
+    data_meta = {k: v for k, v in td.meta.items()}
+    data_meta.update(sequences=sequences.num, seq_len=cfg.seq_len,
+                     epochs=round(sequences.epochs_for(cfg.steps * cfg.batch_size * acc.num_processes), 4))
+    trainer = Trainer(model, sequences, cfg, out, accelerator=acc, meta={"data": data_meta})
+    trainer.try_resume()
+    summary = trainer.train()
+    results = {"heldout_loss_full_attention": full_loss, "heldout_loss_init": init_loss,
+               "heldout_sequences": int(heldout.shape[0]), "heldout_tokens_scored": int(heldout.numel() - heldout.shape[0])}
+    record = {"command": "golinear train", "base": args.base, "linearize": lin_cfg.to_dict(), "train": dataclasses.asdict(cfg),
+              "data": data_meta, "seeds": {"init": cfg.seed, "data_order": cfg.seed, "heldout": "hash rule, no seed"},
+              "note": args.note, "environment": environment(acc), "summary": summary, "results": results}
+    if not summary["finished"]:
+        if acc.is_main_process:
+            atomic_write_json(out / CONFIG_FILE, record)
+            print(f"stopped at step {summary['step']}/{summary['total_steps']}; re-run the same command to resume")
+        return 0
+    if acc.is_main_process:
+        results["heldout_loss_trained"] = trainer.evaluate(heldout)
+        record["summary"]["total_wall_s_this_invocation"] = round(time.perf_counter() - t_start, 2)
+        record["new_parameters"] = int(sum(p.numel() for p in trainer.named.values()))
+        save_new_params(model, out, extra={"training": {k: record[k] for k in ("train", "seeds", "note", "summary",
+                                                                               "results")}})
+        atomic_write_json(out / CONFIG_FILE, record)
+        plot_loss(read_log(out / LOG_FILE), out / PLOT_FILE,
+                  title=f"{args.base} {run_name(opts)}: {summary['tokens'] / 1e6:.1f}M tokens",
+                  heldout={"held-out, full attention": full_loss, "held-out, linearized (trained)":
+                           results["heldout_loss_trained"], "held-out, linearized (init)": init_loss})
+        if not args.keep_state and (out / STATE_FILE).exists():
+            (out / STATE_FILE).unlink()
+        print(json.dumps({"out": str(out), **results, "tokens": summary["tokens"],
+                          "train_wall_s": summary["train_wall_s"], "tokens_per_s": summary["tokens_per_s"]}))
+    acc.wait_for_everyone()
+    return 0
+
+
+def environment(acc) -> dict:
+    env = {"torch": torch.__version__, "python": platform.python_version(), "device": str(acc.device),
+           "processes": acc.num_processes}
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+    try:
+        import transformers
+        env["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    return env
