@@ -20,8 +20,9 @@ class SuiteTask(dict):
     """One reported number: task name, lm-eval metric key, display name, the built-in it mirrors."""
 
 
-def _t(task, metric, display, builtin, builtin_yaml):
-    return SuiteTask(task=task, metric=metric, display=display, builtin=builtin, builtin_yaml=builtin_yaml)
+def _t(task, metric, display, builtin, builtin_yaml, num_fewshot=0):
+    return SuiteTask(task=task, metric=metric, display=display, builtin=builtin, builtin_yaml=builtin_yaml,
+                     num_fewshot=num_fewshot, higher_is_better=metric != "perplexity")
 
 
 SUITES: dict[str, list[SuiteTask]] = {
@@ -34,14 +35,13 @@ SUITES: dict[str, list[SuiteTask]] = {
         _t("golinear_winogrande", "acc", "WinoGrande", "winogrande", "winogrande/default.yaml"),
     ],
     # 5-shot (set in the task YAML; the dev split is the few-shot pool)
-    "mmlu": [_t("golinear_mmlu", "acc", "MMLU", "mmlu", None)],
+    "mmlu": [_t("golinear_mmlu", "acc", "MMLU", "mmlu", None, num_fewshot=5)],
     "lambada": [
         _t("golinear_lambada_openai", "acc", "LAMBADA", "lambada_openai", "lambada/lambada_openai.yaml"),
         _t("golinear_lambada_openai", "perplexity", "LAMBADA ppl", "lambada_openai",
            "lambada/lambada_openai.yaml"),
     ],
 }
-NUM_FEWSHOT = {"golinear_mmlu": 5}
 
 
 def suite_tasks(suite: str) -> list[str]:
@@ -118,5 +118,5 @@ def validate_tasks(tasks: list[str], manager=None) -> list[str]:
     return list(tasks)
 
 
-__all__ = ["SUITES", "NUM_FEWSHOT", "HUB", "suite_tasks", "check_data", "task_manager", "validate_tasks",
+__all__ = ["SUITES", "HUB", "suite_tasks", "check_data", "task_manager", "validate_tasks",
            "resolve_data_dir", "builtin_config", "builtin_yamls"]

@@ -1,0 +1,184 @@
+"""lm-eval backends: `linearized` (a linearized model) and `golinear-hf` (full attention, same loader).
+
+Both subclass lm-eval's HFLM (the pattern of lm_eval/models/mamba_lm.py): the model is built by
+`models.linearize.load_model` (so the embedded SmolLM2, hub ids and local folders work for both),
+and HFLM's batching, truncation and scoring are reused unchanged. Scoring pads on the right, which is
+causal-safe for recurrent layers too; generation with a linearized model runs one sequence at a time,
+because left padding would enter the recurrent state.
+
+    import bench.lm_backend, lm_eval
+    lm_eval.simple_evaluate(model="linearized", model_args="mechanism=gdn,window=64,sinks=4",
+                            tasks=["golinear_piqa"], task_manager=tasks.standard.task_manager(), limit=8)
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from lm_eval.api.registry import register_model
+from lm_eval.models.huggingface import HFLM
+
+LINEAR_ARGS = ("checkpoint", "mechanism", "window", "sinks", "short_conv", "lora", "full_layers",
+               "keep_full", "select")
+MODEL_ARGS = ("base", *LINEAR_ARGS, "dtype", "device", "batch_size", "max_length")
+# HFLM options that still mean something for an already-built model (lm-eval's CLI passes some).
+HFLM_ARGS = ("max_batch_size", "truncation", "logits_cache", "add_bos_token", "prefix_token_id",
+             "softmax_dtype", "mixed_precision_dtype", "think_end_token",
+             "enable_thinking", "chat_template_args", "trust_remote_code")
+BACKENDS = ("linearized", "golinear-hf")
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_device(device) -> str:
+    """A device string torch understands and this machine has; ValueError otherwise."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; allowed: cpu, cuda, cuda:N, mps") from None
+    if dev.type not in DEVICE_TYPES:
+        raise ValueError(f"unsupported device {device!r}; allowed: cpu, cuda, cuda:N, mps")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} requested but CUDA is not available here; use device=cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r} requested but MPS is not available here; use device=cpu")
+    return str(dev)
+
+
+def _parse_layers(value):
+    """full_layers from a model_args string: "0+5+29" (or ';' / '|') -> [0, 5, 29]; ints and lists pass."""
+    if isinstance(value, str):
+        parts = [p for p in value.replace("|", "+").replace(";", "+").replace(":", "+").split("+") if p.strip()]
+        try:
+            return [int(p) for p in parts]
+        except ValueError:
+            raise ValueError(f"full_layers={value!r}: expected layer indices joined by '+', e.g. 3+7+11") from None
+    return list(value) if isinstance(value, tuple) else value
+
+
+def check_model_args(backend: str, args: dict) -> dict:
+    """Validate a backend's model args up front (names, dtype, device) and return them normalised."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown model backend {backend!r}; allowed: {list(BACKENDS)}")
+    unknown = sorted(set(args) - set(MODEL_ARGS) - set(HFLM_ARGS))
+    if unknown:
+        raise ValueError(f"unknown model arg(s) {unknown} for {backend!r}; allowed: {list(MODEL_ARGS)} "
+                         f"(and HFLM's {list(HFLM_ARGS)})")
+    from models.backbone import parse_dtype
+    out = dict(args)
+    out["dtype"] = str(out.get("dtype") or "float32")
+    parse_dtype(out["dtype"])
+    out["device"] = check_device(out.get("device") or default_device())
+    if "full_layers" in out:
+        out["full_layers"] = _parse_layers(out["full_layers"])
+    linear = {k: out[k] for k in LINEAR_ARGS if out.get(k) not in (None, False, 0, 0.0, "", "uniform")}
+    if backend == "golinear-hf" and linear:
+        raise ValueError(f"golinear-hf is full attention; it takes no linearization args, got {sorted(linear)} "
+                         f"(use model 'linearized')")
+    if backend == "linearized" and not (out.get("checkpoint") or out.get("mechanism")):
+        raise ValueError("model 'linearized' needs checkpoint=<folder> or mechanism=<name> "
+                         "(full attention is model 'golinear-hf')")
+    if out.get("checkpoint"):
+        from pathlib import Path
+        if not Path(out["checkpoint"]).is_dir():
+            raise FileNotFoundError(f"checkpoint folder {out['checkpoint']!r} does not exist")
+        if set(linear) - {"checkpoint"}:
+            raise ValueError(f"checkpoint={out['checkpoint']!r} already says how the model is linearized; "
+                             f"drop {sorted(set(linear) - {'checkpoint'})}")
+    return out
+
+
+def load_model(**spec):
+    """(model, tokenizer, info) from models.linearize.load_model (full attention: models.backbone)."""
+    try:
+        from models.linearize import load_model as build
+    except ModuleNotFoundError as e:  # before models.linearize exists, full attention still works
+        if e.name != "models.linearize" or spec.get("mechanism") or spec.get("checkpoint"):
+            raise
+        from models.backbone import DEFAULT_BACKBONE, fingerprint, load_backbone
+        base = spec.get("base") or DEFAULT_BACKBONE
+        model, tok = load_backbone(base, dtype=spec["dtype"], device=spec["device"])
+        return model, tok, {"spec": {"base": base, "mechanism": None, "dtype": spec["dtype"]},
+                            "backbone_fingerprint": fingerprint(model)}
+    if spec.get("checkpoint") and spec.get("base"):
+        # an explicit base is checked against the checkpoint's base fingerprint (even the default name)
+        from models.checkpoint import load_checkpoint
+        return load_checkpoint(spec["checkpoint"], base=spec["base"], dtype=spec["dtype"], device=spec["device"])
+    return build(**spec)
+
+
+@register_model("golinear-hf")
+class GolinearHF(HFLM):
+    """Full attention on the golinear backbone loader (the baseline every linearized row is compared to)."""
+
+    BACKEND = "golinear-hf"
+
+    def __init__(self, base=None, dtype="float32", device=None, batch_size=1, max_length=None, **kwargs):
+        args = check_model_args(self.BACKEND, {"base": base, "dtype": dtype, "device": device, **kwargs})
+        spec = {k: args.pop(k) for k in ("base", *LINEAR_ARGS, "dtype", "device") if k in args}
+        if spec.get("base") is None:
+            spec.pop("base", None)  # load_model's default, or the checkpoint's own base
+        model, tokenizer, info = load_model(**spec)
+        self.golinear_info = info
+        self.golinear_spec = spec
+        hf_kwargs = {k: v for k, v in args.items() if k in HFLM_ARGS and k != "trust_remote_code"}
+        super().__init__(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size,
+                         max_length=max_length, **hf_kwargs)
+
+    def _model_call(self, inps, attn_mask=None, labels=None):
+        # no KV cache while scoring: one forward pass over the whole (right-padded) batch
+        with torch.no_grad(), torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
+                                             enabled=self.mixed_precision_dtype is not None):
+            return self.model(inps, use_cache=False).logits
+
+    def get_model_info(self) -> dict:
+        # HFLM's version asks the Hub for a model sha; ours is the golinear provenance instead
+        return {"model_num_parameters": sum(p.numel() for p in self.model.parameters()),
+                "model_dtype": str(self.model.dtype), "golinear_backend": self.BACKEND,
+                "golinear_info": self.golinear_info}
+
+
+@register_model("linearized")
+class LinearizedLM(GolinearHF):
+    """A linearized model (checkpoint or explicit mechanism/options) evaluated like any HF model."""
+
+    BACKEND = "linearized"
+
+    def __init__(self, base=None, checkpoint=None, mechanism=None, window=0, sinks=0, short_conv=False,
+                 lora=False, full_layers=None, keep_full=0.0, select="uniform", **kwargs):
+        linear = dict(checkpoint=checkpoint, mechanism=mechanism, window=window, sinks=sinks,
+                      short_conv=short_conv, lora=lora, full_layers=full_layers, keep_full=keep_full,
+                      select=select)
+        if checkpoint is not None:  # the checkpoint's config says how it was linearized
+            linear = {k: v for k, v in linear.items() if k == "checkpoint" or v not in (None, 0, False, "uniform")}
+        super().__init__(base=base, **linear, **kwargs)
+
+    def _model_generate(self, context, max_length, stop, **generation_kwargs):
+        """Generate each sequence on its own, without its left padding, then re-pad on the right.
+
+        HFLM slices the continuation at the padded context width, so each row is returned as
+        (its padded context, its new tokens, right padding).
+        """
+        mask = generation_kwargs.pop("attention_mask", None)
+        mask = torch.ones_like(context) if mask is None else mask
+        new_tokens = max_length - context.shape[1]
+        rows = []
+        for ids, keep in zip(context, mask):
+            real = ids[keep.bool()][None]
+            out = super()._model_generate(real, max_length=real.shape[1] + new_tokens, stop=stop,
+                                          attention_mask=torch.ones_like(real), **dict(generation_kwargs))
+            rows.append(torch.cat([ids, out[0, real.shape[1]:]]))
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eot_token_id
+        return torch.stack([F.pad(r, (0, width - len(r)), value=pad) for r in rows])
+
+
+def make_lm(backend: str, **model_args):
+    """Build a backend by name (the runner's entry point); bad names/args fail before any loading."""
+    check_model_args(backend, model_args)
+    return {"linearized": LinearizedLM, "golinear-hf": GolinearHF}[backend](**model_args)
