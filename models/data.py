@@ -97,6 +97,8 @@ def tokenize_docs(texts: Iterable[str], tokenizer, max_tokens: int | None = None
     """One stream: tokens of each document followed by EOS, stopping once `max_tokens` are collected."""
     eos = _eos_id(tokenizer)
     dtype = np.uint16 if len(tokenizer) <= 65535 else np.uint32
+    if max_tokens == 0:
+        return np.zeros(0, dtype=dtype)
     parts, total, batch = [], 0, []
 
     def flush():

@@ -470,7 +470,7 @@ def main(args) -> int:
         print(json.dumps({k: v for k, v in td.meta.items() if k != "heldout_ids"}))
         return 0
 
-    from models.checkpoint import save_new_params
+    from models.checkpoint import save_checkpoint
     from models.linearize import LinearizeConfig, linearize
 
     out = Path(args.out or Path("runs") / "train" / run_name(opts))
@@ -518,7 +518,7 @@ def main(args) -> int:
         results["heldout_loss_trained"] = trainer.evaluate(heldout)
         record["summary"]["total_wall_s_this_invocation"] = round(time.perf_counter() - t_start, 2)
         record["new_parameters"] = int(sum(p.numel() for p in trainer.named.values()))
-        save_new_params(model, out, extra={"training": {k: record[k] for k in ("train", "seeds", "note", "summary",
+        save_checkpoint(model, out, extra={"training": {k: record[k] for k in ("train", "seeds", "note", "summary",
                                                                                "results")}})
         atomic_write_json(out / CONFIG_FILE, record)
         plot_loss(read_log(out / LOG_FILE), out / PLOT_FILE,
