@@ -54,7 +54,7 @@ class TaskEntry:
 def _entry(suite: str, item) -> TaskEntry:
     """Normalise one SUITES item: a task name, a (task, metric[, display]) tuple or a dict."""
     if isinstance(item, str):
-        item = {"task": item}
+        item = {"task": item, **(_long_task_details(item) if suite in LONG_SUITES else {})}
     elif isinstance(item, (tuple, list)):
         item = dict(zip(("task", "metric", "display"), item))
     elif not isinstance(item, dict):
@@ -66,6 +66,20 @@ def _entry(suite: str, item) -> TaskEntry:
     return TaskEntry(suite, task, metric, item.get("display") or item.get("label") or task, nf,
                      item.get("higher_is_better", metric not in ("perplexity", "word_perplexity")),
                      tuple([data] if isinstance(data, str) else data))
+
+
+def _long_task_details(task: str) -> dict:
+    """Display name and data folders of a RULER/S-NIAH task, from tasks.ruler's task table."""
+    try:
+        ruler = importlib.import_module("tasks.ruler")
+        from tasks.ruler.constants import RECIPES
+        t = ruler.resolve_task(task)
+    except (ModuleNotFoundError, ValueError, ImportError):
+        return {}
+    family, args = RECIPES[t.ruler]
+    data = ["paul_graham_essays"] if args.get("type_haystack") == "essay" else []
+    data += {"squad": ["squad_v2"], "hotpotqa": ["hotpotqa_sample100", "hotpotqa"]}.get(args.get("dataset"), [])
+    return {"display": t.display, "metric": "score", "data": data}
 
 
 def suite_module(suite: str):
@@ -163,7 +177,7 @@ class Cell:
 
 
 def plan_cells(models, entries, *, budgets=None, sinks=8, limit=None, context_length=4096,
-               num_samples=None, seed=1234) -> list[Cell]:
+               num_samples=None, seed=42) -> list[Cell]:
     """The matrix: standard tasks on the models as given; long tasks on the budget sweep when asked.
 
     With budgets, every linearized model is evaluated at sinks + (budget - sinks) window, next to full
@@ -198,7 +212,7 @@ def plan_cells(models, entries, *, budgets=None, sinks=8, limit=None, context_le
             config = {"limit": limit, "context_length": context_length, "num_samples": n, "seed": seed}
             cells += [Cell(m, e, config) for m in long_models]
         else:
-            config = {"limit": limit, "num_fewshot": e.num_fewshot, "seed": seed}
+            config = {"limit": limit, "num_fewshot": e.num_fewshot}
             cells += [Cell(m, e, config) for m in models]
     return cells
 
@@ -416,7 +430,7 @@ class RunSummary:
 
 
 def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, context_length=4096,
-               num_samples=None, data_dir=None, batch_size=1, device="cpu", seed=1234,
+               num_samples=None, data_dir=None, batch_size=1, device="cpu", seed=42,
                bootstrap_iters=1000, include_path=None, extra_suites=None, task_manager=None,
                progress=True) -> RunSummary:
     """Evaluate every missing cell of models x suites (x budgets) into `store`; returns a summary.
@@ -515,12 +529,9 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info, versions,
         meta = {"max_seq_lengths": [cfg["context_length"]], "seed": cfg["seed"]}
         if cfg["num_samples"] is not None:
             meta["num_samples"] = cfg["num_samples"]
-        base = cell.model.full["base"]
-        try:
-            from models.backbone import resolve
-            meta["tokenizer"] = meta["pretrained"] = resolve(base)
-        except Exception:  # noqa: BLE001 - tokenizer lookup is the task's business if this fails
-            meta["pretrained"] = base
+        meta["tokenizer"] = cell.model.full["base"]  # prompts are sized with the evaluated model's tokenizer
+        if data_dir:
+            meta["data_dir"] = data_dir
         tm = with_metadata(tm, meta)
     t0 = time.perf_counter()
     res = lm_eval.simple_evaluate(model=lm, tasks=[e.task], task_manager=tm, num_fewshot=e.num_fewshot,
@@ -564,7 +575,7 @@ def add_arguments(p):
     p.add_argument("--sinks", type=int, default=8, help="sink tokens within each budget (default 8)")
     p.add_argument("--context-length", type=int, default=4096, help="sniah/ruler prompt length (default 4096)")
     p.add_argument("--num-samples", type=int, default=None, help="sniah/ruler samples per task (default: --limit, else the task's 500)")
-    p.add_argument("--seed", type=int, default=1234, help="seed for generated long-context samples")
+    p.add_argument("--seed", type=int, default=42, help="seed of the generated sniah/ruler samples (RULER's 42)")
     p.add_argument("--data-dir", default=None, help="local data folder (default $GOLINEAR_DATA or ../shared/data)")
     p.add_argument("--include-path", default=None, help="extra lm-eval task folder")
     p.add_argument("--batch-size", default="1", help="batch size (int or 'auto')")

@@ -1,0 +1,383 @@
+"""`golinear leaderboard`: render the result store (and the paper's reported rows) as md, csv and html.
+
+Outputs in --out: `standard.{md,csv}` (CR tasks, CR average, MMLU, LAMBADA; one row per model
+configuration, a "gap with full attention" row per backbone), `sniah.{md,csv}` (Table 8 analog:
+S-NIAH by cache budget), `ruler.{md,csv}` (Table 9 analog), `sniah_budget.png` and `index.html` (all
+of it in one self-contained page). Rendering is deterministic: no timestamps, stable sorting, files
+rewritten only when their content changes.
+
+The paper's "Gap with Full, %" (Tables 1-3) is full attention minus the best linearized row of the
+same table and backbone, per column, in accuracy points (e.g. Table 1, Llama CR: 73.98 - 63.08 = 10.9).
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from bench.store import Store
+
+REFERENCE_DIR = Path(__file__).resolve().parent.parent / "leaderboards" / "reference"
+CR_COLS = ["PIQA", "ARC-e", "ARC-c", "HellaSwag", "WinoGrande"]
+STANDARD_COLS = CR_COLS + ["CR", "MMLU", "LAMBADA", "LAMBADA ppl"]
+REF_STANDARD = {"piqa": "PIQA", "arc_easy": "ARC-e", "arc_challenge": "ARC-c", "hellaswag": "HellaSwag",
+                "winogrande": "WinoGrande", "cr": "CR", "mmlu": "MMLU", "lambada": "LAMBADA"}
+SNIAH_TASKS = ["S-NIAH-1", "S-NIAH-2", "S-NIAH-3"]
+RULER_COLS = ["MK", "MQ", "MV", "CWE", "FWE", "HQA", "SQA", "VT"]
+LOWER_IS_BETTER = {"LAMBADA ppl"}
+GAP_LABEL = "Gap with full attention, % (full - best linearized)"
+
+
+# ----------------------------------------------------------------------------- columns
+def column_specs() -> list[tuple[str, str, str, bool]]:
+    """(task, metric, column, scale_to_percent) for every reported number, from the suites' SUITES."""
+    from bench.runner import ALL_SUITES, resolve_suites
+    out = []
+    for suite in ALL_SUITES:
+        try:
+            entries = resolve_suites([suite])
+        except ValueError:
+            continue
+        out += [(e.task, e.metric, e.display, not e.long and e.metric not in ("perplexity", "word_perplexity"))
+                for e in entries]
+    return out
+
+
+def _budget_value(b):
+    return math.inf if b in ("inf", None) or (isinstance(b, float) and math.isinf(b)) else float(b)
+
+
+def _budget_label(b) -> str:
+    b = _budget_value(b)
+    return "inf" if math.isinf(b) else str(int(b))
+
+
+def measured_frame(cells: list[dict]) -> pd.DataFrame:
+    """Long table of measured numbers: one row per (cell, reported column)."""
+    specs = column_specs()
+    by_task = {}
+    for task, metric, col, pct in specs:
+        by_task.setdefault(task, []).append((metric, col, pct))
+    rows = []
+    for c in cells:
+        wanted = by_task.get(c["task"]) or [(c["metric"], c.get("display") or c["task"],
+                                             c.get("suite") in ("cr", "mmlu", "lambada"))]
+        for metric, col, pct in wanted:
+            m = next((v for k, v in c.get("metrics", {}).items() if k.split(",")[0] == metric), None)
+            if m is None or m.get("value") is None:
+                continue
+            scale = 100.0 if pct else 1.0
+            cfg = c["key"]["config"]
+            model = c["model"]
+            rows.append({"suite": c.get("suite"), "column": col, "value": m["value"] * scale,
+                         "stderr": None if m.get("stderr") is None else m["stderr"] * scale, "n": c.get("n"),
+                         "backbone": model.get("backbone"), "model": model.get("label"),
+                         "family": model.get("family") or model.get("label"), "model_key": c["key"]["model"],
+                         "full_attention": bool(model.get("full_attention")),
+                         "budget": _budget_label(model.get("budget")), "new_params": model.get("new_parameters"),
+                         "limit": cfg.get("limit"), "context_length": cfg.get("context_length"),
+                         "num_samples": cfg.get("num_samples"), "digest": c.get("digest")})
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- formatting
+def fmt(v, digits=2) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def fmt_params(n) -> str:
+    if n is None or n == "" or (isinstance(n, float) and math.isnan(n)):
+        return ""
+    if isinstance(n, str):
+        return n
+    n = float(n)
+    if n == 0:
+        return "0"
+    return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n / 1e3:.1f}K"
+
+
+def add_cr(row: dict) -> dict:
+    if row.get("CR") is None and all(row.get(c) is not None for c in CR_COLS):
+        row["CR"] = sum(row[c] for c in CR_COLS) / len(CR_COLS)
+    return row
+
+
+def gap_row(rows: list[dict], cols) -> dict | None:
+    """Full attention minus the best linearized value per column (lower-is-better columns: skipped)."""
+    full = [r for r in rows if r["is_full"]]
+    lin = [r for r in rows if not r["is_full"]]
+    if not full or not lin:
+        return None
+    gap = {}
+    for c in cols:
+        if c in LOWER_IS_BETTER or full[0].get(c) is None:
+            continue
+        vals = [r[c] for r in lin if r.get(c) is not None]
+        if vals:
+            gap[c] = round(full[0][c] - max(vals), 6)
+    return gap
+
+
+# ----------------------------------------------------------------------------- tables
+def standard_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFrame:
+    """Measured rows (+ gap row per backbone and subset) then the paper's rows (+ gap row per table)."""
+    out = []
+    std = df[df["column"].isin(STANDARD_COLS)] if len(df) else df
+    groups = {}
+    for _, r in (std.iterrows() if len(std) else []):
+        groups.setdefault((r["backbone"], r["limit"] if r["limit"] == r["limit"] else None), {}) \
+              .setdefault(r["model_key"], []).append(r)
+    for (backbone, limit) in sorted(groups, key=lambda k: (str(k[0]), -1 if k[1] is None else k[1])):
+        rows = []
+        for key, items in groups[(backbone, limit)].items():
+            first = items[0]
+            row = {"status": "measured", "source": "measured", "backbone": backbone, "model": first["model"],
+                   "setting": key, "params": fmt_params(first["new_params"]), "cache": first["budget"],
+                   "limit": "full set" if limit is None else f"first {int(limit)}",
+                   "is_full": bool(first["full_attention"])}
+            for it in items:
+                row[it["column"]] = float(it["value"])
+            rows.append(add_cr(row))
+        rows.sort(key=lambda r: (not r["is_full"], str(r["model"]), r["setting"]))
+        out += rows
+        gap = gap_row(rows, STANDARD_COLS)
+        if gap is not None:
+            out.append({"status": "gap", "source": "measured", "backbone": backbone, "model": GAP_LABEL,
+                        "limit": rows[0]["limit"], **gap})
+    if reference is not None:
+        for (table, backbone), grp in reference.groupby(["table", "backbone"], sort=False):
+            rows = []
+            for _, r in grp.iterrows():
+                row = {"status": "reported", "source": r["source"], "backbone": backbone, "model": r["model"],
+                       "setting": r["setting"] if isinstance(r["setting"], str) else "",
+                       "params": r["params"] if isinstance(r["params"], str) else "", "cache": str(r["cache"]),
+                       "limit": "full set", "is_full": r["model"] == "Full attention"}
+                for k, col in REF_STANDARD.items():
+                    v = r[k]
+                    row[col] = None if pd.isna(v) else float(v)
+                rows.append(add_cr(row))
+            out += rows
+            gap = gap_row(rows, STANDARD_COLS)
+            if gap is not None and table in (5, 6, 7, 10):  # Table 4 prints no gap row (mixed methods)
+                out.append({"status": "gap", "source": rows[0]["source"], "backbone": backbone,
+                            "model": GAP_LABEL, "limit": "full set", **gap})
+    cols = ["status", "source", "backbone", "model", "setting", "params", "cache", "limit"] + STANDARD_COLS
+    table = pd.DataFrame(out, columns=cols)
+    return table
+
+
+def sniah_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFrame:
+    """Table 8 analog: rows (model family, task), columns cache budgets (inf = full attention)."""
+    rows = {}
+    sub = df[df["column"].isin(SNIAH_TASKS)] if len(df) else df
+    for _, r in (sub.iterrows() if len(sub) else []):
+        fam = "full attention" if r["full_attention"] else r["family"]
+        key = ("measured", "measured", r["backbone"], fam, r["column"], r["context_length"], r["n"])
+        rows.setdefault(key, {})[r["budget"]] = float(r["value"])
+    if reference is not None:
+        for _, r in reference.iterrows():
+            key = ("reported", r["source"], r["backbone"], r["model"], r["task"], r["context_length"], None)
+            rows.setdefault(key, {})[_budget_label(r["budget"])] = float(r["value"])
+    budgets = sorted({b for v in rows.values() for b in v}, key=_budget_value)
+    out = []
+    for key in sorted(rows, key=lambda k: (k[0] != "measured", str(k[1]), str(k[2]), k[3] != "full attention",
+                                           str(k[3]), str(k[4]))):
+        status, source, backbone, model, task, ctx, n = key
+        out.append({"status": status, "source": source, "backbone": backbone, "model": model, "task": task,
+                    "context": int(ctx) if ctx == ctx and ctx is not None else "",
+                    "n": int(n) if n is not None and n == n else "", **rows[key]})
+    return pd.DataFrame(out, columns=["status", "source", "backbone", "model", "task", "context", "n"] + budgets)
+
+
+def ruler_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFrame:
+    """Table 9 analog: rows (model family, budget), columns the RULER subsets and their average."""
+    rows = {}
+    sub = df[df["column"].isin(RULER_COLS)] if len(df) else df
+    for _, r in (sub.iterrows() if len(sub) else []):
+        fam = "full attention" if r["full_attention"] else r["family"]
+        key = ("measured", "measured", r["backbone"], fam, r["budget"], r["context_length"])
+        d = rows.setdefault(key, {})
+        d[r["column"]] = float(r["value"])
+        d["HQA n" if r["column"] == "HQA" else "n"] = int(r["n"]) if r["column"] == "HQA" else max(
+            int(r["n"]), d.get("n", 0))
+    if reference is not None:
+        for _, r in reference.iterrows():
+            key = ("reported", r["source"], r["backbone"], r["model"], _budget_label(r["budget"]),
+                   r["context_length"])
+            rows[key] = {c: float(r[c]) for c in RULER_COLS} | {"Avg": float(r["avg"])}
+    out = []
+    for key in sorted(rows, key=lambda k: (k[0] != "measured", str(k[1]), str(k[2]), k[3] != "full attention",
+                                           str(k[3]), _budget_value(k[4]))):
+        status, source, backbone, model, budget, ctx = key
+        d = dict(rows[key])
+        if "Avg" not in d and all(c in d for c in RULER_COLS):
+            d["Avg"] = sum(d[c] for c in RULER_COLS) / len(RULER_COLS)
+        out.append({"status": status, "source": source, "backbone": backbone, "model": model, "cache": budget,
+                    "context": int(ctx) if ctx == ctx and ctx is not None else "", **d})
+    return pd.DataFrame(out, columns=["status", "source", "backbone", "model", "cache", "context"] + RULER_COLS
+                        + ["Avg", "n", "HQA n"])
+
+
+# ----------------------------------------------------------------------------- rendering
+def _display(table: pd.DataFrame) -> pd.DataFrame:
+    """Strings for md/html: numbers with 2 decimals, empty cells blank."""
+    t = table.copy().astype(object)
+    for c in t.columns:
+        t[c] = [("" if v is None or (isinstance(v, float) and math.isnan(v)) else
+                 fmt(v) if isinstance(v, float) else str(v)) for v in t[c]]
+    return t
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    if table.empty:
+        return "_no rows_\n"
+    return _display(table).to_markdown(index=False, disable_numparse=True) + "\n"
+
+
+def to_csv(table: pd.DataFrame) -> str:
+    return table.to_csv(index=False, float_format="%.4f", lineterminator="\n")
+
+
+def sniah_plot(table: pd.DataFrame) -> bytes | None:
+    """PNG: S-NIAH accuracy vs cache budget, one line per (model, task); reported rows dashed."""
+    if table.empty:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    budgets = [c for c in table.columns if c not in ("status", "source", "backbone", "model", "task", "context", "n")]
+    finite = [b for b in budgets if b != "inf"]
+    if not finite:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    for _, r in table.iterrows():
+        xs = [int(b) for b in finite if r[b] == r[b] and r[b] is not None and r[b] != ""]
+        ys = [float(r[str(b)]) for b in xs]
+        if not xs:
+            continue
+        style = "-o" if r["status"] == "measured" else "--x"
+        ax.plot(xs, ys, style, label=f"{r['model']} / {r['task']} ({r['status']})", linewidth=1, markersize=4)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([int(b) for b in finite], [str(b) for b in finite])
+    ax.set_xlabel("cache budget (sinks + window tokens)")
+    ax.set_ylabel("S-NIAH accuracy (%)")
+    ax.set_ylim(-2, 102)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def to_html(sections: list[tuple[str, str, pd.DataFrame]], png: bytes | None) -> str:
+    parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'><title>golinear leaderboard</title>",
+             "<style>body{font-family:sans-serif;margin:2em;max-width:110em}table{border-collapse:collapse;"
+             "font-size:13px;margin-bottom:1em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+             "td:nth-child(-n+5),th:nth-child(-n+5){text-align:left}tr.reported{color:#555;background:#f7f7f7}"
+             "tr.gap{font-style:italic;background:#fff4e0}</style></head><body>",
+             "<h1>golinear leaderboard</h1>",
+             "<p>Rows marked <b>measured</b> come from the result store; rows marked <b>reported</b> are "
+             "transcribed from arXiv 2607.07706 (table number in <i>source</i>). Accuracies in %.</p>"]
+    for title, note, table in sections:
+        parts.append(f"<h2>{html.escape(title)}</h2><p>{html.escape(note)}</p>")
+        if table.empty:
+            parts.append("<p><i>no rows</i></p>")
+            continue
+        t = _display(table)
+        parts.append("<table><thead><tr>" + "".join(f"<th>{html.escape(str(c))}</th>" for c in t.columns)
+                     + "</tr></thead><tbody>")
+        for _, r in t.iterrows():
+            parts.append(f"<tr class='{html.escape(str(r.get('status', '')))}'>"
+                         + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>")
+        parts.append("</tbody></table>")
+        if title.startswith("S-NIAH") and png:
+            parts.append("<img alt='S-NIAH accuracy vs cache budget' src='data:image/png;base64,"
+                         + base64.b64encode(png).decode() + "'>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_if_changed(path: Path, data: bytes | str) -> bool:
+    data = data.encode() if isinstance(data, str) else data
+    if path.exists() and path.read_bytes() == data:
+        return False
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return True
+
+
+def load_reference(reference_dir: Path = REFERENCE_DIR) -> dict:
+    ref = {}
+    for name in ("standard", "sniah", "ruler"):
+        p = Path(reference_dir) / f"paper_{name}.csv"
+        ref[name] = pd.read_csv(p, dtype={"cache": str, "params": str, "train_tokens_b": str, "budget": str,
+                                          "setting": str}) if p.exists() else None
+    return ref
+
+
+NOTES = {
+    "standard": "Zero-shot PIQA, ARC-e, ARC-c (acc_norm), HellaSwag (acc_norm), WinoGrande; CR = their mean; "
+                "5-shot MMLU; LAMBADA OpenAI acc and perplexity. Gap rows: full attention minus the best "
+                "linearized row of the same backbone (and subset), in points, as the paper's Tables 1-3.",
+    "sniah": "Table 8 analog: S-NIAH accuracy by cache budget (sinks + window tokens; inf = full attention).",
+    "ruler": "Table 9 analog: extended RULER subsets and their average by cache budget. HQA n is the number of "
+             "HotpotQA questions scored (100 at most offline).",
+}
+
+
+def render(store, out_dir, reference_dir=REFERENCE_DIR) -> list[Path]:
+    """Write every leaderboard file; returns the paths that changed."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"output folder {str(out_dir)!r} is not writable: {e.strerror or e}") from None
+    store = store if isinstance(store, Store) else Store(store)
+    if not store.root.exists():
+        raise FileNotFoundError(f"result store {str(store.root)!r} does not exist (run `golinear run` first)")
+    df = measured_frame(store.cells())
+    ref = load_reference(reference_dir)
+    tables = {"standard": standard_table(df, ref["standard"]),
+              "sniah": sniah_table(df, ref["sniah"]), "ruler": ruler_table(df, ref["ruler"])}
+    png = sniah_plot(tables["sniah"])
+    titles = {"standard": "Common reasoning, MMLU, LAMBADA", "sniah": "S-NIAH by cache budget",
+              "ruler": "Extended RULER by cache budget"}
+    changed = []
+    for name, table in tables.items():
+        md = f"# {titles[name]}\n\n{NOTES[name]}\n\n" + to_markdown(table)
+        for path, data in ((out_dir / f"{name}.md", md), (out_dir / f"{name}.csv", to_csv(table))):
+            if write_if_changed(path, data):
+                changed.append(path)
+    if png and write_if_changed(out_dir / "sniah_budget.png", png):
+        changed.append(out_dir / "sniah_budget.png")
+    page = to_html([(titles[n], NOTES[n], tables[n]) for n in tables], png)
+    if write_if_changed(out_dir / "index.html", page):
+        changed.append(out_dir / "index.html")
+    return changed
+
+
+def add_arguments(p):
+    p.add_argument("--store", default="runs/store", help="result store folder (default runs/store)")
+    p.add_argument("--out", default="leaderboards", help="output folder (default leaderboards/)")
+    p.add_argument("--reference-dir", default=str(REFERENCE_DIR), help="paper rows (CSV) to show as reported")
+
+
+def main(args) -> int:
+    changed = render(args.store, args.out, args.reference_dir)
+    print(f"golinear leaderboard: {len(changed)} file(s) changed in {args.out}")
+    for p in changed:
+        print(f"  {p}")
+    return 0
