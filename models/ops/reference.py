@@ -13,8 +13,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-GLA_SUBCHUNK = 16  # secondary chunk for GLA's per-key decay (bounds every exponent by 0, see gla_chunk)
-ATTN_QUERY_BLOCK = 256  # queries per block in window_sink_attention (bounds memory to ~block x keys)
+GLA_SUBCHUNK = 16  # secondary chunk for GLA's per-key decay (see gla_chunk)
+GLA_MAX_EXP = 40.0  # largest exponent used in GLA's factorized scores (e^40 ~ 2e17, far from fp32 overflow)
+ATTN_QUERY_BLOCK = 64  # queries per block in window_sink_attention
+ATTN_MAX_SCORES = 1 << 24  # scores held at once by window_sink_attention (64 MiB in fp32)
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -49,7 +51,7 @@ def _to_chunks(x: torch.Tensor, chunk_size: int) -> torch.Tensor:
     if pad:
         x = torch.cat([x, x.new_zeros((B, pad) + tuple(x.shape[2:]))], dim=1)
     x = x.reshape((B, n, chunk_size, H) + tuple(x.shape[3:]))
-    return x.transpose(2, 3).transpose(1, 2)
+    return x.transpose(2, 3).transpose(1, 2).contiguous()
 
 
 def _from_chunks(x: torch.Tensor, T: int) -> torch.Tensor:
@@ -84,14 +86,32 @@ def gla_recurrent(q, k, v, log_a, scale, initial_state=None, output_final_state=
     return o.to(out_dtype), (S if output_final_state else None)
 
 
-def gla_chunk(q, k, v, log_a, scale, initial_state=None, output_final_state=False, chunk_size=64):
-    """Chunked GLA with per-key decay, exact in fp32.
+def _exclusive_suffix_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """sum_{m > s} x_m along dim, summing only same-sign terms (no cancellation, -inf safe)."""
+    x = x.transpose(dim, -1)
+    rev = torch.cat([x[..., 1:], torch.zeros_like(x[..., :1])], dim=-1).flip(-1).cumsum(-1).flip(-1)
+    return rev.transpose(dim, -1)
 
-    Within a chunk b = cumsum(log_a). The intra-chunk scores need exp(b_t - b_s) (s <= t) per key, which
-    cannot be factorized as exp(b_t) * exp(-b_s) without overflow. We split the chunk into sub-chunks:
-    for query sub-chunk i and earlier key sub-chunks, factorize around r_i = b at the end of sub-chunk
-    i-1, so both factors exp(b_t - r_i) and exp(r_i - b_s) are <= 1; inside a diagonal sub-chunk the
-    decay is formed elementwise ([c, c, K]). No exponent is ever positive, so nothing overflows.
+
+def _pairwise_segment_sum(x: torch.Tensor) -> torch.Tensor:
+    """x [..., L, K] -> D [..., L(t), L(s), K] with D[t, s] = sum_{s < m <= t} x_m (0 for s >= t):
+    exact relative decays from same-sign sums, -inf safe."""
+    L = x.shape[-2]
+    later = torch.ones(L, L, dtype=torch.bool, device=x.device).tril(-1)  # [m, s]: m > s
+    seg = torch.where(later[:, :, None], x.unsqueeze(-2), torch.zeros((), dtype=x.dtype, device=x.device))
+    return seg.cumsum(-3)
+
+
+def gla_chunk(q, k, v, log_a, scale, initial_state=None, output_final_state=False, chunk_size=64):
+    """Chunked GLA with per-key decay, exact in fp32 (log_a may be -inf: a state reset).
+
+    The intra-chunk scores need exp(b_t - b_s) per key (b = cumulative log decay), which cannot be
+    factorized as exp(b_t) * exp(-b_s) over a whole chunk without overflow. The chunk is split into
+    sub-chunks of 16: query rows of sub-chunk i use the reference r_i = b at the start of sub-chunk i,
+    so the query factor exp(b_t - r_i) <= 1 and key factors of earlier sub-chunks exp(r_i - b_s) <= 1;
+    keys of sub-chunk i itself get exp(r_i - b_s) >= 1, exact while the sub-chunk's decay stays above
+    -GLA_MAX_EXP per key. Sub-chunks decaying faster than that are recomputed elementwise. Every
+    exponent is built from sums of same-sign terms (no cancellation of large cumulative sums).
     """
     _check_qkv(q, k, v)
     _check_chunk_size(chunk_size)
@@ -108,37 +128,52 @@ def gla_chunk(q, k, v, log_a, scale, initial_state=None, output_final_state=Fals
     C = chunk_size
     c = math.gcd(C, GLA_SUBCHUNK)
     n = C // c
+    dev = q.device
     qc, kc, vc, gc = (_to_chunks(x.to(dt), C) for x in (q, k, v, log_a))  # [B,H,N,C,*]
     N = qc.shape[2]
-    b = gc.cumsum(-2)  # [B,H,N,C,K], decreasing along C
-    b_last = b[..., -1:, :]  # [B,H,N,1,K]
+    qs, ks, gs = (x.view(B, H, N, n, c, K) for x in (qc, kc, gc))
+    zero = torch.zeros((), dtype=dt, device=dev)
 
-    # intra-chunk scores A[t, s], s <= t
-    qs, ks, bs = (x.reshape(B, H, N, n, c, K) for x in (qc, kc, b))
-    ref = torch.cat([torch.zeros_like(bs[:, :, :, :1, -1]), bs[:, :, :, :-1, -1]], dim=3)  # [B,H,N,n,K]
-    q_f = qs * torch.exp(bs - ref.unsqueeze(-2))  # [B,H,N,n,c,K]
-    key_sub = torch.arange(C, device=q.device) // c  # sub-chunk of each key position
-    earlier = key_sub.unsqueeze(0) < torch.arange(n, device=q.device).unsqueeze(1)  # [n, C]
-    k_exp = (ref.unsqueeze(-2) - b.unsqueeze(3)).masked_fill(~earlier[..., None], -math.inf)
-    k_f = kc.unsqueeze(3) * torch.exp(k_exp)  # [B,H,N,n,C,K], zero for keys not before sub-chunk i
-    A_off = q_f @ k_f.transpose(-1, -2)  # [B,H,N,n,c,C]
-    diff = (bs.unsqueeze(-2) - bs.unsqueeze(-3))  # [B,H,N,n,c(t),c(s),K]
-    diff = diff.masked_fill(~_causal_mask(c, q.device)[..., None], -math.inf)
-    A_diag = (qs.unsqueeze(-2) * ks.unsqueeze(-3) * torch.exp(diff)).sum(-1)  # [B,H,N,n,c,c]
-    eye_n = torch.eye(n, dtype=dt, device=q.device)
-    A_diag = (A_diag.unsqueeze(-2) * eye_n[:, None, :, None]).reshape(B, H, N, n, c, C)
-    A = (A_off + A_diag).reshape(B, H, N, C, C)
+    bl = gs.cumsum(-2)  # decay from sub-chunk start to t (inclusive)  [B,H,N,n,c,K]
+    tot = bl[..., -1, :]  # whole sub-chunk  [B,H,N,n,K]
+    sfx = _exclusive_suffix_sum(gs, -2)  # decay after s to sub-chunk end  [B,H,N,n,c,K]
+    # Scores of query sub-chunk i against keys s of sub-chunk j <= i, relative to r_i = b at the start
+    # of sub-chunk i: exp(r_i - b_s) = exp(sfx_s) * F[i, j] with F[i, j] = exp(sum of the sub-chunks
+    # strictly between j and i) for j < i, F[i, i] = exp(-tot_i) (clamped; see `bad`), F = 0 for j > i.
+    ar = torch.arange(n, device=dev)
+    between_mask = (ar[None, None, :] > ar[None, :, None]) & (ar[None, None, :] < ar[:, None, None])
+    between = torch.where(between_mask[..., None], tot[..., None, None, :, :], zero).sum(-2)  # [..,n,n,K]
+    own = torch.eye(n, dtype=torch.bool, device=dev)
+    F_exp = torch.where(own[..., None], (-tot).clamp_max(GLA_MAX_EXP).unsqueeze(-3), between)
+    F_exp = F_exp.masked_fill((ar[None, :] > ar[:, None])[..., None], -math.inf)
+    k_sfx = ks * torch.exp(sfx)  # [B,H,N,n,c,K]
+    k_f = k_sfx.unsqueeze(3) * torch.exp(F_exp).unsqueeze(-2)  # [B,H,N,n(i),n(j),c,K]
+    q_f = qs * torch.exp(bl)  # [B,H,N,n,c,K]
+    A = q_f @ k_f.view(B, H, N, n, C, K).transpose(-1, -2)  # [B,H,N,n,c,C]
+    bad = (-tot > GLA_MAX_EXP).any(-1)  # [B,H,N,n]
+    if bool(bad.any()):
+        idx = bad.nonzero(as_tuple=True)
+        D = _pairwise_segment_sum(gs[idx])  # [M, c(t), c(s), K]
+        blocks = (qs[idx].unsqueeze(-2) * ks[idx].unsqueeze(-3) * torch.exp(D)).sum(-1)  # [M, c, c]
+        blocks = torch.zeros(B, H, N, n, c, c, dtype=dt, device=dev).index_put(idx, blocks)
+        use = bad[..., None, None, None] & own[:, None, :, None]  # [B,H,N,n,1,n,1]
+        A = torch.where(use, blocks.unsqueeze(-2), A.view(B, H, N, n, c, n, c))
+    A = A.reshape(B, H, N, C, C) * _causal_mask(C, dev).to(dt)
     o = A @ vc
 
     # inter-chunk: states entering each chunk
-    k_dec = kc * torch.exp(b_last - b)
-    U = k_dec.transpose(-1, -2) @ vc  # [B,H,N,K,V]
-    decay = torch.exp(b_last.squeeze(-2)).unsqueeze(-1)  # [B,H,N,K,1]
+    before = ar[None, :] < ar[:, None]  # [i, j]: j < i
+    tot_before = torch.where(before[..., None], tot[..., None, :, :], zero).sum(-2)  # [B,H,N,n,K]
+    tot_after = torch.where(before.T[..., None], tot[..., None, :, :], zero).sum(-2)
+    b_in = (bl + tot_before.unsqueeze(-2)).reshape(B, H, N, C, K)  # decay from chunk start to t
+    to_end = (sfx + tot_after.unsqueeze(-2)).reshape(B, H, N, C, K)  # decay after s to chunk end
+    U = (kc * torch.exp(to_end)).transpose(-1, -2) @ vc  # [B,H,N,K,V]
+    decay = torch.exp(tot.sum(3)).unsqueeze(-1)  # [B,H,N,K,1]
     S, states_in = S0, []
     for i in range(N):
         states_in.append(S)
         S = decay[:, :, i] * S + U[:, :, i]
-    o = o + (qc * torch.exp(b)) @ torch.stack(states_in, 2)
+    o = o + (qc * torch.exp(b_in)) @ torch.stack(states_in, 2)
     o = _from_chunks(o * scale, T)
     return o.to(out_dtype), (S if output_final_state else None)
 
@@ -172,14 +207,40 @@ def gdn_recurrent(q, k, v, log_a, beta, scale, initial_state=None, output_final_
     return o.to(out_dtype), (S if output_final_state else None)
 
 
+def _unit_lower_inverse(A: torch.Tensor) -> torch.Tensor:
+    """(I + A)^-1 for strictly lower-triangular A [..., C, C], using batched matmuls only (much faster
+    on CPU than a batched triangular solve): blocks of <= 16 by the product (I-A)(I+A^2)(I+A^4)...,
+    larger ones by halving, [[X, 0], [Y, Z]]^-1 = [[X^-1, 0], [-Z^-1 Y X^-1, Z^-1]]."""
+    C = A.shape[-1]
+    if C <= 16:
+        N = -A
+        X = torch.eye(C, dtype=A.dtype, device=A.device) + N
+        P, reach = N, 2
+        while reach < C:
+            P = P @ P
+            X = X + X @ P
+            reach *= 2
+        return X
+    h = C // 2
+    if C % 2 == 0:
+        inv = _unit_lower_inverse(torch.stack([A[..., :h, :h], A[..., h:, h:]], dim=-3))
+        X, Z = inv[..., 0, :, :], inv[..., 1, :, :]
+    else:
+        X, Z = _unit_lower_inverse(A[..., :h, :h]), _unit_lower_inverse(A[..., h:, h:])
+    Y = -(Z @ A[..., h:, :h]) @ X
+    top = torch.cat([X, torch.zeros_like(A[..., :h, h:])], dim=-1)
+    return torch.cat([top, torch.cat([Y, Z], dim=-1)], dim=-2)
+
+
 def gdn_chunk(q, k, v, log_a, beta, scale, initial_state=None, output_final_state=False, chunk_size=64):
     """Chunked gated delta rule via the WY/UT transform.
 
     With b = cumsum(g) in the chunk and S0 the entering state, the per-step corrections u_t satisfy
     (I + A) u = beta*v - (beta*exp(b)*k) S0 with A[t, j] = beta_t exp(b_t - b_j) k_t.k_j (j < t), so
-    u = U0 - W S0 with [U0, W] = (I + A)^-1 [beta*v, beta*exp(b)*k] (one triangular solve per chunk).
-    Then S_end = M S0 + R with M = exp(b_C) I - K_dec^T W, R = K_dec^T U0, and
-    o = scale * (exp(b) q S0 + (q k^T * decay) u). Only the S0 -> S_end propagation loops over chunks.
+    u = U0 - W S0 with [U0, W] = (I + A)^-1 [beta*v, beta*exp(b)*k]. Then S_end = exp(b_C) S0 + K_dec^T u
+    (K_dec = k * exp(b_C - b)) and o = scale * (exp(b) q S0 + (q k^T * decay) u). Only the S0 -> u ->
+    S_end step loops over chunks (two small matmuls each).
+    Relative decays are sums of same-sign terms (no cancellation of large cumulative sums).
     """
     _check_qkv(q, k, v)
     _check_chunk_size(chunk_size)
@@ -194,30 +255,29 @@ def gdn_chunk(q, k, v, log_a, beta, scale, initial_state=None, output_final_stat
     if T == 0:
         return q.new_zeros(B, 0, H, V), (S0 if output_final_state else None)
     C = chunk_size
+    dev = q.device
     qc, kc, vc = (_to_chunks(x.to(dt), C) for x in (q, k, v))  # [B,H,N,C,*]
     gc, bc = (_to_chunks(x.to(dt).unsqueeze(-1), C).squeeze(-1) for x in (log_a, beta))  # [B,H,N,C]
     N = qc.shape[2]
-    b = gc.cumsum(-1)
-    b_last = b[..., -1:]  # [B,H,N,1]
-    causal = _causal_mask(C, q.device)
-    decay = torch.exp((b.unsqueeze(-1) - b.unsqueeze(-2)).masked_fill(~causal, -math.inf))  # [..,C,C]
+    b = gc.cumsum(-1)  # decay from chunk start to t
+    to_end = _exclusive_suffix_sum(gc, -1)  # decay after t to chunk end
+    decay = torch.exp(_pairwise_segment_sum(gc.unsqueeze(-1)).squeeze(-1))  # [..,C,C]: exp(b_t - b_j)
+    causal = _causal_mask(C, dev).to(dt)
 
     A = (bc.unsqueeze(-1) * (kc @ kc.transpose(-1, -2)) * decay).tril(-1)
-    eye = torch.eye(C, dtype=dt, device=q.device)
     rhs = torch.cat([bc.unsqueeze(-1) * vc, (bc * torch.exp(b)).unsqueeze(-1) * kc], dim=-1)
-    sol = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)
-    U0, W = sol.split([V, K], dim=-1)
+    U0, W = (_unit_lower_inverse(A) @ rhs).split([V, K], dim=-1)
 
-    k_dec_t = (kc * torch.exp(b_last - b).unsqueeze(-1)).transpose(-1, -2)  # [B,H,N,K,C]
-    R = k_dec_t @ U0  # [B,H,N,K,V]
-    M = torch.exp(b_last).unsqueeze(-1) * torch.eye(K, dtype=dt, device=q.device) - k_dec_t @ W
-    S, states_in = S0, []
+    k_dec_t = (kc * torch.exp(to_end).unsqueeze(-1)).transpose(-1, -2)  # [B,H,N,K,C]
+    chunk_decay = torch.exp(b[..., -1]).unsqueeze(-1).unsqueeze(-1)  # [B,H,N,1,1]
+    S, states_in, us = S0, [], []
     for i in range(N):
         states_in.append(S)
-        S = M[:, :, i] @ S + R[:, :, i]
-    S_in = torch.stack(states_in, 2)  # [B,H,N,K,V]
-    u = U0 - W @ S_in
-    o = (qc * torch.exp(b).unsqueeze(-1)) @ S_in + ((qc @ kc.transpose(-1, -2)) * decay) @ u
+        u_i = U0[:, :, i] - W[:, :, i] @ S
+        us.append(u_i)
+        S = chunk_decay[:, :, i] * S + k_dec_t[:, :, i] @ u_i
+    S_in, u = torch.stack(states_in, 2), torch.stack(us, 2)  # [B,H,N,K,V], [B,H,N,C,V]
+    o = (qc * torch.exp(b).unsqueeze(-1)) @ S_in + ((qc @ kc.transpose(-1, -2)) * (decay * causal)) @ u
     o = _from_chunks(o * scale, T)
     return o.to(out_dtype), (S if output_final_state else None)
 
@@ -260,26 +320,29 @@ def linear_attn_recurrent(phi_q, phi_k, v, initial_state=None, output_final_stat
 
 
 def linear_attn_chunk(phi_q, phi_k, v, initial_state=None, output_final_state=False, chunk_size=64):
-    """Chunked linear attention; with no decay the entering states are an exclusive cumsum over chunks."""
+    """Chunked linear attention. The normalizer rides along as an extra all-ones value column, so
+    [S | Z] is one state and num/den come out of the same matmuls."""
     _check_chunk_size(chunk_size)
     S0, Z0 = _linear_attn_state(phi_q, phi_k, v, initial_state)
     B, T, H, K = phi_q.shape
+    V = v.shape[-1]
     dt = S0.dtype
     out_dtype = phi_q.dtype
     if T == 0:
-        return (phi_q.new_zeros(B, 0, H, v.shape[-1]), phi_q.new_zeros(B, 0, H),
+        return (phi_q.new_zeros(B, 0, H, V), phi_q.new_zeros(B, 0, H),
                 ((S0, Z0) if output_final_state else None))
-    qc, kc, vc = (_to_chunks(x.to(dt), chunk_size) for x in (phi_q, phi_k, v))
-    KV = kc.transpose(-1, -2) @ vc  # [B,H,N,K,V]
-    Ksum = kc.sum(-2)  # [B,H,N,K]
-    S_in = torch.cat([S0.unsqueeze(2), KV[:, :, :-1]], 2).cumsum(2)
-    Z_in = torch.cat([Z0.unsqueeze(2), Ksum[:, :, :-1]], 2).cumsum(2)
-    A = (qc @ kc.transpose(-1, -2)).tril()
-    num = qc @ S_in + A @ vc
-    den = (qc * Z_in.unsqueeze(-2)).sum(-1) + A.sum(-1)
-    num = _from_chunks(num, T)
-    den = _from_chunks(den.unsqueeze(-1), T).squeeze(-1)
-    state = (S_in[:, :, -1] + KV[:, :, -1], Z_in[:, :, -1] + Ksum[:, :, -1]) if output_final_state else None
+    v1 = torch.cat([v.to(dt), v.new_ones(B, T, H, 1, dtype=dt)], dim=-1)
+    qc, kc, vc = (_to_chunks(x.to(dt), chunk_size) for x in (phi_q, phi_k, v1))
+    N = qc.shape[2]
+    KV = kc.transpose(-1, -2) @ vc  # [B,H,N,K,V+1]
+    S, states_in = torch.cat([S0, Z0.unsqueeze(-1)], dim=-1), []
+    for i in range(N):
+        states_in.append(S)
+        S = S + KV[:, :, i]
+    A = (qc @ kc.transpose(-1, -2)) * _causal_mask(chunk_size, qc.device).to(dt)
+    out = _from_chunks(qc @ torch.stack(states_in, 2) + A @ vc, T)
+    num, den = out[..., :V], out[..., V]
+    state = (S[..., :V], S[..., V]) if output_final_state else None
     return num.to(out_dtype), den.to(out_dtype), state
 
 
@@ -320,61 +383,83 @@ def _grouped(q, k):
     return Hq // Hkv
 
 
-def _masked_softmax_attention(q, k, v, allowed, scale):
-    """q [B,Tq,Hkv,G,D], k/v [B,L,Hkv,D], allowed [Tq,L] -> out [B,Tq,Hkv,G,D], lse [B,Tq,Hkv,G].
-    Rows with no allowed key give out 0 and lse -inf (without NaN gradients)."""
-    s = torch.einsum("bqhgd,bkhd->bqhgk", q, k) * scale
-    s = s.masked_fill(~allowed[None, :, None, None, :], -math.inf)
+def _masked_softmax(scores, allowed):
+    """Softmax over the last dim restricted to `allowed`; returns (probs, lse). Rows with no allowed
+    entry give probs 0 and lse -inf, without NaN gradients."""
+    s = scores.masked_fill(~allowed, -math.inf)
     m = s.detach().amax(-1, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     p = torch.exp(s - m)
     denom = p.sum(-1, keepdim=True)
     empty = denom == 0
-    denom_safe = torch.where(empty, torch.ones_like(denom), denom)
-    out = torch.einsum("bqhgk,bkhd->bqhgd", p / denom_safe, v)
-    lse = torch.where(empty, torch.full_like(denom, -math.inf), m + torch.log(denom_safe)).squeeze(-1)
-    return out, lse
+    denom = torch.where(empty, torch.ones_like(denom), denom)
+    lse = torch.where(empty, torch.full_like(denom, -math.inf), m + torch.log(denom)).squeeze(-1)
+    return p / denom, lse
 
 
 def window_sink_attention(q, k, v, sinks, window, scale, q_offset=0):
     """Softmax attention over I = {j < sinks} U {t - window < j <= t} (and j <= t), GQA aware.
 
     q [B, Tq, Hq, D] at absolute positions q_offset + i; k, v [B, Tk, Hkv, D] at positions 0..Tk-1.
-    Returns (out [B, Tq, Hq, D] in q's dtype, lse [B, Tq, Hq] in the compute dtype, fp32). Queries are processed in
-    blocks that only gather the sink keys and the keys inside the block's window span, so memory is
-    O(block x (sinks + window + block)) rather than O(Tq x Tk)."""
+    Returns (out [B, Tq, Hq, D] in q's dtype, lse [B, Tq, Hq] in the compute dtype, fp32).
+    Queries go in blocks of ATTN_QUERY_BLOCK; each block gathers only the sink keys and the keys its
+    window can reach (sinks + window + block - 1), so work and memory are O(Tq x (sinks + window)).
+    When that span covers all keys, every block uses all keys (blocks grouped to bound memory)."""
     G = _grouped(q, k)
     if v.shape[:3] != k.shape[:3]:
         raise ValueError(f"v {tuple(v.shape)} must match k {tuple(k.shape)} in [B, Tk, Hkv]")
     if sinks < 0 or window < 0 or q_offset < 0:
         raise ValueError(f"sinks, window and q_offset must be >= 0; got {sinks}, {window}, {q_offset}")
     B, Tq, Hq, D = q.shape
-    Tk, Hkv = k.shape[1], k.shape[2]
+    Tk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
     dt = _compute_dtype(q)
-    qg = q.to(dt).reshape(B, Tq, Hkv, G, D)
+    dev = q.device
+    if Tq == 0 or Tk == 0:
+        return (q.new_zeros(B, Tq, Hq, Dv), torch.full((B, Tq, Hq), -math.inf, dtype=dt, device=dev))
+    Bq = ATTN_QUERY_BLOCK
+    nb = -(-Tq // Bq)
+    qp = q.to(dt)
+    if nb * Bq != Tq:
+        qp = torch.cat([qp, qp.new_zeros(B, nb * Bq - Tq, Hq, D)], dim=1)
+    qp = qp.view(B, nb, Bq, Hkv, G, D)
     kd, vd = k.to(dt), v.to(dt)
-    outs, lses = [], []
-    for a in range(0, Tq, ATTN_QUERY_BLOCK):
-        e = min(a + ATTN_QUERY_BLOCK, Tq)
-        t0, t1 = q_offset + a, q_offset + e  # absolute query positions [t0, t1)
-        hi = min(t1, Tk)  # keys beyond the last query are never visible
-        sink_end = min(sinks, hi)
-        win_start = min(max(0, t0 - window + 1), hi)
-        if win_start <= sink_end:
-            kpos = torch.arange(0, hi, device=q.device)
-        else:
-            kpos = torch.cat([torch.arange(0, sink_end, device=q.device),
-                              torch.arange(win_start, hi, device=q.device)])
-        tpos = torch.arange(t0, t1, device=q.device).unsqueeze(1)
-        allowed = (kpos <= tpos) & ((kpos < sinks) | (kpos > tpos - window))
-        out, lse = _masked_softmax_attention(qg[:, a:e], kd[:, kpos], vd[:, kpos], allowed, scale)
-        outs.append(out)
-        lses.append(lse)
-    if Tq:
-        out, lse = torch.cat(outs, 1), torch.cat(lses, 1)
+    tpos = q_offset + torch.arange(nb * Bq, device=dev).view(nb, Bq, 1)  # [nb, Bq, 1]
+    s_eff = min(sinks, Tk)
+    win_len = min(window + Bq - 1, Tk)
+    sparse = s_eff + win_len < Tk
+    if sparse:  # per block: the sinks, then a contiguous run of win_len keys ending at the block's end
+        t0 = q_offset + torch.arange(nb, device=dev) * Bq
+        start = (t0 - window + 1).clamp(min=0, max=Tk - win_len)
+        kpos = torch.cat([torch.arange(s_eff, device=dev).expand(nb, s_eff),
+                          start[:, None] + torch.arange(win_len, device=dev)], dim=1)  # [nb, L]
+        in_sinks = torch.arange(kpos.shape[1], device=dev) < s_eff
+        kp = kpos.unsqueeze(1)  # [nb, 1, L]
+        allowed = (kp <= tpos) & (in_sinks | ((kp >= s_eff) & (kp > tpos - window)))
     else:
-        out, lse = qg.new_zeros(B, 0, Hkv, G, v.shape[-1]), qg.new_zeros(B, 0, Hkv, G)
-    return out.reshape(B, Tq, Hq, v.shape[-1]).to(q.dtype), lse.reshape(B, Tq, Hq)
+        kp = torch.arange(Tk, device=dev).view(1, 1, Tk)
+        allowed = (kp <= tpos) & ((kp < sinks) | (kp > tpos - window))  # [nb, Bq, Tk]
+    L = allowed.shape[-1]
+    per_block = B * Hq * Bq * L
+    group = max(1, ATTN_MAX_SCORES // per_block)
+    outs, lses = [], []
+    for m0 in range(0, nb, group):
+        m1 = min(nb, m0 + group)
+        qg = qp[:, m0:m1]
+        if sparse:
+            idx = kpos[m0:m1]
+            s = torch.einsum("bmqhgd,bmlhd->bmhgql", qg, kd[:, idx]) * scale
+        else:
+            s = torch.einsum("bmqhgd,blhd->bmhgql", qg, kd) * scale
+        p, lse = _masked_softmax(s, allowed[m0:m1, None, None])
+        if sparse:
+            o = torch.einsum("bmhgql,bmlhd->bmqhgd", p, vd[:, idx])
+        else:
+            o = torch.einsum("bmhgql,blhd->bmqhgd", p, vd)
+        outs.append(o)
+        lses.append(lse)
+    out = torch.cat(outs, 1).reshape(B, nb * Bq, Hq, Dv)[:, :Tq]
+    lse = torch.cat(lses, 1).permute(0, 1, 4, 2, 3).reshape(B, nb * Bq, Hq)[:, :Tq]
+    return out.to(q.dtype), lse
 
 
 def window_sink_decode(q, k_cache, v_cache, scale):
@@ -387,7 +472,10 @@ def window_sink_decode(q, k_cache, v_cache, scale):
     B, Tq, Hq, D = q.shape
     Hkv, L = k_cache.shape[2], k_cache.shape[1]
     dt = _compute_dtype(q)
-    allowed = torch.ones(Tq, L, dtype=torch.bool, device=q.device)
-    out, lse = _masked_softmax_attention(q.to(dt).reshape(B, Tq, Hkv, G, D), k_cache.to(dt),
-                                         v_cache.to(dt), allowed, scale)
-    return out.reshape(B, Tq, Hq, v_cache.shape[-1]).to(q.dtype), lse.reshape(B, Tq, Hq)
+    if L == 0:
+        return (q.new_zeros(B, Tq, Hq, v_cache.shape[-1]),
+                torch.full((B, Tq, Hq), -math.inf, dtype=dt, device=q.device))
+    s = torch.einsum("bqhgd,bkhd->bhgqk", q.to(dt).reshape(B, Tq, Hkv, G, D), k_cache.to(dt)) * scale
+    p, lse = _masked_softmax(s, torch.ones(L, dtype=torch.bool, device=q.device))
+    out = torch.einsum("bhgqk,bkhd->bqhgd", p, v_cache.to(dt))
+    return out.reshape(B, Tq, Hq, v_cache.shape[-1]).to(q.dtype), lse.permute(0, 3, 1, 2).reshape(B, Tq, Hq)
