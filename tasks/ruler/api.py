@@ -9,7 +9,7 @@ from .constants import METRIC, RECIPES
 from .metrics import METRIC_FUNCTIONS, postprocess_pred
 from .niah import NIAH
 from .qa import QA
-from .resources import resolve_data_dir
+from .resources import hotpot_path, resolve_data_dir, squad_path
 
 MIN_SEQ_LENGTH, MAX_SEQ_LENGTH = 1024, 32768
 DEFAULT_SEQ_LENGTH, DEFAULT_NUM_SAMPLES, DEFAULT_SEED = 4096, 500, 42
@@ -115,3 +115,24 @@ def score(task: str, predictions: list[str], references: list[list[str]]) -> flo
                          f"(got {len(predictions)} and {len(references)})")
     refs = [[r] if isinstance(r, str) else list(r) for r in references]
     return METRIC_FUNCTIONS[spec.metric]([postprocess_pred(p) for p in predictions], refs)
+
+
+def data_files(task: str, data_dir=None) -> list:
+    """The local files `task` reads (for provenance hashes); FileNotFoundError if one is missing."""
+    spec = resolve_task(task)
+    folder = resolve_data_dir(data_dir)
+    family, args = RECIPES[spec.ruler]
+    if args.get('type_haystack') == 'essay':
+        files = sorted((folder / "paul_graham_essays").glob("*.txt"))
+        if not files:
+            raise FileNotFoundError(f"no Paul Graham essays (*.txt) in {str(folder / 'paul_graham_essays')!r}")
+        return files
+    if family == 'qa':
+        return [squad_path(folder) if args['dataset'] == 'squad' else hotpot_path(folder)]
+    return []
+
+
+def check_data(tasks: list[str], data_dir=None) -> None:
+    """Fail early, naming the missing file, before any model work starts."""
+    for task in tasks:
+        data_files(task, data_dir)

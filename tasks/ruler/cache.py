@@ -12,12 +12,11 @@ import os
 import tempfile
 from pathlib import Path
 
-from .api import build_samples, resolve_task
+from .api import build_samples, data_files, resolve_task
 from .resources import resolve_data_dir
 
 _MEMO: dict[str, list[dict]] = {}
 _SOURCES = ("api.py", "base.py", "constants.py", "niah.py", "aggregation.py", "qa.py", "resources.py")
-_DATA = {"niah": ["paul_graham_essays"], "qa": ["squad_v2", "hotpotqa", "hotpotqa_sample100"]}
 
 
 def _load_tokenizer(tokenizer):
@@ -32,12 +31,8 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(json.dumps([type(tokenizer).__name__, vocab]).encode()).hexdigest()[:16]
 
 
-def _data_fingerprint(family: str, data_dir: Path) -> list:
-    files = []
-    for folder in _DATA.get(family, []):
-        for f in sorted((data_dir / folder).glob("*")) if (data_dir / folder).is_dir() else []:
-            files.append([f"{folder}/{f.name}", f.stat().st_size, int(f.stat().st_mtime)])
-    return files
+def _data_fingerprint(task: str, data_dir: Path) -> list:
+    return [[f.name, f.stat().st_size, int(f.stat().st_mtime)] for f in data_files(task, data_dir)]
 
 
 def _source_fingerprint() -> str:
@@ -55,7 +50,7 @@ def cached_samples(task: str, tokenizer, max_seq_length, num_samples, seed, data
     tok = _load_tokenizer(tokenizer)
     data_path = resolve_data_dir(data_dir)
     key_fields = [spec.name, tokenizer_fingerprint(tok), str(max_seq_length), str(num_samples), str(seed),
-                  _data_fingerprint(spec.family, data_path), _source_fingerprint()]
+                  _data_fingerprint(spec.name, data_path), _source_fingerprint()]
     key = hashlib.sha256(json.dumps(key_fields).encode()).hexdigest()[:24]
     if key in _MEMO:
         return _MEMO[key]

@@ -6,7 +6,7 @@ TaskManager(metadata=...) / `--metadata` JSON and, when lm-eval builds the TaskM
   max_seq_length (or lm-eval's `max_seq_lengths` with one entry)  default 4096, 1024..32768
   num_samples  default 500 (HQA: at most 100, the questions available)
   seed         default 42
-  data_dir     default $GOLINEAR_DATA or <repo>/../shared/data
+  data_dir     (or golinear_data_dir) default $GOLINEAR_DATA or <repo>/../shared/data
   tokenizer / pretrained / base   the evaluated model's tokenizer (name or path for
                models.backbone.load_tokenizer, or a tokenizer object); default smollm2-135m
 """
@@ -58,7 +58,8 @@ def build_dataset(task: str, **metadata) -> dict[str, datasets.Dataset]:
     rows = cached_samples(spec.name, tokenizer_from_metadata(metadata),
                           max_seq_length=seq_length_from_metadata(metadata),
                           num_samples=metadata.get("num_samples", DEFAULT_NUM_SAMPLES),
-                          seed=metadata.get("seed", DEFAULT_SEED), data_dir=metadata.get("data_dir"))
+                          seed=metadata.get("seed", DEFAULT_SEED),
+                          data_dir=metadata.get("data_dir") or metadata.get("golinear_data_dir"))
     docs = [{**{k: row[k] for k in DOC_FIELDS if k in row}, "max_length": row["max_seq_length"],
              "depths": [float(d) for d in row["depths"]]} for row in rows]
     return {"test": datasets.Dataset.from_list(docs, split=datasets.Split.TEST)}

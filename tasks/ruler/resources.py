@@ -45,11 +45,22 @@ def essay_words(data_dir: Path) -> tuple[str, ...]:
     return tuple(re.sub(r'\s+', " ", text).split(" "))
 
 
+def squad_path(data_dir: Path) -> Path:
+    return _first_existing(data_dir, ["squad_v2/dev-v2.0.json", "squad_v2/dev-v2.0.rebuilt.json"],
+                           "SQuAD v2 dev file")
+
+
+def hotpot_path(data_dir: Path) -> Path:
+    """The full dev (distractor) file when someone provides it, else the 100-question sample."""
+    return _first_existing(data_dir, ["hotpotqa/hotpot_dev_distractor_v1.json",
+                                      "hotpotqa_sample100/hotpot_dev_sample100.official_layout.json"],
+                           "HotpotQA dev file")
+
+
 @functools.cache
 def squad(data_dir: Path):
     """(qas, docs) exactly as RULER's read_squad: answerable questions in file order."""
-    path = _first_existing(data_dir, ["squad_v2/dev-v2.0.json", "squad_v2/dev-v2.0.rebuilt.json"],
-                           "SQuAD v2 dev file")
+    path = squad_path(data_dir)
     data = json.loads(path.read_text(encoding="utf-8"))
     total_docs = sorted(set(p['context'] for d in data['data'] for p in d['paragraphs']))
     doc_index = {c: i for i, c in enumerate(total_docs)}
@@ -67,10 +78,8 @@ def squad(data_dir: Path):
 
 @functools.cache
 def hotpotqa(data_dir: Path):
-    """(qas, docs) exactly as RULER's read_hotpotqa; prefers the full dev file when present."""
-    path = _first_existing(data_dir, ["hotpotqa/hotpot_dev_distractor_v1.json",
-                                      "hotpotqa_sample100/hotpot_dev_sample100.official_layout.json"],
-                           "HotpotQA dev file")
+    """(qas, docs) exactly as RULER's read_hotpotqa."""
+    path = hotpot_path(data_dir)
     data = json.loads(path.read_text(encoding="utf-8"))
     total_docs = sorted(set(f"{t}\n{''.join(p)}" for d in data for t, p in d['context']))
     doc_index = {c: i for i, c in enumerate(total_docs)}
