@@ -1,0 +1,377 @@
+"""`golinear latency`: prefill / decode latency and peak memory against prompt length (paper Fig. 2a).
+
+For each prompt length: prefill the prompt (batch `--batch`, logits of the last position only), then
+`--new-tokens` greedy decode steps. Full attention is the backbone itself (HF model, SDPA, its own
+dynamic KV cache, eager). Linearized configurations run through models.fast_decode (chunked prefill,
+static cache, decode captured in a CUDA graph on GPU). Weights are random by default (speed does not
+depend on trained values): `--model` names a configuration in models.backbone.NAMED_CONFIGS; with
+`--weights real` the model is loaded (embedded SmolLM2, a folder or a hub id).
+
+Rows (one per model, configuration, length, batch, device) are merged by that key into
+`<out-dir>/latency.csv`; `latency.md` and `latency.png` are rendered from the whole CSV. An
+out-of-memory run is recorded with status OOM and the sweep goes on.
+"""
+from __future__ import annotations
+
+import gc
+import math
+import os
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+KEY = ["model", "config", "length", "batch", "device"]
+COLUMNS = KEY + ["weights", "dtype", "new_tokens", "prefill_s", "decode_ms_per_token", "e2e_s", "peak_gib",
+                 "status", "prefill_chunk", "cuda_graph", "torch", "fla", "date"]
+GPU_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768]
+CPU_LENGTHS = [64, 128, 256]
+DEFAULT_CONFIGS = "full;gdn-default"
+
+
+def add_arguments(p):
+    p.add_argument("--model", default=None,
+                   help="named configuration (llama-3.1-8b, qwen3-8b, smollm2-135m) or, with --weights real, a "
+                        "backbone; default llama-3.1-8b on CUDA, smollm2-135m on CPU")
+    p.add_argument("--weights", choices=["random", "real"], default="random")
+    p.add_argument("--configs", default=DEFAULT_CONFIGS,
+                   help="';'-separated configuration specs (bench/specs.py), e.g. 'full;gdn-default;gla-default'")
+    p.add_argument("--lengths", default=None,
+                   help="comma-separated prompt lengths; default 1024..32768 on CUDA, 64,128,256 on CPU")
+    p.add_argument("--batch", type=int, default=None, help="batch size; default 8 on CUDA, 2 on CPU")
+    p.add_argument("--new-tokens", type=int, default=16, help="greedy decode steps after the prefill")
+    p.add_argument("--dtype", default=None, help="bfloat16 (default on CUDA) or float32 (default on CPU)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--prefill-chunk", type=int, default=8192,
+                   help="linearized models prefill in chunks of this many positions (0 = whole prompt)")
+    p.add_argument("--no-graph", action="store_true", help="decode linearized models eagerly (no CUDA graph)")
+    p.add_argument("--out-dir", default=None, help="folder for latency.csv/.md/.png (default: <repo>/leaderboards)")
+    p.add_argument("--layers", type=int, default=None,
+                   help="keep only the first N decoder layers (quick speed-only runs; the row's model name says so)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def _parse_lengths(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--lengths {text!r}: expected comma-separated positive integers") from None
+    if not out or any(n < 1 for n in out):
+        raise ValueError(f"--lengths {text!r}: expected comma-separated positive integers")
+    return out
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu"
+
+
+# ----------------------------------------------------------------------------------------------- runs
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _reset_memory(device):
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak_gib(device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return float("nan")  # no allocator statistics on CPU
+
+
+@torch.no_grad()
+def run_full(model, ids, new_tokens):
+    """HF's own model: prefill with logits of the last position, then greedy steps on its DynamicCache."""
+    device = ids.device
+    _sync(device)
+    t0 = time.perf_counter()
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+    nxt = out.logits[:, -1:].argmax(-1)
+    past = out.past_key_values
+    _sync(device)
+    t1 = time.perf_counter()
+    for _ in range(new_tokens):
+        out = model(input_ids=nxt, past_key_values=past, use_cache=True)
+        nxt = out.logits[:, -1:].argmax(-1)
+    _sync(device)
+    t2 = time.perf_counter()
+    del out, past
+    return t1 - t0, t2 - t1
+
+
+@torch.no_grad()
+def run_fast(decoder, ids, new_tokens):
+    device = ids.device
+    _sync(device)
+    t0 = time.perf_counter()
+    decoder.prefill(ids)
+    _sync(device)
+    t1 = time.perf_counter()
+    decoder.decode(new_tokens)
+    _sync(device)
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1
+
+
+def _load(args, device, dtype):
+    from models.backbone import NAMED_CONFIGS, load_backbone, random_backbone
+    if args.weights == "random":
+        if args.model not in NAMED_CONFIGS:
+            raise ValueError(f"--model {args.model!r} with random weights must be a named configuration; "
+                             f"allowed: {sorted(NAMED_CONFIGS)}")
+        model = random_backbone(args.model, dtype=dtype, device=device, seed=args.seed)
+    else:
+        model, _ = load_backbone(args.model, dtype=dtype, device=device)
+    n = model.config.num_hidden_layers
+    if args.layers is not None:
+        if not 1 <= args.layers <= n:
+            raise ValueError(f"--layers {args.layers}: the model has {n} decoder layers (allowed 1..{n})")
+        model.model.layers = model.model.layers[:args.layers]
+        model.config.num_hidden_layers = args.layers
+        if getattr(model.config, "layer_types", None):
+            model.config.layer_types = model.config.layer_types[:args.layers]
+    return model
+
+
+def _linearize(model, spec, dtype):
+    """Linearize in place (new parameters in the run dtype); return a function that undoes it."""
+    from models.fast_decode import decoder_layers
+    from models.linearize import LinearizeConfig, linearize
+    a = spec.full
+    if a["checkpoint"]:
+        raise ValueError(f"config {spec.label!r}: latency runs linearize the backbone afresh (speed does not "
+                         "depend on trained values); give the configuration instead of a checkpoint")
+    layers = decoder_layers(model)
+    original = [layer.self_attn for layer in layers]
+    cfg = LinearizeConfig(mechanism=a["mechanism"], window=a["window"], sinks=a["sinks"],
+                          short_conv=a["short_conv"], lora=a["lora"],
+                          full_layers=list(a["full_layers"]) if a["full_layers"] else None,
+                          keep_full=a["keep_full"], select="uniform")
+    linearize(model, cfg)
+    for layer in layers:
+        layer.self_attn.to(dtype)
+
+    def undo():
+        for layer, attn in zip(layers, original):
+            layer.self_attn = attn
+    return undo
+
+
+def sweep(args) -> list[dict]:
+    from bench.specs import parse_models
+    from models.fast_decode import FastDecoder
+    device = torch.device(args.device)
+    dtype = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32,
+             "fp32": torch.float32, "float16": torch.float16}.get(args.dtype)
+    if dtype is None:
+        raise ValueError(f"--dtype {args.dtype!r}; allowed: bfloat16, float32, float16")
+    specs = parse_models(args.configs)
+    model = _load(args, device, dtype)
+    vocab = model.config.vocab_size
+    max_len = max(args.lengths) + args.new_tokens + 1
+    gen = torch.Generator().manual_seed(args.seed)
+    name = args.model if args.layers is None else f"{args.model}[{args.layers} layers]"
+    info = dict(model=name, weights=args.weights, batch=args.batch, device=device_name(device),
+                dtype=str(dtype).replace("torch.", ""), new_tokens=args.new_tokens, torch=torch.__version__,
+                fla=_fla_version(device), date=datetime.now(timezone.utc).strftime("%Y-%m-%d"))
+    rows = []
+    for spec in specs:
+        undo = None
+        if spec.is_full_attention:
+            run = lambda ids: run_full(model, ids, args.new_tokens)  # noqa: E731
+            extra = dict(prefill_chunk=0, cuda_graph=False)
+        else:
+            undo = _linearize(model, spec, dtype)
+            decoder = FastDecoder(model, prefill_chunk=args.prefill_chunk, use_graph=not args.no_graph and
+                                  device.type == "cuda", max_len=max_len)
+            run = lambda ids: run_fast(decoder, ids, args.new_tokens)  # noqa: E731
+            extra = dict(prefill_chunk=args.prefill_chunk, cuda_graph=decoder.use_graph)
+        warm = True
+        for length in args.lengths:
+            ids = torch.randint(0, vocab, (args.batch, length), generator=gen).to(device)
+            row = dict(info, config=spec.label, length=length, **extra)
+            try:
+                if warm:  # compile / autotune / graph capture outside the timings
+                    run(ids[:, :min(length, 256)])
+                    warm = False
+                _reset_memory(device)
+                prefill_s, decode_s = run(ids)
+                row.update(prefill_s=prefill_s, decode_ms_per_token=1000 * decode_s / max(args.new_tokens, 1),
+                           e2e_s=prefill_s + decode_s, peak_gib=_peak_gib(device), status="ok")
+            except torch.OutOfMemoryError:
+                row.update(prefill_s=math.nan, decode_ms_per_token=math.nan, e2e_s=math.nan,
+                           peak_gib=math.nan, status="OOM")
+            del ids
+            _reset_memory(device)
+            rows.append(row)
+            print(_row_line(row), flush=True)
+        if undo is not None:
+            del decoder
+            undo()
+            _reset_memory(device)
+    return rows
+
+
+def _fla_version(device) -> str:
+    if device.type != "cuda":
+        return ""
+    try:
+        from importlib.metadata import version
+        return version("fla-core")
+    except Exception:
+        return ""
+
+
+def _row_line(r: dict) -> str:
+    if r["status"] != "ok":
+        return f"{r['config']:>18} T={r['length']:>6} B={r['batch']}: {r['status']}"
+    return (f"{r['config']:>18} T={r['length']:>6} B={r['batch']}: prefill {r['prefill_s']:.3f} s  "
+            f"decode {r['decode_ms_per_token']:.2f} ms/token  e2e {r['e2e_s']:.3f} s  peak {r['peak_gib']:.1f} GiB")
+
+
+# ----------------------------------------------------------------------------------------------- outputs
+def _atomic_write(path: Path, write):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def merge_rows(csv_path: Path, rows: list[dict]):
+    """Existing CSV rows with the same key are replaced; the file is rewritten atomically."""
+    import pandas as pd
+    new = pd.DataFrame(rows, columns=COLUMNS)
+    if csv_path.exists():
+        old = pd.read_csv(csv_path)
+        keys = set(map(tuple, new[KEY].astype(str).values.tolist()))
+        old = old[[tuple(r) not in keys for r in old[KEY].astype(str).values.tolist()]]
+        new = pd.concat([old, new], ignore_index=True)
+    new = new.sort_values(["device", "model", "batch", "config", "length"]).reset_index(drop=True)
+    _atomic_write(csv_path, lambda p: new.to_csv(p, index=False, float_format="%.6g"))
+    return new
+
+
+def _targets(df) -> list[str]:
+    """Ratios against full attention in the same group (model, device, batch): the issue's targets."""
+    lines = []
+    ok = df[df.status == "ok"]
+    for (model, device, batch), g in ok.groupby(["model", "device", "batch"]):
+        full = g[g.config == "full"].set_index("length")
+        for config, c in g[g.config != "full"].groupby("config"):
+            c = c.set_index("length")
+            common = sorted(set(c.index) & set(full.index))
+            if not common:
+                continue
+            L = common[-1]
+            dec = c.decode_ms_per_token
+            lines.append(
+                f"| {model} | {device} | {batch} | {config} | {L} | "
+                f"{full.prefill_s[L] / c.prefill_s[L]:.2f}x | "
+                f"{full.decode_ms_per_token[L] / c.decode_ms_per_token[L]:.2f}x | "
+                f"{c.peak_gib[L] / full.peak_gib[L]:.2f}x | "
+                f"{100 * (dec.max() / dec.min() - 1):.1f}% ({int(dec.index.min())}..{int(dec.index.max())}) |")
+    if not lines:
+        return []
+    return ["## Against full attention (same run), at the longest common length", "",
+            "| model | device | batch | config | length | prefill speed-up | decode speed-up | peak memory ratio "
+            "| decode spread over lengths (max/min - 1) |",
+            "|---|---|---:|---|---:|---:|---:|---:|---|", *lines, ""]
+
+
+def render_markdown(df, md_path: Path, png_name: str):
+    import pandas as pd
+    out = ["# Latency and memory against prompt length", "",
+           "Generated by `golinear latency` (bench/latency.py) from latency.csv. Prefill: the whole prompt "
+           "(logits of the last position); decode: per greedy token after the prefill; peak: "
+           "torch.cuda.max_memory_allocated over prefill + decode (weights included). Full attention is HF's "
+           "own model (SDPA, dynamic KV cache, eager decoding); linearized configurations run through "
+           "models/fast_decode.py (chunked prefill, static cache, CUDA-graph decoding).", "",
+           f"![latency and memory]({png_name})", ""]
+    out += _targets(df)
+    for (model, device, batch, weights), g in df.groupby(["model", "device", "batch", "weights"]):
+        out += [f"## {model} ({weights} weights), {device}, batch {batch}", ""]
+        table = g.pivot_table(index="length", columns="config", values=["prefill_s", "decode_ms_per_token",
+                                                                         "peak_gib"], aggfunc="first")
+        flat = pd.DataFrame(index=table.index)
+        for metric, label in (("prefill_s", "prefill s"), ("decode_ms_per_token", "decode ms/tok"),
+                              ("peak_gib", "peak GiB")):
+            if metric in table:
+                for config in table[metric].columns:
+                    flat[f"{config} {label}"] = table[metric][config]
+        oom = g[g.status != "ok"]
+        for _, r in oom.iterrows():
+            for label in ("prefill s", "decode ms/tok", "peak GiB"):
+                col = f"{r.config} {label}"
+                if col in flat:
+                    flat[col] = flat[col].astype(object)
+                    flat.loc[r.length, col] = r.status
+        out += [flat.reset_index().to_markdown(index=False, floatfmt=".3g"), ""]
+    _atomic_write(md_path, lambda p: Path(p).write_text("\n".join(out)))
+
+
+def render_plot(df, png_path: Path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ok = df[df.status == "ok"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    metrics = (("prefill_s", "prefill (s)"), ("decode_ms_per_token", "decode (ms / token)"),
+               ("peak_gib", "peak GPU memory (GiB)"))
+    for (model, device, batch, config), g in ok.groupby(["model", "device", "batch", "config"]):
+        g = g.sort_values("length")
+        label = f"{model} {config} ({device}, B={batch})"
+        for ax, (col, _) in zip(axes, metrics):
+            if g[col].notna().any():
+                ax.plot(g.length, g[col], marker="o", label=label)
+    for ax, (_, title) in zip(axes, metrics):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("prompt length (tokens)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].set_yscale("log")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    _atomic_write(png_path, lambda p: fig.savefig(p, dpi=110, format="png"))
+    plt.close(fig)
+
+
+def main(args) -> int:
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device not in ("cuda", "cpu") and not args.device.startswith("cuda:"):
+        raise ValueError(f"--device {args.device!r}; allowed: cuda, cpu")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("--device cuda but CUDA is not available here")
+    gpu = args.device.startswith("cuda")
+    args.model = args.model or ("llama-3.1-8b" if gpu else "smollm2-135m")
+    args.lengths = _parse_lengths(args.lengths) if args.lengths else (GPU_LENGTHS if gpu else CPU_LENGTHS)
+    args.batch = args.batch if args.batch is not None else (8 if gpu else 2)
+    args.dtype = args.dtype or ("bfloat16" if gpu else "float32")
+    if args.batch < 1 or args.new_tokens < 1:
+        raise ValueError(f"--batch and --new-tokens must be >= 1, got {args.batch}, {args.new_tokens}")
+    out_dir = Path(args.out_dir) if args.out_dir else _repo_root() / "leaderboards"
+    rows = sweep(args)
+    df = merge_rows(out_dir / "latency.csv", rows)
+    render_markdown(df, out_dir / "latency.md", "latency.png")
+    render_plot(df, out_dir / "latency.png")
+    print(f"wrote {out_dir / 'latency.csv'}, latency.md, latency.png ({len(rows)} new rows)")
+    return 0
