@@ -261,10 +261,11 @@ def gdn_chunk(q, k, v, log_a, beta, scale, initial_state=None, output_final_stat
     N = qc.shape[2]
     b = gc.cumsum(-1)  # decay from chunk start to t
     to_end = _exclusive_suffix_sum(gc, -1)  # decay after t to chunk end
-    decay = torch.exp(_pairwise_segment_sum(gc.unsqueeze(-1)).squeeze(-1))  # [..,C,C]: exp(b_t - b_j)
-    causal = _causal_mask(C, dev).to(dt)
+    later = _causal_mask(C, dev, strict=True)  # [t, j]: t > j
+    seg = torch.where(later, gc.unsqueeze(-1), torch.zeros((), dtype=dt, device=dev)).cumsum(-2)
+    decay = torch.exp(seg).masked_fill(~_causal_mask(C, dev), 0)  # [..,C,C]: exp(b_t - b_j), j <= t
 
-    A = (bc.unsqueeze(-1) * (kc @ kc.transpose(-1, -2)) * decay).tril(-1)
+    A = (bc.unsqueeze(-1) * (kc @ kc.transpose(-1, -2)) * decay).masked_fill(~later, 0)
     rhs = torch.cat([bc.unsqueeze(-1) * vc, (bc * torch.exp(b)).unsqueeze(-1) * kc], dim=-1)
     U0, W = (_unit_lower_inverse(A) @ rhs).split([V, K], dim=-1)
 
@@ -277,7 +278,7 @@ def gdn_chunk(q, k, v, log_a, beta, scale, initial_state=None, output_final_stat
         us.append(u_i)
         S = chunk_decay[:, :, i] * S + k_dec_t[:, :, i] @ u_i
     S_in, u = torch.stack(states_in, 2), torch.stack(us, 2)  # [B,H,N,K,V], [B,H,N,C,V]
-    o = (qc * torch.exp(b).unsqueeze(-1)) @ S_in + ((qc @ kc.transpose(-1, -2)) * (decay * causal)) @ u
+    o = (qc * torch.exp(b).unsqueeze(-1)) @ S_in + ((qc @ kc.transpose(-1, -2)) * decay) @ u
     o = _from_chunks(o * scale, T)
     return o.to(out_dtype), (S if output_final_state else None)
 
