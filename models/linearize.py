@@ -124,7 +124,7 @@ def linearize(model, cfg: LinearizeConfig, base_name: str | None = None):
     full = validate(cfg, model.config)
     if any(isinstance(layer.self_attn, LinearizedAttention) for layer in _decoder_layers(model)):
         raise ValueError("model is already linearized")
-    base_fp = fingerprint(model)
+    base_fp = None if model.device.type == "meta" else fingerprint(model)
     model.requires_grad_(False)
     for idx, layer in enumerate(_decoder_layers(model)):
         if idx in full:
@@ -140,6 +140,8 @@ def linearize(model, cfg: LinearizeConfig, base_name: str | None = None):
                 sub.requires_grad_(True)
     if cfg.lora:
         _add_lora(model, cfg, full)
+    for p in new_parameters(model).values():  # (PEFT's injection freezes everything but its adapters)
+        p.requires_grad_(True)
     cls = type(model)
     if not issubclass(cls, LinearGenerationMixin):
         model.__class__ = type(f"Linearized{cls.__name__}", (LinearGenerationMixin, cls), {})
@@ -156,7 +158,6 @@ def _add_lora(model, cfg: LinearizeConfig, full: list[int]):
                                        target_modules=pattern), model)
     for name, p in model.named_parameters():
         if "lora_" in name:
-            p.requires_grad_(True)
             p.data = p.data.float()
 
 
@@ -220,7 +221,7 @@ def load_model(base: str = "smollm2-135m", checkpoint: str | None = None, mechan
     cfg = LinearizeConfig.from_dict({"mechanism": mechanism, **options})
     linearize(model, cfg, base_name=base)
     info.update(linearize=cfg.to_dict(), new_parameters=count_new_parameters(model),
-                cache_budget=cfg.cache_budget if cfg.mechanism == "none" or cfg.cache_budget else 0)
+                cache_budget=cfg.cache_budget)
     return model.to(device), tok, info
 
 

@@ -1,0 +1,93 @@
+"""Checkpoints hold only the new parameters: `new_params.safetensors` + `config.json`.
+
+`config.json` names the base model and a fingerprint of its weights, so loading onto another base
+fails with a clear error instead of silently producing garbage.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from models.backbone import fingerprint, load_backbone
+from models.linearize import LinearizeConfig, count_new_parameters, linearize, new_parameters
+
+WEIGHTS, CONFIG = "new_params.safetensors", "config.json"
+FORMAT_VERSION = 1
+
+
+def save_checkpoint(model, folder: str | os.PathLike, extra: dict | None = None) -> Path:
+    """Write the new parameters and the config atomically (a temp folder renamed into place)."""
+    info = getattr(model.config, "golinear", None)
+    if info is None:
+        raise ValueError("model is not linearized: nothing to save")
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {n: p.detach().float().cpu().contiguous() for n, p in new_parameters(model).items()}
+    config = {"format": FORMAT_VERSION, "base": info["base"], "base_fingerprint": info["base_fingerprint"],
+              "linearize": info["linearize"], "new_parameters": count_new_parameters(model), **(extra or {})}
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
+    save_file(tensors, str(tmp / WEIGHTS))
+    (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    if folder.exists():
+        for f in (WEIGHTS, CONFIG):
+            os.replace(tmp / f, folder / f)
+        tmp.rmdir()
+    else:
+        os.replace(tmp, folder)
+    return folder
+
+
+def read_config(folder: str | os.PathLike) -> dict:
+    folder = Path(folder)
+    if not (folder / CONFIG).exists() or not (folder / WEIGHTS).exists():
+        raise FileNotFoundError(f"not a golinear checkpoint: {folder} (needs {CONFIG} and {WEIGHTS})")
+    return json.loads((folder / CONFIG).read_text())
+
+
+def checkpoint_fingerprint(folder: str | os.PathLike) -> str:
+    return hashlib.sha256((Path(folder) / WEIGHTS).read_bytes()).hexdigest()[:16]
+
+
+def apply_checkpoint(model, folder: str | os.PathLike, base_fingerprint: str | None = None):
+    """Linearize `model` as the checkpoint says and load its parameters. Checks the base fingerprint."""
+    config = read_config(folder)
+    fp = base_fingerprint or fingerprint(model)
+    if config.get("base_fingerprint") and fp != config["base_fingerprint"]:
+        raise ValueError(f"checkpoint {folder} was trained on base {config.get('base')!r} (weights fingerprint "
+                         f"{config['base_fingerprint']}), but the given base model has fingerprint {fp}; load it "
+                         f"onto the base it was trained on")
+    linearize(model, LinearizeConfig.from_dict(config["linearize"]), base_name=config.get("base"))
+    tensors = load_file(str(Path(folder) / WEIGHTS))
+    params = new_parameters(model)
+    missing, unexpected = sorted(set(params) - set(tensors)), sorted(set(tensors) - set(params))
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {folder} does not match its config: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}")
+    with torch.no_grad():
+        for name, p in params.items():
+            if p.shape != tensors[name].shape:
+                raise ValueError(f"checkpoint tensor {name} has shape {tuple(tensors[name].shape)}, "
+                                 f"model expects {tuple(p.shape)}")
+            p.copy_(tensors[name].to(p.device))
+    return model
+
+
+def load_checkpoint(folder: str | os.PathLike, base: str | None = None, dtype: str = "float32",
+                    device: str = "cpu"):
+    """(model, tokenizer, info) for a saved checkpoint on its base (or `base`, which must match)."""
+    config = read_config(folder)
+    base = base or config.get("base") or "smollm2-135m"
+    model, tok = load_backbone(base, dtype=dtype, device="cpu")
+    fp = fingerprint(model)
+    apply_checkpoint(model, folder, base_fingerprint=fp)
+    cfg = LinearizeConfig.from_dict(config["linearize"])
+    info = {"base": base, "base_fingerprint": fp, "checkpoint": str(folder),
+            "checkpoint_fingerprint": checkpoint_fingerprint(folder), "linearize": cfg.to_dict(),
+            "new_parameters": count_new_parameters(model), "cache_budget": cfg.cache_budget, "trained": True}
+    return model.to(device), tok, info
