@@ -218,21 +218,38 @@ def plan_cells(models, entries, *, budgets=None, sinks=8, limit=None, context_le
 
 
 # ----------------------------------------------------------------------------- models
+def _backend_module():
+    try:
+        return importlib.import_module("bench.lm_backend")
+    except ModuleNotFoundError as e:
+        if e.name != "bench.lm_backend":
+            raise
+        return None
+
+
+def backend_and_args(spec: S.ModelSpec) -> tuple[str, dict]:
+    return ("golinear-hf" if spec.is_full_attention else "linearized"), spec.model_args()
+
+
+def validate_model(spec: S.ModelSpec, device: str) -> None:
+    """The backend's own argument check (names, dtype, device, checkpoint folder) without loading."""
+    mod = _backend_module()
+    if mod is not None and hasattr(mod, "check_model_args"):
+        backend, args = backend_and_args(spec)
+        try:
+            mod.check_model_args(backend, {**args, "device": device})
+        except ValueError as e:
+            raise ValueError(f"model {spec.label!r}: {e}") from None
+
+
 def build_lm(spec: S.ModelSpec, batch_size=1, device="cpu"):
     """An lm-eval LM for a spec: `golinear-hf` for full attention, `linearized` otherwise."""
     import lm_eval.models  # noqa: F401 - registers the built-ins first (registry pitfall)
     from lm_eval.api.registry import get_model
-    try:
-        importlib.import_module("bench.lm_backend")
-        have_backends = True
-    except ModuleNotFoundError as e:
-        if e.name != "bench.lm_backend":
-            raise
-        have_backends = False
     extra = {"batch_size": batch_size, "device": device}
-    if have_backends:
-        backend = "golinear-hf" if spec.is_full_attention else "linearized"
-        return get_model(backend).create_from_arg_obj(spec.model_args(), extra)
+    if _backend_module() is not None:
+        backend, args = backend_and_args(spec)
+        return get_model(backend).create_from_arg_obj(args, extra)
     if not spec.is_full_attention:
         raise ValueError(f"model {spec.label!r} needs the 'linearized' backend (bench/lm_backend.py), "
                          "which this build lacks")
@@ -464,6 +481,8 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
         store.ensure_writable()
     cells = plan_cells(models, entries, budgets=budgets, sinks=sinks, limit=limit,
                        context_length=context_length, num_samples=num_samples, seed=seed)
+    for spec in {c.model.key: c.model for c in cells}.values():
+        validate_model(spec, device)
     done = {c.key.digest for c in cells if store.has(c.key)}
     if world > 1:
         import torch.distributed as dist
@@ -529,7 +548,7 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info, versions,
         meta = {"max_seq_lengths": [cfg["context_length"]], "seed": cfg["seed"]}
         if cfg["num_samples"] is not None:
             meta["num_samples"] = cfg["num_samples"]
-        meta["tokenizer"] = cell.model.full["base"]  # prompts are sized with the evaluated model's tokenizer
+        meta["tokenizer"] = cell.model.base_name  # prompts are sized with the evaluated model's tokenizer
         if data_dir:
             meta["data_dir"] = data_dir
         tm = with_metadata(tm, meta)
@@ -543,7 +562,7 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info, versions,
     out = extract_cell(res, e)
     model = {"label": cell.model.label, "family": cell.model.family, "args": _jsonable(cell.model.model_args()),
              "budget": "inf" if math.isinf(cell.model.budget) else cell.model.budget,
-             "backbone": cell.model.full["base"], "full_attention": cell.model.is_full_attention,
+             "backbone": info.get("base") or cell.model.base_name, "full_attention": cell.model.is_full_attention,
              "new_parameters": _first(info, "new_parameters", "new_params", "new_parameter_count"),
              "info": info}
     return {"key": cell.key.as_dict(), "model": model, "task": e.task, "suite": e.suite, "display": e.display,

@@ -119,12 +119,24 @@ class ModelSpec:
         return ",".join(parts)
 
     def model_args(self) -> dict:
-        """Arguments for the lm-eval backend (only the ones that differ from the defaults, plus base)."""
+        """Arguments for the lm-eval backend: the non-default ones, plus base (a checkpoint names its own)."""
         a = self.full
-        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in a.items() if k == "base" or v != DEFAULTS[k]}
-        return out
+        keep_base = "base" in self.args or a["checkpoint"] is None
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in a.items()
+                if (k == "base" and keep_base) or (k != "base" and v != DEFAULTS[k])}
+
+    @property
+    def base_name(self) -> str:
+        """The backbone: given explicitly, else the one a checkpoint's config.json names, else the default."""
+        a = self.full
+        if "base" not in self.args and a["checkpoint"]:
+            cfg = Path(a["checkpoint"]) / "config.json"
+            if cfg.exists():
+                return json.loads(cfg.read_text()).get("base") or a["base"]
+        return a["base"]
 
     def with_budget(self, budget: int, sinks: int, family: str | None = None, **changes) -> "ModelSpec":
+        """The same model evaluated with `sinks` sink tokens and a window filling the rest of `budget`."""
         if budget <= sinks:
             raise ValueError(f"cache budget {budget} must exceed the {sinks} sink tokens")
         args = {**self.args, **changes, "sinks": sinks, "window": budget - sinks}
@@ -190,11 +202,11 @@ def parse_models(text: str) -> list[ModelSpec]:
 
 def window_only(base_spec: ModelSpec) -> ModelSpec:
     """The untrained window+sink attention on the same backbone (no linear state)."""
-    return ModelSpec({"base": base_spec.full["base"], "dtype": base_spec.full["dtype"], "mechanism": "none"},
+    return ModelSpec({"base": base_spec.base_name, "dtype": base_spec.full["dtype"], "mechanism": "none"},
                      WINDOW_ONLY_LABEL, WINDOW_ONLY_LABEL)
 
 
 def full_attention(base_spec: ModelSpec) -> ModelSpec:
     a = base_spec.full
-    args = {"base": a["base"]} | ({"dtype": a["dtype"]} if a["dtype"] != DEFAULTS["dtype"] else {})
+    args = {"base": base_spec.base_name} | ({"dtype": a["dtype"]} if a["dtype"] != DEFAULTS["dtype"] else {})
     return ModelSpec(args, "full", "full")

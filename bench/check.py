@@ -1,0 +1,144 @@
+"""`golinear check`: a regression check of one model on a fixed small subset against a committed baseline.
+
+The baseline JSON names the subset (suites, limit) and holds, per task and metric, the value, its
+stderr and n. The check evaluates the model on exactly that subset in a fresh store and fails (exit 1,
+with a readable table) when a score moves the wrong way by more than z x the baseline's stderr (plus an
+absolute floor), when n differs, or when a cell is missing. `--update` (re)writes the baseline.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+DEFAULT_SUITES = "cr,lambada"
+DEFAULT_LIMIT = 20
+DEFAULT_Z = 2.0
+
+
+def evaluate_subset(model: str, suites: str, limit: int, store_dir=None, **run_kwargs) -> list[dict]:
+    """One row per (task, metric) reported by the suites, evaluated on `model` in a store of its own."""
+    from bench.runner import resolve_suites, run_matrix
+    tmp = None
+    if store_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="golinear-check-")
+        store_dir = tmp.name
+    try:
+        summary = run_matrix([model], suites, store_dir, limit=limit, **run_kwargs)
+        cells = {c["task"]: c for c in summary.cells if c}
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    rows = []
+    for e in resolve_suites(suites):
+        cell = cells.get(e.task)
+        m = None if cell is None else next((v for k, v in cell["metrics"].items() if k.split(",")[0] == e.metric), None)
+        rows.append({"task": e.task, "metric": e.metric, "display": e.display, "higher_is_better": e.higher_is_better,
+                     "value": None if m is None else m["value"], "stderr": None if m is None else m["stderr"],
+                     "n": None if cell is None else cell["n"]})
+    return rows
+
+
+def compare(baseline: dict, current: list[dict], z: float, min_abs: float = 0.0) -> list[dict]:
+    """Per baseline row: status ok / improved / DROP / MISSING / N-CHANGED, with delta and tolerance."""
+    cur = {(r["task"], r["metric"]): r for r in current}
+    out = []
+    for b in baseline["cells"]:
+        c = cur.get((b["task"], b["metric"]))
+        row = {**b, "current": None, "delta": None, "tolerance": None}
+        if c is None or c["value"] is None:
+            row["status"] = "MISSING"
+            out.append(row)
+            continue
+        tol = z * (b.get("stderr") or 0.0) + min_abs
+        sign = 1.0 if b.get("higher_is_better", True) else -1.0
+        delta = c["value"] - b["value"]
+        row.update(current=c["value"], current_n=c["n"], delta=delta, tolerance=tol)
+        if c["n"] != b["n"]:
+            row["status"] = "N-CHANGED"
+        elif not math.isfinite(c["value"]) or sign * delta < -tol:
+            row["status"] = "DROP"
+        elif sign * delta > tol:
+            row["status"] = "improved"
+        else:
+            row["status"] = "ok"
+        out.append(row)
+    return out
+
+
+def render(rows: list[dict]) -> str:
+    from tabulate import tabulate
+
+    def f(v):
+        return "" if v is None else f"{v:.4f}"
+    table = [[r["status"], r.get("display") or r["task"], r["metric"], f(r["value"]), f(r.get("stderr")),
+              r.get("n"), f(r["current"]), f(r["delta"]), f(r["tolerance"])] for r in rows]
+    return tabulate(table, headers=["status", "task", "metric", "baseline", "stderr", "n", "current", "delta",
+                                    "tolerance"], disablenumparse=True)
+
+
+FAILING = ("DROP", "MISSING", "N-CHANGED")
+
+
+def run_check(model: str, baseline_path, update=False, suites=None, limit=None, z=None, min_abs=None,
+              store_dir=None, **run_kwargs) -> tuple[int, str]:
+    """(exit code, report). Exit 0: within tolerance (or baseline written); 1: regression."""
+    path = Path(baseline_path)
+    baseline = json.loads(path.read_text()) if path.exists() else None
+    if baseline is None and not update:
+        raise FileNotFoundError(f"baseline {str(path)!r} does not exist; create it with --update")
+    subset = (baseline or {}).get("subset", {})
+    suites = suites or subset.get("suites") or DEFAULT_SUITES
+    limit = limit or subset.get("limit") or DEFAULT_LIMIT
+    tol = (baseline or {}).get("tolerance", {})
+    z = z if z is not None else tol.get("z", DEFAULT_Z)
+    min_abs = min_abs if min_abs is not None else tol.get("min_abs", 0.0)
+    if update:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"cannot write baseline {str(path)!r}: {e.strerror or e}") from None
+    current = evaluate_subset(model, suites, int(limit), store_dir, **run_kwargs)
+    if update:
+        missing = [r["task"] for r in current if r["value"] is None]
+        if missing:
+            raise ValueError(f"cannot write a baseline: no result for {missing}")
+        data = {"name": path.stem, "model": model, "subset": {"suites": suites, "limit": int(limit)},
+                "tolerance": {"z": z, "min_abs": min_abs},
+                "cells": [{k: r[k] for k in ("task", "metric", "display", "higher_is_better", "value", "stderr", "n")}
+                          for r in current]}
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+        return 0, f"golinear check: baseline written to {path} ({len(current)} scores)"
+    rows = compare(baseline, current, z, min_abs)
+    bad = [r for r in rows if r["status"] in FAILING]
+    head = (f"golinear check: {model!r} vs {path} (suites {suites}, first {limit} docs, tolerance "
+            f"{z:g} x stderr + {min_abs:g})")
+    verdict = (f"FAILED: {len(bad)} of {len(rows)} scores regressed or missing" if bad
+               else f"passed: {len(rows)} scores within tolerance")
+    return (1 if bad else 0), "\n".join([head, render(rows), verdict])
+
+
+def add_arguments(p):
+    p.add_argument("--model", required=True, help="model spec (preset, key=value list or checkpoint folder)")
+    p.add_argument("--baseline", required=True, help="baseline JSON, e.g. leaderboards/baseline/smollm2-full.json")
+    p.add_argument("--update", action="store_true", help="(re)write the baseline from this model")
+    p.add_argument("--suites", default=None, help=f"with --update: suites of the subset (default {DEFAULT_SUITES})")
+    p.add_argument("--limit", type=int, default=None, help=f"with --update: docs per task (default {DEFAULT_LIMIT})")
+    p.add_argument("--z", type=float, default=None, help=f"tolerance in baseline stderrs (default {DEFAULT_Z})")
+    p.add_argument("--min-abs", type=float, default=None, help="absolute tolerance added to z x stderr (default 0)")
+    p.add_argument("--store", default=None, help="keep the evaluated cells in this store (default: a temp folder)")
+    p.add_argument("--data-dir", default=None, help="local data folder (default $GOLINEAR_DATA or ../shared/data)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--device", default="cpu")
+
+
+def main(args) -> int:
+    code, report = run_check(args.model, args.baseline, update=args.update, suites=args.suites, limit=args.limit,
+                             z=args.z, min_abs=args.min_abs, store_dir=args.store, data_dir=args.data_dir,
+                             batch_size=args.batch_size, device=args.device, progress=False)
+    print(report)
+    return code
