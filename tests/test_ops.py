@@ -337,6 +337,18 @@ def test_window_sink_attention_matches_brute_force(case):
     close(lse, lse_ref, 1e-6)
 
 
+def test_window_sink_attention_in_memory_bounded_groups(monkeypatch):
+    monkeypatch.setattr(R, "ATTN_MAX_SCORES", 1)  # one query block per group
+    for Tq, Tk, off, sinks, window in [(100, 100, 0, 2, 200), (100, 100, 0, 2, 5), (50, 120, 70, 1, 80)]:
+        g = gen(16)
+        q = torch.randn(1, Tq, 4, 8, generator=g)
+        k, v = torch.randn(1, Tk, 2, 8, generator=g), torch.randn(1, Tk, 2, 8, generator=g)
+        out, lse = R.window_sink_attention(q, k, v, sinks, window, 0.35, q_offset=off)
+        out_ref, lse_ref = brute_window_attention(q, k, v, sinks, window, 0.35, off)
+        close(out, out_ref, 1e-6)
+        close(lse, lse_ref, 1e-6)
+
+
 def test_window_sink_attention_empty_rows_and_gradients():
     g = gen(13)
     q, k, v = (torch.randn(1, 20, 2, 4, generator=g, dtype=torch.float64) for _ in range(3))

@@ -449,13 +449,13 @@ def window_sink_attention(q, k, v, sinks, window, scale, q_offset=0):
         if sparse:
             idx = kpos[m0:m1]
             s = torch.einsum("bmqhgd,bmlhd->bmhgql", qg, kd[:, idx]) * scale
-        else:
-            s = torch.einsum("bmqhgd,blhd->bmhgql", qg, kd) * scale
-        p, lse = _masked_softmax(s, allowed[m0:m1, None, None])
-        if sparse:
+            p, lse = _masked_softmax(s, allowed[m0:m1, None, None])
             o = torch.einsum("bmhgql,bmlhd->bmqhgd", p, vd[:, idx])
-        else:
-            o = torch.einsum("bmhgql,blhd->bmqhgd", p, vd)
+        else:  # causal: keys after the group's last query are never visible
+            hi = max(1, min(Tk, q_offset + m1 * Bq))
+            s = torch.einsum("bmqhgd,blhd->bmhgql", qg, kd[:, :hi]) * scale
+            p, lse = _masked_softmax(s, allowed[m0:m1, None, None, :, :hi])
+            o = torch.einsum("bmhgql,blhd->bmqhgd", p, vd[:, :hi])
         outs.append(o)
         lses.append(lse)
     out = torch.cat(outs, 1).reshape(B, nb * Bq, Hq, Dv)[:, :Tq]
