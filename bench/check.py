@@ -76,7 +76,7 @@ def render(rows: list[dict]) -> str:
     table = [[r["status"], r.get("display") or r["task"], r["metric"], f(r["value"]), f(r.get("stderr")),
               r.get("n"), f(r["current"]), f(r["delta"]), f(r["tolerance"])] for r in rows]
     return tabulate(table, headers=["status", "task", "metric", "baseline", "stderr", "n", "current", "delta",
-                                    "tolerance"], disablenumparse=True)
+                                    "tolerance"], disable_numparse=True)
 
 
 FAILING = ("DROP", "MISSING", "N-CHANGED")

@@ -101,7 +101,7 @@ class ModelSpec:
     @property
     def key(self) -> str:
         """Canonical identity: non-default args sorted, plus the identity of local files it names."""
-        a = self.full
+        a = {**self.full, "base": self.base_name}
         parts = []
         for k in sorted(a):
             v = a[k]

@@ -1,0 +1,183 @@
+"""`golinear run`: model specs, the evaluation matrix, bad input before work, and (slow) real runs on
+SmolLM2: kill + resume without loss or duplicates, a no-op re-run, rendering, and two data-parallel
+ranks (gloo, CPU) whose merged cell equals the one-process cell."""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import specs as S
+from bench.runner import plan_cells, resolve_suites, run_matrix
+from bench.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ----------------------------------------------------------------------------- specs
+def test_presets_overrides_and_key_value_specs():
+    full = S.parse_model_spec("full")
+    assert full.is_full_attention and math.isinf(full.budget) and full.key == "base=smollm2-135m"
+    gdn = S.parse_model_spec("gdn-default")
+    assert gdn.model_args() == {"base": "smollm2-135m", "mechanism": "gdn", "window": 56, "sinks": 8,
+                                "short_conv": True}
+    assert gdn.budget == 64 and gdn.label == "gdn-default"
+    wider = S.parse_model_spec("gdn-default,window=120")
+    assert wider.full["window"] == 120 and wider.key != gdn.key and wider.label == "gdn-default,window=120"
+    same = S.parse_model_spec("short_conv=true,sinks=8,mechanism=gdn,window=56")
+    assert same.key == gdn.key  # canonical: order and spelling do not matter
+    hybrid = S.parse_model_spec("mechanism=gla,full_layers=3+7,keep_full=0.1,select=metrics")
+    assert hybrid.model_args()["full_layers"] == [3, 7]
+    assert [m.label for m in S.parse_models("full; gdn-default ;full")] == ["full", "gdn-default"]
+
+
+@pytest.mark.parametrize("text,err", [
+    ("nonsense", "unknown model 'nonsense'"),
+    ("mechanism=mamba", "unknown mechanism 'mamba'"),
+    ("gdn-default,colour=red", "unknown key 'colour'"),
+    ("window=abc", "expected a non-negative integer"),
+    ("mechanism=none", "needs a window"),
+    ("checkpoint=/no/such/folder", "does not exist"),
+])
+def test_bad_specs_name_the_problem(text, err):
+    with pytest.raises((ValueError, FileNotFoundError), match=err):
+        S.parse_model_spec(text)
+
+
+def test_checkpoint_folder_spec(tmp_path):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "config.json").write_text(json.dumps({"base": "smollm2-135m"}))
+    spec = S.parse_model_spec(str(tmp_path / "ck"))
+    assert spec.label == "ck" and not spec.is_full_attention and "base" not in spec.model_args()
+    key = spec.key
+    assert spec.base_name == "smollm2-135m" and "checkpoint_files=" in key
+    (tmp_path / "ck" / "new_params.safetensors").write_bytes(b"x")  # the folder changed: a new identity
+    assert S.parse_model_spec(str(tmp_path / "ck")).key != key
+
+
+# ----------------------------------------------------------------------------- planning
+def test_budget_sweep_includes_baselines_at_the_same_budgets():
+    models = S.parse_models("full;gdn-default")
+    cells = plan_cells(models, resolve_suites("lambada,sniah"), budgets=[128, 256], limit=2)
+    lam = [c for c in cells if c.entry.suite == "lambada"]
+    assert [c.model.label for c in lam] == ["full", "gdn-default"]  # one cell per task (acc + ppl inside)
+    sn1 = [c for c in cells if c.entry.task == "golinear_sniah_1"]
+    got = sorted((c.model.family, c.model.full["sinks"], c.model.full["window"], c.model.full["mechanism"])
+                 for c in sn1)
+    assert got == sorted([("full", 0, 0, None), ("gdn-default", 8, 120, "gdn"), ("gdn-default", 8, 248, "gdn"),
+                          (S.WINDOW_ONLY_LABEL, 8, 120, "none"), (S.WINDOW_ONLY_LABEL, 8, 248, "none")])
+    assert sn1[0].config == {"limit": 2, "context_length": 4096, "num_samples": 2, "seed": 42}
+    assert len({c.key.digest for c in cells}) == len(cells)  # no duplicate cells
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("kwargs,exc,err", [
+    (dict(models="full", suites="cr,bogus"), ValueError, "unknown suite"),
+    (dict(models="bogus-model", suites="cr"), ValueError, "unknown model"),
+    (dict(models="full", suites="cr", data_dir="/no/such/data"), FileNotFoundError, "data folder"),
+    (dict(models="gdn-default", suites="sniah", budgets=[8]), ValueError, "must exceed the 8 sink"),
+    (dict(models="full", suites="sniah", context_length=100), ValueError, "1024..32768"),
+    (dict(models="full", suites="cr", limit=0), ValueError, "positive integer"),
+])
+def test_bad_input_fails_before_any_work(tmp_path, kwargs, exc, err):
+    t0 = time.time()
+    with pytest.raises(exc, match=err):
+        run_matrix(store=tmp_path / "store", progress=False, **kwargs)
+    assert Store(tmp_path / "store").cells() == [] and time.time() - t0 < 30
+
+
+def test_unwritable_store_fails_before_any_work(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ValueError, match="not writable"):
+        run_matrix("full", "cr", tmp_path / "f" / "store", progress=False)
+
+
+def test_cli_prints_one_line_errors(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "bench.cli", "run", "--models", "full", "--suites", "nope",
+                           "--store", str(tmp_path / "s")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "golinear run: error: unknown suite" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------- real runs (slow)
+def _env():
+    return dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+                HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+
+
+def _golinear(*args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "bench.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          env=_env(), timeout=timeout)
+
+
+@pytest.mark.slow
+def test_real_run_kill_resume_noop_and_render(tmp_path):
+    """Two cells on the real SmolLM2 (full attention and the untrained window+sink model, LAMBADA, 3 docs).
+
+    The first run is SIGKILLed as soon as one cell lands; the re-run evaluates only the other; a third
+    run does no work; the leaderboard shows the measured rows."""
+    store = tmp_path / "store"
+    args = ["run", "--models", "full;swa-sink", "--suites", "lambada", "--limit", "3", "--store", str(store),
+            "--batch-size", "4"]
+    proc = subprocess.Popen([sys.executable, "-m", "bench.cli", *args], cwd=ROOT, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None and not list(store.glob("cells/*/*.json")):
+        time.sleep(0.5)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = Store(store).cells()  # every file present is a whole cell (no partial writes)
+    assert 1 <= len(before) <= 2
+
+    second = _golinear(*args)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"2 cells planned, {len(before)} already in" in second.stdout
+    assert f"{2 - len(before)} evaluated" in second.stdout
+    cells = Store(store).cells()
+    assert len(cells) == 2 and len(list(store.glob("cells/*/*.json"))) == 2
+    for c in cells:
+        assert c["n"] == 3 and 0.0 <= c["value"] <= 1.0 and c["metrics"]["perplexity,none"]["value"] > 1.0
+        prov = c["provenance"]
+        assert prov["versions"]["lm_eval"] == "0.4.13" and prov["git"]["commit"]
+        assert prov["model_fingerprint"] and prov["limit"] == 3
+        assert list(prov["data"]["files"]) == ["lambada_openai/lambada_test.jsonl"]
+        assert len(prov["data"]["files"]["lambada_openai/lambada_test.jsonl"]) == 64
+    labels = sorted(c["model"]["label"] for c in cells)
+    assert labels == ["full", "swa-sink"]
+
+    t0 = time.time()
+    third = _golinear(*args)
+    assert third.returncode == 0 and "2 already in" in third.stdout and "0 evaluated" in third.stdout
+    assert time.time() - t0 < 120
+    assert [c["digest"] for c in Store(store).cells()] == [c["digest"] for c in cells]  # untouched
+
+    out = tmp_path / "lb"
+    lb = _golinear("leaderboard", "--store", str(store), "--out", str(out))
+    assert lb.returncode == 0, lb.stderr[-2000:]
+    md = (out / "standard.md").read_text()
+    assert "| measured | measured | smollm2-135m | full" in md and "swa-sink" in md
+
+
+@pytest.mark.slow
+def test_data_parallel_two_ranks_merge_into_one_cell(tmp_path):
+    """accelerate launch with two CPU processes (gloo): rank 0 writes one cell equal to a one-process run."""
+    common = ["--models", "full", "--suites", "lambada", "--limit", "4", "--batch-size", "2"]
+    single = _golinear("run", *common, "--store", str(tmp_path / "one"))
+    assert single.returncode == 0, single.stderr[-3000:]
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "-m", "bench.cli", "run", *common, "--store", str(tmp_path / "two")]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    one, two = Store(tmp_path / "one").cells(), Store(tmp_path / "two").cells()
+    assert len(one) == len(two) == 1 and one[0]["digest"] == two[0]["digest"]
+    assert two[0]["provenance"]["world_size"] == 2 and one[0]["provenance"]["world_size"] == 1
+    assert two[0]["n"] == one[0]["n"] == 4
+    for k, m in one[0]["metrics"].items():
+        assert two[0]["metrics"][k]["value"] == pytest.approx(m["value"], rel=1e-5), k
