@@ -73,8 +73,8 @@ def heldout_ids(ids: Iterable[str], heldout_docs: int) -> list[str]:
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    blob = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
+    """Hash of the vocabulary (token -> id): stable across tokenizers-library versions."""
+    blob = json.dumps(sorted(tokenizer.get_vocab().items()))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 

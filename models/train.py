@@ -174,7 +174,7 @@ class Trainer:
     """The loop: owns optimizer, schedule position, RNG and the data position (the global step)."""
 
     def __init__(self, model, sequences: data_mod.PackedSequences, cfg: TrainConfig, out: Path,
-                 accelerator=None, meta: dict | None = None):
+                 accelerator=None, meta: dict | None = None, deadline: float | None = None):
         from accelerate import Accelerator
 
         cfg.validate()
@@ -193,6 +193,9 @@ class Trainer:
         self.loss_window: list[float] = []  # losses since the last log line (part of the state)
         self.total_steps = cfg.steps
         self.budget_note = None
+        self.deadline = deadline          # perf_counter time by which training must end (time budget)
+        self.hard_stop_slack_s = 5.0
+        self.stopped_at_deadline = False
         self.elapsed_before = 0.0  # training seconds spent by earlier invocations (resume)
         self.world = self.acc.num_processes
         self.rank = self.acc.process_index
@@ -252,19 +255,33 @@ class Trainer:
         start = self.step * b * self.world + self.rank * b
         return self.sequences.batch(start, b).to(self.device)
 
-    def _fit_budget(self, steps_done_here: int, seconds: float) -> None:
-        """Shrink total_steps so the run ends within time_budget_s (measured rate; decided once)."""
-        rate = steps_done_here / max(seconds, 1e-9)
-        remaining = self.cfg.time_budget_s - self.elapsed_before - self._run_elapsed()
+    def _fit_budget(self, rate: float, allow_growth: bool) -> None:
+        """Set total_steps so the run ends by the deadline at the measured rate (steps/s).
+
+        Re-fitted every `refit_every` steps; growth (up to the requested steps) only in the first 60% of
+        the budget, so a late speed-up never re-raises a decayed learning rate much."""
+        remaining = self.deadline - time.perf_counter()
         fit = self.step + max(1, int(remaining * rate * 0.97))
-        new_total = [min(self.total_steps, fit)]
-        from accelerate.utils import broadcast_object_list
+        new_total = min(self.cfg.steps, fit)
+        if not allow_growth:
+            new_total = min(new_total, self.total_steps)
+        new_total = [max(new_total, self.step + 1)]
         if self.world > 1:
+            from accelerate.utils import broadcast_object_list
             broadcast_object_list(new_total, from_process=0)
-        if new_total[0] < self.total_steps:
-            self.budget_note = (f"time budget {self.cfg.time_budget_s:.0f}s: {self.total_steps} steps requested, "
-                                f"{new_total[0]} fit at {rate:.2f} steps/s (measured at step {self.step})")
-        self.total_steps = max(new_total[0], self.step + 1)
+        self.total_steps = new_total[0]
+        if self.total_steps < self.cfg.steps:
+            self.budget_note = (f"time budget {self.cfg.time_budget_s:.0f}s: {self.cfg.steps} steps requested, "
+                                f"{self.total_steps} fit (last fit at step {self.step}, {rate:.2f} steps/s)")
+        else:
+            self.budget_note = None
+
+    def _past_deadline(self, now: float) -> bool:
+        flag = [now > self.deadline + self.hard_stop_slack_s]
+        if self.world > 1:  # every rank must stop at the same step
+            from accelerate.utils import broadcast_object_list
+            broadcast_object_list(flag, from_process=0)
+        return flag[0]
 
     def train(self) -> dict:
         from tqdm.auto import tqdm
@@ -272,8 +289,13 @@ class Trainer:
         cfg = self.cfg
         tokens_per_step = cfg.batch_size * cfg.seq_len * self.world
         self._t0 = time.perf_counter()
+        if cfg.time_budget_s and self.deadline is None:
+            self.deadline = self._t0 + cfg.time_budget_s - self.elapsed_before
+        budget_start = self._t0
         start_step, window = self.step, self.loss_window
-        calib_from = calib_t = None
+        fit_from = fit_t = None
+        fits = 0  # first fit after 10 measured steps, then every 50
+        self.stopped_at_deadline = False
         bar = tqdm(total=self.total_steps, initial=self.step, disable=not self.acc.is_main_process,
                    desc=self.out.name, unit="step", dynamic_ncols=True)
         log_f = open(self.out / LOG_FILE, "a") if self.acc.is_main_process else None
@@ -285,6 +307,9 @@ class Trainer:
                 ids = self._batch()
                 with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
                     loss = self.model(input_ids=ids, labels=ids, use_cache=False).loss
+                if not loss.requires_grad:
+                    raise ValueError("no trainable parameter affects the loss (is seq_len <= window + sinks, "
+                                     "leaving the linear path no tokens?)")
                 self.acc.backward(loss)
                 grad_norm = torch.nn.utils.clip_grad_norm_(list(self.named.values()), cfg.grad_clip)
                 self.optimizer.step()
@@ -296,12 +321,23 @@ class Trainer:
                     if self.device.type == "cuda":
                         torch.cuda.synchronize()
                     steady_t0, steady_step0 = time.perf_counter(), self.step
-                if cfg.time_budget_s and calib_from is None and done_here == 3:
-                    calib_from, calib_t = self.step, time.perf_counter()
-                if cfg.time_budget_s and calib_from is not None and self.step == calib_from + 10:
-                    self._fit_budget(10, time.perf_counter() - calib_t)
-                    bar.total = self.total_steps
-                    bar.refresh()
+                if self.deadline is not None:
+                    now = time.perf_counter()
+                    if done_here == 3:
+                        fit_from, fit_t = self.step, now
+                    elif fit_from is not None and self.step - fit_from == (10 if fits == 0 else 50):
+                        if self.device.type == "cuda":
+                            torch.cuda.synchronize()
+                        now = time.perf_counter()
+                        early = (now - budget_start) < 0.6 * (self.deadline - budget_start)
+                        self._fit_budget((self.step - fit_from) / (now - fit_t), allow_growth=early)
+                        fit_from, fit_t, fits = self.step, now, fits + 1
+                        bar.total = self.total_steps
+                        bar.refresh()
+                    if self.step % 10 == 0 and self._past_deadline(now) and self.step < self.total_steps:
+                        self.stopped_at_deadline = True  # slower than fitted: end here, schedule unfinished
+                        self.budget_note = (self.budget_note or "") + f"; hard stop at the deadline, step {self.step}"
+                        self.total_steps = self.step
                 elapsed = self.elapsed_before + self._run_elapsed()
                 tok_s = done_here * tokens_per_step / max(self._run_elapsed(), 1e-9)
                 bar.update(1)
@@ -335,6 +371,7 @@ class Trainer:
                 "wall_s_this_invocation": round(run_s, 2), "train_wall_s": round(self.elapsed_before + run_s, 2),
                 "tokens_per_s": round((self.step - start_step) * tokens_per_step / max(run_s, 1e-9), 1),
                 "steady_tokens_per_s": None if steady is None else round(steady, 1),
+                "stopped_at_deadline": self.stopped_at_deadline,
                 "world_size": self.world}
 
     def evaluate(self, sequences: torch.Tensor) -> float:
@@ -456,6 +493,7 @@ def main(args) -> int:
     from accelerate import Accelerator
     from models.backbone import load_backbone, load_tokenizer
 
+    t_start = time.perf_counter()  # a time budget counts from here (model loading and evals included)
     cfg = train_config_from_args(args)
     cfg.validate()
     opts = linearize_options(args)
@@ -488,20 +526,24 @@ def main(args) -> int:
     bf16 = cfg.bf16 if cfg.bf16 is not None else acc.device.type == "cuda"
     resuming = (out / STATE_FILE).exists()
     previous = json.loads((out / CONFIG_FILE).read_text()) if resuming and (out / CONFIG_FILE).exists() else {}
-    t_start = time.perf_counter()
     full_loss = previous.get("results", {}).get("heldout_loss_full_attention")
     if full_loss is None and acc.is_main_process:
         full_loss = heldout_loss(model, heldout, acc.device, bf16)
     seed_everything(cfg.seed)  # new-parameter initialisation is a function of the seed
     linearize(model, lin_cfg, base_name=args.base)
     init_loss = previous.get("results", {}).get("heldout_loss_init")
+    t_eval = time.perf_counter()
     if init_loss is None and acc.is_main_process:
         init_loss = heldout_loss(model, heldout, acc.device, bf16)
+    eval_s = time.perf_counter() - t_eval  # includes kernel compilation on a fresh GPU: capped below
+    deadline = None
+    if cfg.time_budget_s and not resuming:  # leave time for the final evaluation and saving
+        deadline = t_start + cfg.time_budget_s - (min(eval_s, 30.0) + 10.0)
 
     data_meta = {k: v for k, v in td.meta.items()}
     data_meta.update(sequences=sequences.num, seq_len=cfg.seq_len,
                      epochs=round(sequences.epochs_for(cfg.steps * cfg.batch_size * acc.num_processes), 4))
-    trainer = Trainer(model, sequences, cfg, out, accelerator=acc, meta={"data": data_meta})
+    trainer = Trainer(model, sequences, cfg, out, accelerator=acc, meta={"data": data_meta}, deadline=deadline)
     trainer.try_resume()
     summary = trainer.train()
     results = {"heldout_loss_full_attention": full_loss, "heldout_loss_init": init_loss,

@@ -190,3 +190,14 @@ def test_bad_config_values():
         train_mod.TrainConfig(seq_len=0).validate()
     with pytest.raises(ValueError, match="warmup_steps"):
         train_mod.TrainConfig(steps=5, warmup_steps=5).validate()
+
+
+def test_hard_stop_at_deadline_still_finishes(tmp_path):
+    import time
+    model, tok = _stand_in()
+    seqs, _ = _sequences(tmp_path, tok)
+    t = train_mod.Trainer(model, seqs, _cfg(steps=100000, time_budget_s=1.0), tmp_path / "h",
+                          deadline=time.perf_counter() - 10)
+    summary = t.train()
+    assert summary["finished"] and summary["stopped_at_deadline"] and summary["step"] == 10
+    assert "hard stop" in summary["budget_note"]
