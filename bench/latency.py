@@ -171,6 +171,7 @@ def _linearize(model, spec, dtype):
 
 
 def sweep(args) -> list[dict]:
+    args.csv_path = getattr(args, "csv_path", None)
     from bench.specs import parse_models
     from models.fast_decode import FastDecoder
     device = torch.device(args.device)
@@ -218,6 +219,8 @@ def sweep(args) -> list[dict]:
             _reset_memory(device)
             rows.append(row)
             print(_row_line(row), flush=True)
+            if args.csv_path is not None:  # merged row by row: a killed sweep keeps what it measured
+                merge_rows(args.csv_path, [row])
         if undo is not None:
             del decoder
             undo()
@@ -369,9 +372,18 @@ def main(args) -> int:
     if args.batch < 1 or args.new_tokens < 1:
         raise ValueError(f"--batch and --new-tokens must be >= 1, got {args.batch}, {args.new_tokens}")
     out_dir = Path(args.out_dir) if args.out_dir else _repo_root() / "leaderboards"
+    args.csv_path = out_dir / "latency.csv"
     rows = sweep(args)
-    df = merge_rows(out_dir / "latency.csv", rows)
+    df = merge_rows(args.csv_path, rows)
     render_markdown(df, out_dir / "latency.md", "latency.png")
     render_plot(df, out_dir / "latency.png")
     print(f"wrote {out_dir / 'latency.csv'}, latency.md, latency.png ({len(rows)} new rows)")
     return 0
+
+
+if __name__ == "__main__":  # `python -m bench.latency` works without the other commands' dependencies
+    import argparse
+    import sys
+    parser = argparse.ArgumentParser(prog="golinear latency", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    sys.exit(main(parser.parse_args()))

@@ -164,14 +164,15 @@ class FastDecoder:
         p1 = p0 + Tc
         s, w = attn.sinks, attn.window
         q, k, v, new_conv = attn.project(x, pe, tail.get("conv"))
-        tail["conv"] = new_conv
+        # tails are cloned: a view would keep the whole chunk's tensors alive (memory grows per layer)
+        tail["conv"] = {key: val.clone() for key, val in new_conv.items()} if new_conv else None
         swa = None
         if attn.has_softmax_path:
             if p0 < s:  # the first s keys overall are the sinks
                 prev = tail.get("sink_k")
                 take = min(s, p1) - p0
-                tail["sink_k"] = k[:, :take] if prev is None else torch.cat([prev, k[:, :take]], 1)
-                tail["sink_v"] = v[:, :take] if prev is None else torch.cat([tail["sink_v"], v[:, :take]], 1)
+                tail["sink_k"] = k[:, :take].clone() if prev is None else torch.cat([prev, k[:, :take]], 1)
+                tail["sink_v"] = v[:, :take].clone() if prev is None else torch.cat([tail["sink_v"], v[:, :take]], 1)
             q_pos = torch.arange(p0, p1, device=x.device)
             if w > 0:
                 tk, tv = tail.get("win_k"), tail.get("win_v")
@@ -181,7 +182,7 @@ class FastDecoder:
                 q_ext = q if n_tail == 0 else torch.cat([q.new_zeros(B, n_tail, *q.shape[2:]), q], 1)
                 o_w, lse_w = ops.window_sink_attention(q_ext, k_ext, v_ext, 0, w, attn.scaling)
                 o_w, lse_w = o_w[:, n_tail:].float(), lse_w[:, n_tail:]
-                tail["win_k"], tail["win_v"] = k_ext[:, -w:], v_ext[:, -w:]  # last w keys (ring at the end)
+                tail["win_k"], tail["win_v"] = k_ext[:, -w:].clone(), v_ext[:, -w:].clone()  # last w keys
             else:
                 o_w = q.new_zeros(*q.shape[:3], v.shape[-1], dtype=torch.float32)
                 lse_w = q.new_full(q.shape[:3], -math.inf, dtype=torch.float32)
@@ -213,7 +214,7 @@ class FastDecoder:
                 lin_out = tuple(pad(o) for o in out) if isinstance(out, tuple) else pad(out)
             else:
                 lin_out = attn._zero_output(qx, lin)
-            tail["lin"] = {key: val[:, -w:] for key, val in ext.items()} if w > 0 else None
+            tail["lin"] = {key: val[:, -w:].clone() for key, val in ext.items()} if w > 0 else None
         y = attn._combine(lin_out, swa, x.dtype)
         return attn.o_proj(y.reshape(B, Tc, -1).to(x.dtype))
 
