@@ -19,7 +19,7 @@ from lm_eval.models.huggingface import HFLM
 
 LINEAR_ARGS = ("checkpoint", "mechanism", "window", "sinks", "short_conv", "lora", "full_layers",
                "keep_full", "select")
-MODEL_ARGS = ("base", *LINEAR_ARGS, "dtype", "device", "batch_size", "max_length")
+MODEL_ARGS = ("base", *LINEAR_ARGS, "dtype", "device", "batch_size", "max_length", "seed")
 # HFLM options that still mean something for an already-built model (lm-eval's CLI passes some).
 HFLM_ARGS = ("max_batch_size", "truncation", "logits_cache", "add_bos_token", "prefix_token_id",
              "softmax_dtype", "mixed_precision_dtype", "think_end_token",
@@ -118,13 +118,16 @@ class GolinearHF(HFLM):
 
     BACKEND = "golinear-hf"
 
-    def __init__(self, base=None, dtype="float32", device=None, batch_size=1, max_length=None, **kwargs):
+    def __init__(self, base=None, dtype="float32", device=None, batch_size=1, max_length=None, seed=0, **kwargs):
         args = check_model_args(self.BACKEND, {"base": base, "dtype": dtype, "device": device, **kwargs})
         spec = {k: args.pop(k) for k in ("base", *LINEAR_ARGS, "dtype", "device") if k in args}
         if spec.get("base") is None:
             spec.pop("base", None)  # load_model's default, or the checkpoint's own base
-        model, tokenizer, info = load_model(**spec)
-        self.golinear_info = info
+        # new (untrained) parameters are initialised from this seed, without touching the global RNG
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed))
+            model, tokenizer, info = load_model(**spec)
+        self.golinear_info = {**info, "init_seed": int(seed)}
         self.golinear_spec = spec
         hf_kwargs = {k: v for k, v in args.items() if k in HFLM_ARGS and k != "trust_remote_code"}
         super().__init__(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size,

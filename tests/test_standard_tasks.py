@@ -143,6 +143,7 @@ def test_generated_mmlu_files_are_current():
 # ------------------------------------------------------------------ same documents, prompts, targets
 @needs_data
 @pytest.mark.parametrize("task_name", CR_AND_LAMBADA)
+@pytest.mark.slow
 def test_local_docs_prompts_targets_equal_builtin(our_tasks, task_name):
     builtin_yaml = ts.builtin_yamls(task_name)[0]
     ours = our_tasks[task_name]
@@ -163,6 +164,7 @@ def test_local_docs_prompts_targets_equal_builtin(our_tasks, task_name):
 
 
 @needs_data
+@pytest.mark.slow
 def test_local_mmlu_equals_builtin_5shot(manager):
     loaded = manager.load(["golinear_mmlu"])
     tasks = loaded["tasks"]
@@ -184,6 +186,7 @@ def test_local_mmlu_equals_builtin_5shot(manager):
 
 # ------------------------------------------------------------------ hand-checked documents
 @needs_data
+@pytest.mark.slow
 def test_known_documents(our_tasks):
     t = our_tasks
     first = {n: t[n].eval_docs[0] for n in t}
@@ -262,6 +265,7 @@ def test_missing_data_file_is_named_before_loading(tmp_path):
     assert ts.check_data(ts.suite_tasks("cr"), DATA) == str(DATA)
 
 
+@pytest.mark.slow
 def test_unknown_names(manager):
     with pytest.raises(ValueError, match="unknown suite 'nope'"):
         ts.suite_tasks("nope")
@@ -270,6 +274,7 @@ def test_unknown_names(manager):
     assert ts.validate_tasks(["golinear_mmlu", "golinear_piqa", "piqa"], manager)
 
 
+@pytest.mark.slow
 def test_suites_shape():
     assert [e["display"] for e in ts.SUITES["cr"]] == ["PIQA", "ARC-e", "ARC-c", "HellaSwag", "WinoGrande"]
     assert [e["metric"] for e in ts.SUITES["cr"]] == ["acc", "acc", "acc_norm", "acc_norm", "acc"]

@@ -1,0 +1,155 @@
+"""The lm-eval backends on the real SmolLM2: batch size does not change scores; lm-eval's own API
+works with them; bad model input fails before any evaluation."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import lm_eval  # noqa: E402
+import torch  # noqa: E402
+from lm_eval.api.instance import Instance  # noqa: E402
+
+import bench.lm_backend as B  # noqa: E402
+import tasks.standard as ts  # noqa: E402
+
+LINEAR = dict(mechanism="gdn", window=8, sinks=2, short_conv=True)  # small window: the state path is used
+TASKS = ["golinear_piqa"]  # two choices of different lengths per doc -> real right padding in a batch
+LIMIT = 2  # 4 requests: one batch of 4 vs four batches of 1 (the reference ops are slow on CPU)
+
+
+@pytest.fixture(scope="module")
+def manager():
+    return ts.task_manager()
+
+
+@pytest.fixture(scope="module", params=["golinear-hf", "linearized"])
+def backend_runs(request, manager):
+    """One LM per backend, evaluated at batch size 1 and 4 on the same documents."""
+    args = LINEAR if request.param == "linearized" else {}
+    lm = B.make_lm(request.param, **args, batch_size=1)
+    runs = {}
+    for bs in (1, 4):
+        lm.batch_size_per_gpu = bs
+        runs[bs] = lm_eval.simple_evaluate(model=lm, tasks=TASKS, task_manager=manager, limit=LIMIT,
+                                           log_samples=True, bootstrap_iters=0)
+    return request.param, lm, runs
+
+
+def _scores(res, task):
+    return [[r[0] for r in s["resps"]] for s in res["samples"][task]]  # [(logprob, is_greedy)] per choice
+
+
+@pytest.mark.slow
+def test_scores_do_not_depend_on_batch_size(backend_runs):
+    name, lm, runs = backend_runs
+    for task in TASKS:
+        one, four = _scores(runs[1], task), _scores(runs[4], task)
+        assert len(one) == LIMIT and len(one) == len(four)
+        for doc1, doc4 in zip(one, four):
+            for (lp1, greedy1), (lp4, greedy4) in zip(doc1, doc4):
+                assert lp1 == pytest.approx(lp4, rel=1e-5, abs=1e-4), (name, task)
+                assert greedy1 == greedy4
+        for metric in ("acc,none", "acc_norm,none"):
+            assert runs[1]["results"][task][metric] == runs[4]["results"][task][metric]
+    assert runs[4]["config"]["golinear_backend"] == name
+
+
+@pytest.mark.slow
+def test_batching_really_pads(backend_runs):
+    """The comparison above is only meaningful if a batch held sequences of different lengths."""
+    _, lm, runs = backend_runs
+    lengths = {len(lm.tok_encode(c + x)) for s in runs[4]["samples"]["golinear_piqa"]
+               for c, x in s["arguments"]}
+    assert len(lengths) > 1
+
+
+@pytest.mark.slow
+def test_provenance_is_kept(backend_runs):
+    name, lm, runs = backend_runs
+    info = runs[1]["config"]["golinear_info"]
+    assert info["base"] == "smollm2-135m" and info["base_fingerprint"] and info["init_seed"] == 0
+    if name == "linearized":
+        assert info["linearize"]["mechanism"] == "gdn" and info["new_parameters"] > 0
+        assert info["cache_budget"] == 10
+    else:
+        assert info["linearize"] is None and info["new_parameters"] == 0
+    json.dumps(info, default=str)
+
+
+@pytest.mark.slow
+def test_lm_eval_python_api_by_name(backend_runs, manager):
+    """`simple_evaluate(model="linearized", model_args="...")` builds the same model (seeded init)."""
+    name, lm, runs = backend_runs
+    args = ",".join(f"{k}={v}" for k, v in (LINEAR if name == "linearized" else {}).items())
+    res = lm_eval.simple_evaluate(model=name, model_args=(args + ",batch_size=2").lstrip(","),
+                                  tasks=["golinear_piqa"], task_manager=manager, limit=1, log_samples=True,
+                                  bootstrap_iters=0)
+    assert res["config"]["golinear_backend"] == name
+    for a, b in zip(_scores(res, "golinear_piqa"), _scores(runs[1], "golinear_piqa")[:1]):
+        assert [x[0] for x in a] == pytest.approx([x[0] for x in b], rel=1e-5, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_linearized_generation_ignores_padding(backend_runs):
+    """Each sequence is generated without its left padding: batched output = one-at-a-time output."""
+    name, lm, _ = backend_runs
+    if name != "linearized":
+        pytest.skip("full attention uses HFLM's padded batch generation")
+    contexts = ["Once upon a time, in a small village by the sea, there lived an", "1, 2, 3, 4,"]
+    reqs = [Instance("generate_until", {}, (c, {"until": ["\n"], "max_gen_toks": 4, "do_sample": False}), i)
+            for i, c in enumerate(contexts)]
+    outs = {}
+    for bs in (1, 2):  # batch size 1 = HF greedy decoding of each unpadded context
+        lm.batch_size_per_gpu = bs
+        outs[bs] = lm.generate_until(reqs, disable_tqdm=True)
+    assert outs[1] == outs[2] and any(outs[1])
+
+
+# ------------------------------------------------------------------ bad input, before any evaluation
+@pytest.mark.parametrize("backend, args, error, match", [
+    ("transformer", {}, ValueError, "unknown model backend 'transformer'"),
+    ("linearized", {"mechanism": "gdn", "windw": 8}, ValueError, r"unknown model arg\(s\) \['windw'\]"),
+    ("golinear-hf", {"dtype": "float8"}, ValueError, "unknown dtype 'float8'"),
+    ("golinear-hf", {"device": "tpu"}, ValueError, "device 'tpu'"),
+    ("golinear-hf", {"device": "cuda:7" if torch.cuda.is_available() else "cuda"}, ValueError, "cuda"),
+    ("linearized", {}, ValueError, "needs checkpoint=<folder> or mechanism"),
+    ("golinear-hf", {"mechanism": "gdn"}, ValueError, "golinear-hf is full attention"),
+    ("linearized", {"checkpoint": "/no/such/ckpt"}, FileNotFoundError, "/no/such/ckpt"),
+    ("linearized", {"mechanism": "gdn", "full_layers": "1+x"}, ValueError, "full_layers"),
+])
+def test_bad_model_input(backend, args, error, match):
+    with pytest.raises(error, match=match):
+        B.check_model_args(backend, args)
+    with pytest.raises(error, match=match):
+        B.make_lm(backend, **args)
+
+
+@pytest.mark.slow
+def test_unknown_mechanism_and_registry_name():
+    with pytest.raises(ValueError, match="unknown mechanism 'gdm'"):
+        B.make_lm("linearized", mechanism="gdm")
+    with pytest.raises(ValueError, match="no model for this name"):
+        lm_eval.simple_evaluate(model="linearised", model_args="mechanism=gdn", tasks=["golinear_piqa"],
+                                task_manager=ts.task_manager(), limit=1)
+
+
+@pytest.mark.slow
+def test_checkpoint_for_another_base_is_refused(tmp_path):
+    from models.checkpoint import save_checkpoint
+    from models.linearize import load_model
+    from tests._tiny import write_tiny_backbone
+
+    tiny = write_tiny_backbone(tmp_path / "tiny")
+    model, _, _ = load_model(base=str(tiny), mechanism="gdn", window=4, sinks=1)
+    ckpt = save_checkpoint(model, tmp_path / "ckpt")
+    lm = B.make_lm("linearized", checkpoint=str(ckpt))  # its own base: fine
+    assert lm.golinear_info["checkpoint_fingerprint"] and lm.golinear_info["base"] == str(tiny)
+    with pytest.raises(ValueError, match="fingerprint"):
+        B.make_lm("linearized", checkpoint=str(ckpt), base="smollm2-135m")
+    with pytest.raises(ValueError, match="already says how the model is linearized"):
+        B.make_lm("linearized", checkpoint=str(ckpt), mechanism="gla")
