@@ -249,31 +249,48 @@ def to_csv(table: pd.DataFrame) -> str:
 
 
 def sniah_plot(table: pd.DataFrame) -> bytes | None:
-    """PNG: S-NIAH accuracy vs cache budget, one line per (model, task); reported rows dashed."""
+    """PNG: S-NIAH accuracy vs cache budget, one panel per task, one line per model (reported: dashed).
+
+    Full attention (budget inf) is drawn as a dotted horizontal line."""
     if table.empty:
         return None
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    budgets = [c for c in table.columns if c not in ("status", "source", "backbone", "model", "task", "context", "n")]
-    finite = [b for b in budgets if b != "inf"]
+    meta = ("status", "source", "backbone", "model", "task", "context", "n")
+    finite = [b for b in table.columns if b not in meta and b != "inf"]
     if not finite:
         return None
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-    for _, r in table.iterrows():
-        xs = [int(b) for b in finite if r[b] == r[b] and r[b] is not None and r[b] != ""]
-        ys = [float(r[str(b)]) for b in xs]
-        if not xs:
-            continue
-        style = "-o" if r["status"] == "measured" else "--x"
-        ax.plot(xs, ys, style, label=f"{r['model']} / {r['task']} ({r['status']})", linewidth=1, markersize=4)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks([int(b) for b in finite], [str(b) for b in finite])
-    ax.set_xlabel("cache budget (sinks + window tokens)")
-    ax.set_ylabel("S-NIAH accuracy (%)")
-    ax.set_ylim(-2, 102)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    models = sorted({(r["status"], r["model"]) for _, r in table.iterrows()}, key=lambda k: (k[0] != "measured", k[1]))
+    colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(models)}
+    tasks = [t for t in SNIAH_TASKS if t in set(table["task"])]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks) + 3, 3.6), dpi=100, sharey=True, squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for _, r in table[table["task"] == task].iterrows():
+            m = (r["status"], r["model"])
+            style = dict(color=colours[m], linewidth=1.2, markersize=4,
+                         linestyle="-" if r["status"] == "measured" else "--",
+                         marker="o" if r["status"] == "measured" else "x")
+            xs = [int(b) for b in finite if pd.notna(r[b]) and r[b] != ""]
+            if xs:
+                ax.plot(xs, [float(r[str(b)]) for b in xs], label=f"{r['model']} ({r['status']})", **style)
+            if "inf" in table.columns and pd.notna(r["inf"]) and r["inf"] != "":
+                ax.axhline(float(r["inf"]), color=colours[m], linestyle=":", linewidth=1.2,
+                           label=f"{r['model']} (budget inf, {r['status']})")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([int(b) for b in finite], [str(b) for b in finite])
+        ax.set_title(task)
+        ax.set_xlabel("cache budget (sinks + window)")
+        ax.set_ylim(-2, 102)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("accuracy (%)")
+    handles, labels = {}, []
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in handles:
+                handles[lab] = h
+                labels.append(lab)
+    fig.legend([handles[k] for k in labels], labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
