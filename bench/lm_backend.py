@@ -9,6 +9,8 @@ because left padding would enter the recurrent state.
     import bench.lm_backend, lm_eval
     lm_eval.simple_evaluate(model="linearized", model_args="mechanism=gdn,window=64,sinks=4",
                             tasks=["golinear_piqa"], task_manager=tasks.standard.task_manager(), limit=8)
+
+`python -m bench.lm_backend run ...` is lm-eval's own CLI with these backends registered.
 """
 from __future__ import annotations
 
@@ -112,7 +114,13 @@ def load_model(**spec):
     return build(**spec)
 
 
-@register_model("golinear-hf")
+def _register(*names):
+    """register_model, except when this file runs as the lm-eval CLI wrapper (`python -m`): the wrapper
+    imports bench.lm_backend itself, and lm-eval refuses a second class under the same name."""
+    return (lambda cls: cls) if __name__ == "__main__" else register_model(*names)
+
+
+@_register("golinear-hf")
 class GolinearHF(HFLM):
     """Full attention on the golinear backbone loader (the baseline every linearized row is compared to)."""
 
@@ -146,7 +154,7 @@ class GolinearHF(HFLM):
                 "golinear_info": self.golinear_info}
 
 
-@register_model("linearized")
+@_register("linearized")
 class LinearizedLM(GolinearHF):
     """A linearized model (checkpoint or explicit mechanism/options) evaluated like any HF model."""
 
@@ -185,3 +193,12 @@ def make_lm(backend: str, **model_args):
     """Build a backend by name (the runner's entry point); bad names/args fail before any loading."""
     check_model_args(backend, model_args)
     return {"linearized": LinearizedLM, "golinear-hf": GolinearHF}[backend](**model_args)
+
+
+if __name__ == "__main__":
+    # lm-eval's own CLI with our backends registered (lm-eval has no plugin flag for models), e.g.
+    # python -m bench.lm_backend run --model linearized --model_args mechanism=gdn,window=56,sinks=8 \
+    #     --include_path tasks/standard --tasks golinear_piqa --limit 8
+    import bench.lm_backend  # noqa: F401  registers 'linearized' and 'golinear-hf'
+    from lm_eval.__main__ import cli_evaluate
+    cli_evaluate()
