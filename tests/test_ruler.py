@@ -341,6 +341,18 @@ def test_metadata_options_reach_the_builder():
         hooks.build_dataset("golinear_sniah_1", max_seq_length=512)
 
 
+def test_tokenizer_choice_from_metadata(tmp_path):
+    import json
+    from models import checkpoint
+    from tasks.ruler.hooks import tokenizer_from_metadata
+    assert tokenizer_from_metadata({"pretrained": "a/b", "base": "c"}) == "a/b"
+    assert tokenizer_from_metadata({"base": "qwen-x", "window": 64}) == "qwen-x"
+    assert tokenizer_from_metadata({"version": 1.0}) == "smollm2-135m"
+    (tmp_path / checkpoint.CONFIG).write_text(json.dumps({"base": "org/base-model"}))
+    (tmp_path / checkpoint.WEIGHTS).write_bytes(b"")
+    assert tokenizer_from_metadata({"checkpoint": str(tmp_path)}) == "org/base-model"
+
+
 def test_bad_inputs_are_named(tok, tmp_path):
     for bad in (512, 65536, "4k", 4096.5, None):
         with pytest.raises(ValueError, match="max_seq_length"):

@@ -8,7 +8,8 @@ TaskManager(metadata=...) / `--metadata` JSON and, when lm-eval builds the TaskM
   seed         default 42
   data_dir     (or golinear_data_dir) default $GOLINEAR_DATA or <repo>/../shared/data
   tokenizer / pretrained / base   the evaluated model's tokenizer (name or path for
-               models.backbone.load_tokenizer, or a tokenizer object); default smollm2-135m
+               models.backbone.load_tokenizer, or a tokenizer object); else the base named in a
+               `checkpoint`'s config.json; default smollm2-135m
 """
 from __future__ import annotations
 
@@ -32,10 +33,16 @@ DOC_FIELDS = ("index", "input", "answer_prefix", "outputs", "length", "max_lengt
 
 
 def tokenizer_from_metadata(metadata: dict):
+    """tokenizer / pretrained / base, else the base named by a `checkpoint`'s config, else SmolLM2."""
     for key in TOKENIZER_KEYS:
         value = metadata.get(key)
         if value is not None and value != "":
             return value
+    if metadata.get("checkpoint"):
+        from models.checkpoint import read_config
+        base = read_config(metadata["checkpoint"]).get("base")
+        if base:
+            return base
     return DEFAULT_TOKENIZER
 
 
