@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -89,11 +90,14 @@ def hotpotqa(data_dir: Path):
 
 
 def _wonderwords(name: str) -> list[str]:
-    try:
-        from wonderwords import random_word
-    except ImportError as e:  # pragma: no cover - dependency listed in pyproject
-        raise ImportError("RULER word lists need the PyPI package wonderwords (pip install wonderwords)") from e
-    return random_word._get_words_from_text_file(name)
+    with warnings.catch_warnings():  # wonderwords 2.2 reads its lists through a deprecated importlib API
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            from wonderwords import random_word
+        except ImportError as e:  # pragma: no cover - dependency listed in pyproject
+            raise ImportError("RULER word lists need the PyPI package wonderwords "
+                              "(pip install wonderwords==2.2.0)") from e
+        return random_word._get_words_from_text_file(name)
 
 
 class AdjNounWords:
