@@ -21,7 +21,7 @@ import torch
 
 from models import ops
 from models.layers import LIN_KEYS, LinearizedAttention
-from models.ops.fla_backend import merge_attention, sink_part
+from models.ops.fla_backend import add_sinks, sink_part
 
 DEFAULT_PREFILL_CHUNK = 8192
 
@@ -181,17 +181,14 @@ class FastDecoder:
                 v_ext = v if tv is None else torch.cat([tv, v], 1)
                 q_ext = q if n_tail == 0 else torch.cat([q.new_zeros(B, n_tail, *q.shape[2:]), q], 1)
                 o_w, lse_w = ops.window_sink_attention(q_ext, k_ext, v_ext, 0, w, attn.scaling)
-                o_w, lse_w = o_w[:, n_tail:].float(), lse_w[:, n_tail:]
+                o_w, lse_w = o_w[:, n_tail:], lse_w[:, n_tail:]
                 tail["win_k"], tail["win_v"] = k_ext[:, -w:].clone(), v_ext[:, -w:].clone()  # last w keys
-            else:
-                o_w = q.new_zeros(*q.shape[:3], v.shape[-1], dtype=torch.float32)
-                lse_w = q.new_full(q.shape[:3], -math.inf, dtype=torch.float32)
-            if s > 0 and p1 - 1 - w >= 0:
-                o_s, lse_s = sink_part(q, tail["sink_k"], tail["sink_v"], w, attn.scaling, q_pos)
-                swa, _ = merge_attention(o_w, lse_w, o_s, lse_s)
-            else:
-                swa = o_w
-            swa = swa.to(q.dtype)
+                if s > 0 and p1 - 1 - w >= 0:  # some query here sees a sink outside its window
+                    o_w, _ = add_sinks(q, o_w, lse_w, tail["sink_k"], tail["sink_v"], w, attn.scaling, q_pos)
+                swa = o_w.to(q.dtype)
+            else:  # sinks only
+                o_s, lse_s = sink_part(q, tail["sink_k"], tail["sink_v"], 0, attn.scaling, q_pos)
+                swa = o_s.to(q.dtype)
         lin_out = None
         if attn.lin is not None:
             lin = attn.linear_inputs(x, q, k, v)
@@ -203,19 +200,25 @@ class FastDecoder:
             n = p1 - w - e0  # tokens entering the state in this chunk: positions e0 .. p1-w-1
             if n > 0:
                 entering = {key: val[:, :n] for key, val in ext.items()}
-                keep = (torch.arange(e0, e0 + n, device=x.device) >= s)  # sinks never enter the state
-                for key in ("k", "phi_k", "beta"):
-                    if key in entering:
-                        t = entering[key]
-                        entering[key] = t * keep.view(1, n, *([1] * (t.dim() - 2))).to(t.dtype)
+                n_sink = min(max(0, s - e0), n)  # sinks never enter the state: zero their key and beta
+                if n_sink:
+                    for key in ("k", "phi_k", "beta"):
+                        if key in entering:
+                            entering[key] = entering[key].clone()
+                            entering[key][:, :n_sink] = 0
                 r0 = Tc - n  # first query row reading a state (row of position e0 + w)
                 out, st.state = attn._run(entering, qx[:, r0:], st.state, chunked=True)
-                pad = lambda t: torch.cat([t.new_zeros(t.shape[0], r0, *t.shape[2:]), t], 1)  # noqa: E731
-                lin_out = tuple(pad(o) for o in out) if isinstance(out, tuple) else pad(out)
+                if r0:
+                    pad = lambda t: torch.cat([t.new_zeros(t.shape[0], r0, *t.shape[2:]), t], 1)  # noqa: E731
+                    out = tuple(pad(o) for o in out) if isinstance(out, tuple) else pad(out)
+                lin_out = out
             else:
                 lin_out = attn._zero_output(qx, lin)
             tail["lin"] = {key: val[:, -w:].clone() for key, val in ext.items()} if w > 0 else None
-        y = attn._combine(lin_out, swa, x.dtype)
+        if lin_out is not None and swa is not None and not isinstance(lin_out, tuple):
+            y = lin_out.to(x.dtype) + swa.to(x.dtype)  # _combine's disjoint sum, rounded once like its fp32 sum
+        else:
+            y = attn._combine(lin_out, swa, x.dtype)
         return attn.o_proj(y.reshape(B, Tc, -1).to(x.dtype))
 
     def _finish_linear(self, i, attn, fresh: _LinearLayerState, tail: dict, T: int, B: int) -> bool:

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from models.ops import reference
-from models.ops.reference import short_conv, window_sink_decode  # noqa: F401  (fast enough on CUDA)
+from models.ops.reference import window_sink_decode  # noqa: F401  (a few small matmuls: fine on CUDA)
 
 LN2 = math.log(2.0)
 WINDOW_BLOCK = 64  # query block of the differentiable window path
@@ -184,6 +184,31 @@ def linear_attn_recurrent(phi_q, phi_k, v, initial_state=None, output_final_stat
     return _linear_attn(kernels.fused_recurrent_linear_attn, phi_q, phi_k, v, initial_state, output_final_state)
 
 
+# ----------------------------------------------------------------------------------------------- short conv
+def short_conv(x, weight, state=None, output_final_state=False):
+    """Without autograd: W shifted multiply-adds in x's dtype on the [B, T, D] layout (no fp32 copies or
+    transposes); with autograd: the reference (fp32 math, cuDNN depthwise conv)."""
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                    (state is not None and state.requires_grad)):
+        return reference.short_conv(x, weight, state, output_final_state)
+    if x.dim() != 3 or weight.dim() != 2 or weight.shape[0] != x.shape[-1] or weight.shape[1] < 1:
+        return reference.short_conv(x, weight, state, output_final_state)  # raises the reference's error
+    B, T, D = x.shape
+    W = weight.shape[1]
+    if state is None:
+        prev = x.new_zeros(B, W - 1, D)
+    else:
+        reference._check_state(state, (B, D, W - 1), "state")
+        prev = state.to(x.dtype).transpose(1, 2)
+    ext = torch.cat([prev, x], 1)  # [B, W-1+T, D]
+    w = weight.to(x.dtype)
+    y = ext[:, W - 1:] * w[:, W - 1]
+    for i in range(W - 1):
+        y.addcmul_(ext[:, i:i + T], w[:, i])
+    new_state = ext[:, T:].transpose(1, 2).contiguous() if output_final_state else None
+    return y, new_state
+
+
 # ----------------------------------------------------------------------------------------------- window + sinks
 def merge_attention(o_a, lse_a, o_b, lse_b):
     """Softmax over the union of two disjoint key sets from the two partial results (lse may be -inf)."""
@@ -209,6 +234,27 @@ def sink_part(q, sink_k, sink_v, window, scale, q_pos):
     p = torch.exp(scores - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse)).unsqueeze(-1))
     out = torch.einsum("bthgs,bshd->bthgd", p, sink_v.float())
     return out.reshape(B, T, Hq, -1), lse.reshape(B, T, Hq)
+
+
+def add_sinks(q, o_w, lse_w, sink_k, sink_v, window, scale, q_pos):
+    """Merge the sink keys outside the window (j < s, j <= t - window) into a window result, no autograd.
+
+    Memory-light form of sink_part + merge_attention for the prefill: the only full-size tensors it
+    writes are one [B,T,Hq,V] output in the input dtype (fp32 is used only for the [.., s] scores).
+    q [B,T,Hq,D], o_w [B,T,Hq,V], lse_w [B,T,Hq] (finite: window >= 1), sink_k/v [B,s,Hkv,D].
+    -> (out [B,T,Hq,V] in v's dtype, lse [B,T,Hq] fp32)."""
+    B, T, Hq, D = q.shape
+    s, Hkv, V = sink_k.shape[1], sink_k.shape[2], sink_v.shape[-1]
+    G = Hq // Hkv
+    scores = torch.einsum("bthgd,bshd->bthgs", q.reshape(B, T, Hkv, G, D), sink_k.to(q.dtype)).float() * scale
+    allowed = torch.arange(s, device=q.device).unsqueeze(0) <= (q_pos.unsqueeze(1) - window)  # [T, s]
+    scores = scores.masked_fill(~allowed[None, :, None, None, :], -math.inf)
+    lse_w = lse_w.reshape(B, T, Hkv, G).float()
+    lse = torch.logaddexp(lse_w, torch.logsumexp(scores, -1))  # finite because lse_w is
+    p = torch.exp(scores - lse.unsqueeze(-1))  # sink weights, already normalised over the union
+    out = torch.einsum("bthgs,bshd->bthgd", p.to(sink_v.dtype), sink_v)
+    out.addcmul_(o_w.reshape(B, T, Hkv, G, V).to(out.dtype), torch.exp(lse_w - lse).unsqueeze(-1).to(out.dtype))
+    return out.reshape(B, T, Hq, V), lse.reshape(B, T, Hq)
 
 
 def window_part_blocked(q, k, v, window, scale, block=WINDOW_BLOCK):
@@ -241,12 +287,12 @@ def window_part_blocked(q, k, v, window, scale, block=WINDOW_BLOCK):
 
 
 def window_part_fla(q, k, v, window, scale):
-    """The same on FLA's parallel_attn forward kernel (no autograd); window >= T means causal."""
+    """The same on FLA's parallel_attn forward kernel (no autograd; out in v's dtype); window >= T: causal."""
     T = q.shape[1]
     w = None if window >= T else window
     o, lse2 = kernels.parallel_attn_fwd(q=q.contiguous(), k=k.contiguous(), v=v.contiguous(), g_cumsum=None,
-                                sink_bias=None, scale=scale, window_size=w)
-    return o.float(), lse2 * LN2  # FLA keeps the log-sum-exp in base 2
+                                        sink_bias=None, scale=scale, window_size=w)
+    return o, lse2 * LN2  # FLA keeps the log-sum-exp in base 2
 
 
 def window_sink_attention(q, k, v, sinks, window, scale, q_offset=0):
@@ -271,8 +317,11 @@ def window_sink_attention(q, k, v, sinks, window, scale, q_offset=0):
     s = min(sinks, Tk)
     if s > 0 and window < T:
         pos = torch.arange(T, device=q.device)
-        o_s, lse_s = sink_part(q, k[:, :s], v[:, :s], window, scale, pos)
-        out, lse = merge_attention(o_w, lse_w, o_s, lse_s)
+        if window > 0 and not needs_grad:
+            out, lse = add_sinks(q, o_w, lse_w, k[:, :s], v[:, :s], window, scale, pos)
+        else:
+            o_s, lse_s = sink_part(q, k[:, :s], v[:, :s], window, scale, pos)
+            out, lse = merge_attention(o_w, lse_w, o_s, lse_s)
     else:
         out, lse = o_w, lse_w
     out, lse = out[:, q_offset:], lse[:, q_offset:]
