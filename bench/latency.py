@@ -25,7 +25,7 @@ import torch
 
 KEY = ["model", "config", "length", "batch", "device"]
 COLUMNS = KEY + ["weights", "dtype", "new_tokens", "prefill_s", "decode_ms_per_token", "e2e_s", "peak_gib",
-                 "status", "prefill_chunk", "cuda_graph", "torch", "fla", "date"]
+                 "status", "prefill_chunk", "cuda_graph", "torch", "fla", "date", "note"]
 GPU_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768]
 CPU_LENGTHS = [64, 128, 256]
 DEFAULT_CONFIGS = "full;gdn-default"
@@ -51,6 +51,8 @@ def add_arguments(p):
     p.add_argument("--layers", type=int, default=None,
                    help="keep only the first N decoder layers (quick speed-only runs; the row's model name says so)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--render-only", action="store_true",
+                   help="measure nothing: re-render latency.md and latency.png from the existing latency.csv")
 
 
 def _repo_root() -> Path:
@@ -341,8 +343,12 @@ def render_markdown(df, md_path: Path, png_name: str):
                 if col in flat:
                     flat[col] = flat[col].astype(object)
                     flat.loc[r.length, col] = r.status
-        flat.index = flat.index.astype(int)
+        flat.index = flat.index.astype(int).astype(str)  # keep lengths out of the float format
         out += [flat.reset_index().to_markdown(index=False, floatfmt=".3g"), ""]
+        if "note" in g:
+            for _, r in g[g.note.notna() & (g.note.astype(str) != "")].iterrows():
+                out.append(f"- {r.config} at {int(r.length)}: {r.note}")
+            out.append("")
     _atomic_write(md_path, lambda p: Path(p).write_text("\n".join(out)))
 
 
@@ -374,6 +380,16 @@ def render_plot(df, png_path: Path):
 
 
 def main(args) -> int:
+    if getattr(args, "render_only", False):
+        import pandas as pd
+        out_dir = Path(args.out_dir) if args.out_dir else _repo_root() / "leaderboards"
+        if not (out_dir / "latency.csv").exists():
+            raise FileNotFoundError(f"--render-only: no latency.csv in {out_dir}")
+        df = pd.read_csv(out_dir / "latency.csv")
+        render_markdown(df, out_dir / "latency.md", "latency.png")
+        render_plot(df, out_dir / "latency.png")
+        print(f"rendered {out_dir / 'latency.md'} and latency.png from {len(df)} rows")
+        return 0
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device not in ("cuda", "cpu") and not args.device.startswith("cuda:"):
