@@ -7,7 +7,7 @@ static cache, decode captured in a CUDA graph on GPU). Weights are random by def
 depend on trained values): `--model` names a configuration in models.backbone.NAMED_CONFIGS; with
 `--weights real` the model is loaded (embedded SmolLM2, a folder or a hub id).
 
-Rows (one per model, configuration, length, batch, device) are merged by that key into
+Rows (one per model [weights, dtype], configuration, length, batch, device) are merged by that key into
 `<out-dir>/latency.csv`; `latency.md` and `latency.png` are rendered from the whole CSV. An
 out-of-memory run is recorded with status OOM and the sweep goes on.
 """
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-KEY = ["model", "config", "length", "batch", "device"]
-COLUMNS = KEY + ["weights", "dtype", "new_tokens", "prefill_s", "decode_ms_per_token", "e2e_s", "peak_gib",
+KEY = ["model", "weights", "dtype", "config", "length", "batch", "device"]  # weights/dtype: part of "model"
+COLUMNS = KEY + ["new_tokens", "prefill_s", "decode_ms_per_token", "e2e_s", "peak_gib",
                  "status", "prefill_chunk", "cuda_graph", "torch", "fla", "date", "note"]
 GPU_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768]
 CPU_LENGTHS = [64, 128, 256]
@@ -293,7 +293,7 @@ def _targets(df) -> list[str]:
     """Ratios against full attention in the same group (model, device, batch): the issue's targets."""
     lines = []
     ok = df[df.status == "ok"]
-    for (model, device, batch), g in ok.groupby(["model", "device", "batch"]):
+    for (model, device, batch, _, _), g in ok.groupby(["model", "device", "batch", "weights", "dtype"]):
         full = g[g.config == "full"].set_index("length")
         for config, c in g[g.config != "full"].groupby("config"):
             c = c.set_index("length")
@@ -326,8 +326,8 @@ def render_markdown(df, md_path: Path, png_name: str):
            "models/fast_decode.py (chunked prefill, static cache, CUDA-graph decoding).", "",
            f"![latency and memory]({png_name})", ""]
     out += _targets(df)
-    for (model, device, batch, weights), g in df.groupby(["model", "device", "batch", "weights"]):
-        out += [f"## {model} ({weights} weights), {device}, batch {batch}", ""]
+    for (model, device, batch, weights, dtype), g in df.groupby(["model", "device", "batch", "weights", "dtype"]):
+        out += [f"## {model} ({weights} weights, {dtype}), {device}, batch {batch}", ""]
         table = g.pivot_table(index="length", columns="config", values=["prefill_s", "decode_ms_per_token",
                                                                          "peak_gib"], aggfunc="first")
         flat = pd.DataFrame(index=table.index)
@@ -360,7 +360,7 @@ def render_plot(df, png_path: Path):
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     metrics = (("prefill_s", "prefill (s)"), ("decode_ms_per_token", "decode (ms / token)"),
                ("peak_gib", "peak GPU memory (GiB)"))
-    for (model, device, batch, config), g in ok.groupby(["model", "device", "batch", "config"]):
+    for (model, device, batch, config), g in ok.groupby(["model", "device", "batch", "config"]):  # noqa: B007
         g = g.sort_values("length")
         label = f"{model} {config} ({device}, B={batch})"
         for ax, (col, _) in zip(axes, metrics):
