@@ -73,6 +73,8 @@ class LinearizedAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = position_embeddings
         q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)  # [B,T,H,D] layout
+        # under autocast RoPE's fp32 cos/sin promote q/k while v stays bf16: FLA kernels need one dtype
+        q, k = q.to(v.dtype), k.to(v.dtype)
         return q, k, v, new_conv
 
     def linear_inputs(self, x, q, k, v):

@@ -201,3 +201,64 @@ def test_hard_stop_at_deadline_still_finishes(tmp_path):
     summary = t.train()
     assert summary["finished"] and summary["stopped_at_deadline"] and summary["step"] == 10
     assert "hard stop" in summary["budget_note"]
+
+
+# ------------------------------------------------------------------------------------------------ reference checkpoints
+REFERENCE = ("gla", "kgla", "gdn", "hedgehog", "gdn-w64", "gdn-w56-s8", "gdn-w56-s8-sc", "gdn-w56-s8-lora",
+             "gdn-w120-s8-sc")
+CHECKPOINTS = __import__("pathlib").Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m"
+PASSAGE = ("The old lighthouse keeper climbed the narrow stairs every evening, counting the steps as his father had "
+           "taught him. At the top he trimmed the wick, polished the great lens and watched the ships pass far out "
+           "on the grey water. Some nights the fog rolled in so thick that he could not see the rocks below, and "
+           "then he rang the bell every minute until dawn, his arms aching, his thoughts wandering to the village "
+           "where his daughter waited for letters that he never found the words to write.")
+
+
+@pytest.mark.slow
+def test_reference_checkpoints_load_onto_smollm2_on_cpu():
+    import copy
+    from models.backbone import load_backbone
+    from models.checkpoint import apply_checkpoint, read_config
+    from models.linearize import load_model
+    base, tok = load_backbone("smollm2-135m")
+    ids = tok(PASSAGE, return_tensors="pt").input_ids
+    assert ids.shape[1] > 64  # longer than the window: the linear state matters
+    with torch.no_grad():
+        full = float(base(input_ids=ids, labels=ids).loss)
+    losses = {}
+    for name in REFERENCE:
+        folder = CHECKPOINTS / name
+        for f in ("new_params.safetensors", "config.json", "train_log.jsonl", "train_config.json", "loss.png"):
+            assert (folder / f).exists(), f"{name}/{f}"
+        config = read_config(folder)
+        assert config["training"]["summary"]["finished"] and config["training"]["summary"]["tokens"] > 0
+        model = apply_checkpoint(copy.deepcopy(base), folder)
+        with torch.no_grad():
+            losses[name] = float(model(input_ids=ids, labels=ids).loss)
+        assert math.isfinite(losses[name]), name
+    model, _, info = load_model(checkpoint=str(CHECKPOINTS / "gdn-w56-s8-sc"))  # the public one-call loader
+    assert info["trained"] and info["cache_budget"] == 64
+    with torch.no_grad():
+        default = float(model(input_ids=ids, labels=ids).loss)
+    assert default == pytest.approx(losses["gdn-w56-s8-sc"], abs=1e-4)
+    assert default < full + 1.0, (default, full)
+
+
+def test_autocast_gives_the_linear_ops_one_dtype(monkeypatch):
+    """Under bf16 autocast (the GPU recipe) q/k/v reaching the ops share a dtype (FLA's kernels need it)."""
+    from models import ops
+    from models.linearize import LinearizeConfig, linearize
+    seen = []
+    for name in ("gdn_chunk", "window_sink_attention"):
+        real = getattr(ops, name)
+
+        def spy(q, k, v, *a, _real=real, **kw):
+            seen.append((q.dtype, k.dtype, v.dtype))
+            return _real(q, k, v, *a, **kw)
+        monkeypatch.setattr(ops, name, spy)
+    model = linearize(tiny_llama(320), LinearizeConfig(mechanism="gdn", window=4, sinks=2, short_conv=True))
+    ids = torch.randint(0, 320, (1, 24))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    assert seen and all(len(set(d)) == 1 for d in seen), seen

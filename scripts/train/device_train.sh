@@ -36,14 +36,14 @@ launch() {  # name, budget seconds, options...
 step_of() { local s; s=$(tail -1 /tmp/ck/$1/train_log.jsonl 2>/dev/null | grep -o '"step": [0-9]*' | grep -o '[0-9]*'); echo ${s:-0}; }
 # Phase 1: the default recipe (first line of the recipe file) alone on the GPU, for a clean speed figure.
 read -r FIRST FIRST_ARGS < <(grep -v '^#' ${RECIPES:-scripts/train/recipes.txt} | grep -v '^ *$' | head -1)
-NOTE="H200 reference run; the default recipe trained first, alone on the GPU (the others start near its end)"
+NOTE=${NOTE1:-"H200 reference run; the default recipe trained first, alone on the GPU (the others start near its end)"}
 launch $FIRST $DEFAULT_BUDGET $FIRST_ARGS
 # Phase 2: the other recipes start once the default is past PHASE2_AT steps (or done, or out of time),
 # all sharing the GPU until the common deadline.
 while kill -0 ${PIDS[$FIRST]} 2>/dev/null && [ "$(step_of $FIRST)" -lt $PHASE2_AT ] \
       && [ $(( $(date +%s) - T0 )) -lt $PHASE2_LATEST ]; do sleep 5; done
 REMAIN=$(( BUDGET - ($(date +%s) - T0) ))
-NOTE="H200 reference run; trained with 7 other recipes sharing one GPU under a ${REMAIN}s budget (fewer tokens than the paper's 10M)"
+NOTE=${NOTE2:-"H200 reference run; trained with 7 other recipes sharing one GPU under a ${REMAIN}s budget (fewer tokens than the paper's 10M)"}
 while read -r name args; do
   [[ -z "$name" || "$name" == \#* || "$name" == "$FIRST" ]] && continue
   launch $name $REMAIN $args
