@@ -132,9 +132,7 @@ class GolinearHF(HFLM):
         if spec.get("base") is None:
             spec.pop("base", None)  # load_model's default, or the checkpoint's own base
         # new (untrained) parameters are initialised from this seed, without touching the global RNG
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(seed))
-            model, tokenizer, info = load_model(**spec)
+        model, tokenizer, info = load_model(**spec, **({"seed": int(seed)} if spec.get("mechanism") else {}))
         self.golinear_info = {**info, "init_seed": int(seed)}
         self.golinear_spec = spec
         hf_kwargs = {k: v for k, v in args.items() if k in HFLM_ARGS and k != "trust_remote_code"}

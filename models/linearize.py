@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from models.backbone import check_architecture, fingerprint, load_backbone
+from models.backbone import DEFAULT_BACKBONE, check_architecture, fingerprint, load_backbone
 from models.cache import LinearCache
 from models.layers import LinearizedAttention
 from models.mechanisms import MECHANISMS
@@ -202,14 +202,17 @@ def decode_state_bytes(model, batch: int = 1, dtype_bytes: int = 4, context: int
     return batch * ((c.num_hidden_layers - n_full) * per_layer + n_full * full_layer)
 
 
-def load_model(base: str = "smollm2-135m", checkpoint: str | None = None, mechanism: str | None = None,
-               dtype: str = "float32", device: str = "cpu", **options):
-    """(model, tokenizer, info): full attention (no mechanism, no checkpoint), a fresh linearization, or
-    a saved checkpoint (models.checkpoint). `options` are LinearizeConfig fields."""
+def load_model(base: str | None = None, checkpoint: str | None = None, mechanism: str | None = None,
+               dtype: str = "float32", device: str = "cpu", seed: int = 0, **options):
+    """(model, tokenizer, info): full attention (no mechanism, no checkpoint), a fresh linearization
+    (new parameters initialised from `seed`), or a saved checkpoint (models.checkpoint) on its own base
+    (`base`, when given, must be the one it was trained on). `options` are LinearizeConfig fields."""
     from models import checkpoint as ckpt
     if checkpoint is not None:
-        return ckpt.load_checkpoint(checkpoint, base=base if base != "smollm2-135m" else None,
-                                    dtype=dtype, device=device)
+        if mechanism is not None or options:
+            raise ValueError("give either a checkpoint or explicit linearize options, not both")
+        return ckpt.load_checkpoint(checkpoint, base=base, dtype=dtype, device=device)
+    base = base or DEFAULT_BACKBONE
     model, tok = load_backbone(base, dtype=dtype, device="cpu")
     info = {"base": base, "base_fingerprint": fingerprint(model), "checkpoint": None,
             "checkpoint_fingerprint": None, "linearize": None, "new_parameters": 0,
@@ -219,9 +222,11 @@ def load_model(base: str = "smollm2-135m", checkpoint: str | None = None, mechan
             raise ValueError(f"options {sorted(options)} need a mechanism (allowed: {list(MECHANISMS)})")
         return model.to(device), tok, info
     cfg = LinearizeConfig.from_dict({"mechanism": mechanism, **options})
-    linearize(model, cfg, base_name=base)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        linearize(model, cfg, base_name=base)
     info.update(linearize=cfg.to_dict(), new_parameters=count_new_parameters(model),
-                cache_budget=cfg.cache_budget)
+                cache_budget=cfg.cache_budget, init_seed=seed)
     return model.to(device), tok, info
 
 
