@@ -456,6 +456,10 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     comma-separated string. All input is validated before any model is loaded.
     """
     from tqdm.auto import tqdm
+    data_dir = check_data_dir(data_dir if data_dir is not None else default_data_dir())
+    if data_dir:  # local data: never wait on Hub retries (lm-eval pitfall); set before `datasets` loads
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     if isinstance(models, str):
         models = S.parse_models(models)
     models = [S.parse_model_spec(m) if isinstance(m, str) else m for m in models]
@@ -470,10 +474,6 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
             raise ValueError(f"cache budget {b} must exceed the {sinks} sink tokens")
     if any(e.long for e in entries) and not 1024 <= int(context_length) <= 32768:
         raise ValueError(f"--context-length {context_length}: allowed 1024..32768")
-    data_dir = check_data_dir(data_dir if data_dir is not None else default_data_dir())
-    if data_dir:  # local data: never wait on Hub retries (lm-eval pitfall); set before datasets loads
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     check_task_data(entries, data_dir)
     store = store if isinstance(store, Store) else Store(store)
     rank, world = distributed_context()

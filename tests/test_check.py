@@ -1,0 +1,90 @@
+"""`golinear check`: the comparison rules on hand-made rows, and (slow) a real SmolLM2 baseline that the
+same model passes and a deliberately damaged copy of its weights fails."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.check import compare, render, run_check
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def baseline(*cells):
+    return {"cells": [dict(task=t, metric=m, display=t, higher_is_better=h, value=v, stderr=se, n=n)
+                      for t, m, h, v, se, n in cells]}
+
+
+def current(*rows):
+    return [dict(task=t, metric=m, value=v, n=n) for t, m, v, n in rows]
+
+
+def test_compare_statuses():
+    b = baseline(("arc", "acc", True, 0.50, 0.05, 20), ("piqa", "acc", True, 0.60, 0.05, 20),
+                 ("lam", "perplexity", False, 20.0, 2.0, 20), ("lam", "acc", True, 0.40, 0.1, 20),
+                 ("hs", "acc_norm", True, 0.30, 0.1, 20), ("wg", "acc", True, 0.5, 0.1, 20))
+    c = current(("arc", "acc", 0.41, 20),          # -0.09 within 2 x 0.05
+                ("piqa", "acc", 0.45, 20),         # -0.15 beyond 0.10
+                ("lam", "perplexity", 30.0, 20),   # +10 beyond 4 (lower is better)
+                ("lam", "acc", 0.75, 20),          # better
+                ("wg", "acc", 0.5, 19))            # subset changed; hs missing
+    rows = {(r["task"], r["metric"]): r["status"] for r in compare(b, c, z=2.0)}
+    assert rows == {("arc", "acc"): "ok", ("piqa", "acc"): "DROP", ("lam", "perplexity"): "DROP",
+                    ("lam", "acc"): "improved", ("hs", "acc_norm"): "MISSING", ("wg", "acc"): "N-CHANGED"}
+    text = render(compare(b, c, z=2.0))
+    assert "DROP" in text and "MISSING" in text and "0.6000" in text and "-0.1500" in text
+
+
+def test_absolute_floor_and_nan():
+    b = baseline(("arc", "acc", True, 0.5, 0.0, 10))
+    assert compare(b, current(("arc", "acc", 0.49, 10)), z=2.0)[0]["status"] == "DROP"
+    assert compare(b, current(("arc", "acc", 0.49, 10)), z=2.0, min_abs=0.02)[0]["status"] == "ok"
+    assert compare(b, current(("arc", "acc", float("nan"), 10)), z=2.0)[0]["status"] == "DROP"
+
+
+def test_missing_baseline_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="--update"):
+        run_check("full", tmp_path / "none.json")
+
+
+def test_committed_baseline_is_well_formed():
+    path = ROOT / "leaderboards" / "baseline" / "smollm2-full.json"
+    data = json.loads(path.read_text())
+    assert data["model"] == "full" and data["subset"]["limit"] >= 1
+    tasks = {c["task"] for c in data["cells"]}
+    assert {"golinear_piqa", "golinear_lambada_openai"} <= tasks
+    for c in data["cells"]:
+        assert c["n"] == data["subset"]["limit"] and c["stderr"] is not None and c["value"] is not None
+
+
+@pytest.mark.slow
+def test_damaged_weights_fail_the_check(tmp_path):
+    """Baseline from the real SmolLM2 (LAMBADA, 8 docs); the same model passes; a copy whose weights were
+    perturbed (noise of half each tensor's std) drops beyond tolerance and the CLI exits 1."""
+    import torch
+    from models.backbone import load_backbone
+    base = tmp_path / "baseline.json"
+    code, report = run_check("full", base, update=True, suites="lambada", limit=8, batch_size=4, progress=False)
+    assert code == 0 and base.exists(), report
+    data = json.loads(base.read_text())
+    assert {(c["task"], c["metric"]) for c in data["cells"]} == {("golinear_lambada_openai", "acc"),
+                                                                 ("golinear_lambada_openai", "perplexity")}
+    code, report = run_check("full", base, batch_size=4, progress=False)
+    assert code == 0, report
+    assert "passed" in report
+
+    model, tok = load_backbone("smollm2-135m")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * p.float().std() * 0.5)
+    damaged = tmp_path / "damaged"
+    model.save_pretrained(damaged)
+    tok.save_pretrained(damaged)
+    proc = subprocess.run([sys.executable, "-m", "bench.cli", "check", "--model", f"base={damaged}",
+                           "--baseline", str(base), "--batch-size", "4"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
+    assert "FAILED" in proc.stdout and "DROP" in proc.stdout and "perplexity" in proc.stdout
