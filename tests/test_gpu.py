@@ -185,6 +185,20 @@ def test_short_conv_fast_path(dtype):
     assert err < TOL[dt][0] and rel(s, rs) < TOL[dt][0]
 
 
+@pytest.mark.parametrize("mech", ["gla", "gdn"])
+def test_mixed_input_dtypes(mech):
+    """Under autocast q/k can arrive in fp32 with v in bf16: computed in v's dtype, output in q's."""
+    from models.ops import fla_backend
+    x, state = _inputs(mech, 2, 70, 4, 64, torch.bfloat16)
+    x = {k: v.detach() for k, v in x.items()}
+    x["q"], x["k"] = x["q"].float(), x["k"].float()
+    outs, _ = _call(fla_backend, mech, "chunk", x, state.detach(), 64 ** -0.5)
+    ref, _ = _call(fla_backend, mech, "chunk", {k: v.to(torch.bfloat16) if k in "qk" else v for k, v in x.items()},
+                   state.detach(), 64 ** -0.5)
+    assert outs[0].dtype == torch.float32
+    assert rel(outs[0], ref[0]) < 1e-6
+
+
 def test_dispatch_routes_cuda_to_fla(monkeypatch):
     from models import ops
     x = torch.zeros(1, device="cuda")

@@ -126,7 +126,7 @@ def test_latency_bad_input(argv, needle, tmp_path, capsys):
     assert needle in capsys.readouterr().err
 
 
-# ----------------------------------------------------------------------------------------------- fla_backend's torch parts
+# ------------------------------------------------------------------------------------ fla_backend's torch parts
 @pytest.mark.parametrize("T,window,sinks,groups", [(1, 4, 2, 1), (15, 8, 4, 3), (65, 56, 8, 2), (130, 0, 4, 2),
                                                     (100, 7, 0, 2)])
 def test_blocked_window_and_sink_merge_match_reference(T, window, sinks, groups):
@@ -150,7 +150,8 @@ def test_blocked_window_and_sink_merge_match_reference(T, window, sinks, groups)
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(lse.double(), want_lse, rtol=1e-5, atol=1e-5)
     cot = torch.randn(want.shape, generator=g, dtype=torch.float64)
-    for a, b in zip(torch.autograd.grad((got * cot).sum(), (q, k, v)), torch.autograd.grad((want * cot).sum(), (q, k, v))):
+    grads = torch.autograd.grad((got * cot).sum(), (q, k, v))
+    for a, b in zip(grads, torch.autograd.grad((want * cot).sum(), (q, k, v))):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     if window and sinks:
         with torch.no_grad():

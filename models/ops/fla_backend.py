@@ -71,6 +71,12 @@ def load_fla():
 
 
 # ----------------------------------------------------------------------------------------------- GLA
+def _same_dtype(*xs):
+    """FLA's kernels need one dtype for q/k/v (mixed fp32/bf16 appears under autocast): use v's (the last)."""
+    dt = xs[-1].dtype
+    return tuple(x.to(dt) for x in xs)
+
+
 def _state_in(initial_state):
     return None if initial_state is None else initial_state.float().contiguous()
 
@@ -79,18 +85,23 @@ def gla_chunk(q, k, v, log_a, scale, initial_state=None, output_final_state=Fals
     reference._check_qkv(q, k, v)
     if q.shape[1] == 0:
         return reference.gla_chunk(q, k, v, log_a, scale, initial_state, output_final_state, chunk_size)
-    o, state = kernels.chunk_gla(q=q, k=k, v=v, g=log_a.float(), scale=scale, initial_state=_state_in(initial_state),
-                         output_final_state=output_final_state)
-    return o.to(q.dtype), state
+    out_dtype = q.dtype
+    q, k, v = _same_dtype(q, k, v)
+    o, state = kernels.chunk_gla(q=q, k=k, v=v, g=log_a.float(), scale=scale,
+                                 initial_state=_state_in(initial_state), output_final_state=output_final_state)
+    return o.to(out_dtype), state
 
 
 def gla_recurrent(q, k, v, log_a, scale, initial_state=None, output_final_state=False):
     reference._check_qkv(q, k, v)
     if q.shape[1] == 0:
         return reference.gla_recurrent(q, k, v, log_a, scale, initial_state, output_final_state)
+    out_dtype = q.dtype
+    q, k, v = _same_dtype(q, k, v)
     o, state = kernels.fused_recurrent_gla(q=q, k=k, v=v, gk=log_a.float(), scale=scale,
-                                   initial_state=_state_in(initial_state), output_final_state=output_final_state)
-    return o.to(q.dtype), state
+                                           initial_state=_state_in(initial_state),
+                                           output_final_state=output_final_state)
+    return o.to(out_dtype), state
 
 
 # ----------------------------------------------------------------------------------------------- GDN
@@ -113,14 +124,16 @@ def gdn_chunk(q, k, v, log_a, beta, scale, initial_state=None, output_final_stat
     if q.shape[1] == 0:
         return reference.gdn_chunk(q, k, v, log_a, beta, scale, initial_state, output_final_state, chunk_size)
     fla_chunk = chunk_size if chunk_size in (16, 32, 64) else 64  # the result does not depend on it
-    q, k, v = (x.contiguous() for x in (q, k, v))
+    out_dtype = q.dtype
+    q, k, v = (x.contiguous() for x in _same_dtype(q, k, v))
     # positional order of ChunkGatedDeltaRuleFunction.forward (FLA 0.6.0)
     o, state = kernels.GDNChunkFunction.apply(
         q, k, v, log_a.float().contiguous(), beta.to(q.dtype).contiguous(), scale, _state_in(initial_state),
         output_final_state, False, None, None, None,  # state_v_first, cu_seqlens, cu_seqlens_cpu, chunk_indices
-        False, False, None, None, False, False, None,  # l2norm, gate-in-kernel, A_log, dt_bias, beta-sigmoid, neg-eig, cp
+        False, False, None, None,  # use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log, dt_bias
+        False, False, None,  # use_beta_sigmoid_in_kernel, allow_neg_eigval, cp_context
         fla_chunk)
-    return o.to(q.dtype), state
+    return o.to(out_dtype), state
 
 
 def gdn_recurrent(q, k, v, log_a, beta, scale, initial_state=None, output_final_state=False):
@@ -133,11 +146,13 @@ def gdn_recurrent(q, k, v, log_a, beta, scale, initial_state=None, output_final_
         t is not None and t.requires_grad for t in (q, k, v, log_a, beta, initial_state))
     if needs_grad:  # FLA's fused recurrent GDN has no backward: same recurrence through the chunk kernel
         return gdn_chunk(q, k, v, log_a, beta, scale, initial_state, output_final_state)
+    out_dtype = q.dtype
+    q, k, v = _same_dtype(q, k, v)
     # keywords only: the 5th positional argument of this op is gk, not beta (fla.md footgun)
-    o, state = kernels.fused_recurrent_gated_delta_rule(q=q, k=k, v=v, g=log_a.float(), beta=beta.to(q.dtype), scale=scale,
-                                                initial_state=_state_in(initial_state),
-                                                output_final_state=output_final_state)
-    return o.to(q.dtype), state
+    o, state = kernels.fused_recurrent_gated_delta_rule(q=q, k=k, v=v, g=log_a.float(), beta=beta.to(q.dtype),
+                                                        scale=scale, initial_state=_state_in(initial_state),
+                                                        output_final_state=output_final_state)
+    return o.to(out_dtype), state
 
 
 # ----------------------------------------------------------------------------------------------- linear attention
@@ -165,7 +180,8 @@ def _linear_attn(fn, phi_q, phi_k, v, initial_state, output_final_state):
     S0 = Z0 = None
     if initial_state is not None:
         S0, Z0 = initial_state
-    v_aug, state = _augment(v.to(phi_q.dtype), S0, Z0)
+    phi_k, v = phi_k.to(phi_q.dtype), v.to(phi_q.dtype)  # the feature maps' precision (fp32 in the layer)
+    v_aug, state = _augment(v, S0, Z0)
     o, final = fn(q=phi_q, k=phi_k, v=v_aug, scale=1.0, initial_state=state,
                   output_final_state=output_final_state, normalize=False)
     num, den, final = _split(o, final, v.shape[-1], output_final_state)
@@ -303,6 +319,8 @@ def window_sink_attention(q, k, v, sinks, window, scale, q_offset=0):
     if Tq == 0 or (q_offset and q_offset + Tq != Tk) or (not q_offset and Tq != Tk) or \
             (needs_grad and window > 4 * WINDOW_BLOCK) or q.dtype == torch.float64:
         return reference.window_sink_attention(q, k, v, sinks, window, scale, q_offset)
+    out_dtype = q.dtype
+    q, k, v = _same_dtype(q, k, v)
     if q_offset:  # keys 0..Tk-1, queries the last Tq of them: pad queries in front, drop their rows
         q = torch.cat([q.new_zeros(B, q_offset, Hq, D), q], 1)
     T = q.shape[1]
@@ -325,4 +343,4 @@ def window_sink_attention(q, k, v, sinks, window, scale, q_offset=0):
     else:
         out, lse = o_w, lse_w
     out, lse = out[:, q_offset:], lse[:, q_offset:]
-    return out.to(q.dtype), lse
+    return out.to(out_dtype), lse
