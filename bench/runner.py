@@ -281,8 +281,9 @@ def distributed_context():
     """(rank, world_size): initialises the process group when launched by accelerate/torchrun."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return 0, 1
+    import torch
     from accelerate import PartialState
-    state = PartialState()  # gloo on CPU, nccl on GPU
+    state = PartialState(cpu=not torch.cuda.is_available())  # gloo on CPU (MULTI_CPU), nccl on GPU
     return state.process_index, state.num_processes
 
 
@@ -511,7 +512,7 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
             for c in group:
                 bar.set_postfix_str(f"{spec.label} / {c.entry.task}")
                 record = evaluate_cell(lm, c, tm, data_dir, bootstrap_iters, info, versions, git, world)
-                if rank == 0:
+                if record is not None:  # rank 0 holds the merged result
                     store.put(record)
                     summary.evaluated += 1
                 bar.update(1)
