@@ -29,6 +29,7 @@ COLUMNS = KEY + ["new_tokens", "prefill_s", "decode_ms_per_token", "e2e_s", "pea
 GPU_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768]
 CPU_LENGTHS = [64, 128, 256]
 DEFAULT_CONFIGS = "full;gdn-default"
+STATIC_FULL = "full-static"  # the backbone itself through models.fast_decode (static KV cache, CUDA graph)
 
 
 def add_arguments(p):
@@ -37,7 +38,8 @@ def add_arguments(p):
                         "backbone; default llama-3.1-8b on CUDA, smollm2-135m on CPU")
     p.add_argument("--weights", choices=["random", "real"], default="random")
     p.add_argument("--configs", default=DEFAULT_CONFIGS,
-                   help="';'-separated configuration specs (bench/specs.py), e.g. 'full;gdn-default;gla-default'")
+                   help="';'-separated configuration specs (bench/specs.py), e.g. 'full;gdn-default;gla-default'; "
+                        "'full-static' = full attention through the same static-cache + CUDA-graph decoder")
     p.add_argument("--lengths", default=None,
                    help="comma-separated prompt lengths; default 1024..32768 on CUDA, 64,128,256 on CPU")
     p.add_argument("--batch", type=int, default=None, help="batch size; default 8 on CUDA, 2 on CPU")
@@ -122,10 +124,13 @@ def run_fast(decoder, ids, new_tokens):
     decoder.prefill(ids)
     _sync(device)
     t1 = time.perf_counter()
-    decoder.decode(new_tokens)
+    decoder.capture()  # only when the buffers were re-allocated (full-static: per length); not timed
     _sync(device)
     t2 = time.perf_counter()
-    return t1 - t0, t2 - t1
+    decoder.decode(new_tokens)
+    _sync(device)
+    t3 = time.perf_counter()
+    return t1 - t0, t3 - t2
 
 
 def _load(args, device, dtype):
@@ -174,14 +179,17 @@ def _linearize(model, spec, dtype):
 
 def sweep(args) -> list[dict]:
     args.csv_path = getattr(args, "csv_path", None)
-    from bench.specs import parse_models
+    from bench.specs import parse_model_spec
     from models.fast_decode import FastDecoder
     device = torch.device(args.device)
     dtype = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32,
              "fp32": torch.float32, "float16": torch.float16}.get(args.dtype)
     if dtype is None:
         raise ValueError(f"--dtype {args.dtype!r}; allowed: bfloat16, float32, float16")
-    specs = parse_models(args.configs)
+    labels = list(dict.fromkeys(t.strip() for t in args.configs.split(";") if t.strip()))
+    if not labels:
+        raise ValueError("--configs is empty; e.g. 'full;gdn-default'")
+    specs = [None if t == STATIC_FULL else parse_model_spec(t) for t in labels]
     model = _load(args, device, dtype)
     vocab = model.config.vocab_size
     max_len = max(args.lengths) + args.new_tokens + 1
@@ -191,24 +199,30 @@ def sweep(args) -> list[dict]:
                 dtype=str(dtype).replace("torch.", ""), new_tokens=args.new_tokens, torch=torch.__version__,
                 fla=_fla_version(device), date=datetime.now(timezone.utc).strftime("%Y-%m-%d"))
     rows = []
-    for spec in specs:
-        undo = None
-        if spec.is_full_attention:
+    for label, spec in zip(labels, specs):
+        undo = decoder = None
+        use_graph = not args.no_graph and device.type == "cuda"
+        if spec is None:  # full attention through the same static-cache / CUDA-graph decoder as ours
+            decoder = FastDecoder(model, prefill_chunk=0, use_graph=use_graph, max_len=max_len)
+            run = lambda ids: run_fast(decoder, ids, args.new_tokens)  # noqa: E731
+            extra = dict(prefill_chunk=0, cuda_graph=decoder.use_graph)
+        elif spec.is_full_attention:
             run = lambda ids: run_full(model, ids, args.new_tokens)  # noqa: E731
             extra = dict(prefill_chunk=0, cuda_graph=False)
         else:
             undo = _linearize(model, spec, dtype)
-            decoder = FastDecoder(model, prefill_chunk=args.prefill_chunk, use_graph=not args.no_graph and
-                                  device.type == "cuda", max_len=max_len)
+            decoder = FastDecoder(model, prefill_chunk=args.prefill_chunk, use_graph=use_graph, max_len=max_len)
             run = lambda ids: run_fast(decoder, ids, args.new_tokens)  # noqa: E731
             extra = dict(prefill_chunk=args.prefill_chunk, cuda_graph=decoder.use_graph)
         warm = True
         for length in args.lengths:
             ids = torch.randint(0, vocab, (args.batch, length), generator=gen).to(device)
-            row = dict(info, config=spec.label, length=length, **extra)
+            if spec is None:  # static KV buffer sized for this length (not for the longest prompt)
+                decoder.max_len = length + args.new_tokens + 1
+            row = dict(info, config=label if spec is None else spec.label, length=length, **extra)
             try:
                 if warm:  # compile / autotune / graph capture outside the timings
-                    _warm_up(run, ids, None if undo is None else decoder)
+                    _warm_up(run, ids, None if undo is None else decoder)  # (full-static: one chunk)
                     warm = False
                 _reset_memory(device)
                 prefill_s, decode_s = run(ids)
@@ -223,10 +237,10 @@ def sweep(args) -> list[dict]:
             print(_row_line(row), flush=True)
             if args.csv_path is not None:  # merged row by row: a killed sweep keeps what it measured
                 merge_rows(args.csv_path, [row])
+        del decoder
         if undo is not None:
-            del decoder
             undo()
-            _reset_memory(device)
+        _reset_memory(device)
     return rows
 
 

@@ -131,6 +131,7 @@ class FastDecoder:
         changed |= _assign(self.io, "logits", logits.float())
         if changed:
             self.graph = None
+        self.position = T  # host-side copy of io["pos"], for the capacity check in decode()
         return nxt
 
     @torch.no_grad()
@@ -138,6 +139,11 @@ class FastDecoder:
         """n greedy steps from the prefilled cache; returns [B, n]."""
         if "ids" not in self.io:
             raise ValueError("decode() needs a prefill() first")
+        capacity = min((st["k"].shape[2] for st in self.states if isinstance(st, dict)), default=None)
+        if capacity is not None and self.position + n > capacity:
+            raise ValueError(f"decode({n}) after {self.position} tokens exceeds the full-attention KV buffer of "
+                             f"{capacity} slots; construct FastDecoder with a larger max_len")
+        self.position += n
         out = []
         if self.use_graph and self.graph is None:
             self._capture()
@@ -148,6 +154,13 @@ class FastDecoder:
                 self._step()
             out.append(self.io["ids"].clone())
         return torch.cat(out, 1) if out else self.io["ids"].new_zeros(self.io["ids"].shape[0], 0)
+
+    def capture(self):
+        """Capture the decode step now (else the first decode() does it); no-op without graphs."""
+        if "ids" not in self.io:
+            raise ValueError("capture() needs a prefill() first")
+        if self.use_graph and self.graph is None:
+            self._capture()
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
         first = self.prefill(input_ids)
@@ -308,14 +321,14 @@ class FastDecoder:
         return attn.o_proj(o.transpose(1, 2).reshape(B, Tc, -1))
 
     def _finish_full(self, i, attn, tail: dict, T: int, B: int, max_len: int) -> bool:
+        """KV buffers [B, Hkv, max_len, D] (head-major, so a decode step reads each head's keys contiguously)."""
         st = self.states[i] if isinstance(self.states[i], dict) else {}
         self.states[i] = st
         k, v = tail["k"], tail["v"]
-        cur = st.get("k")
-        L = max(max_len, cur.shape[1] if cur is not None else 0)
-        kb = torch.zeros(B, L, *k.shape[2:], dtype=k.dtype, device=self.device)
+        L = max_len  # a different size re-allocates the buffers (and invalidates a captured graph)
+        kb = torch.zeros(B, k.shape[2], L, k.shape[3], dtype=k.dtype, device=self.device)
         vb = torch.zeros_like(kb)
-        kb[:, :T], vb[:, :T] = k, v
+        kb[:, :, :T], vb[:, :, :T] = k.transpose(1, 2), v.transpose(1, 2)
         return _assign(st, "k", kb) | _assign(st, "v", vb)
 
     # ------------------------------------------------------------------ decode step (static shapes)
@@ -393,12 +406,17 @@ class FastDecoder:
         return attn.o_proj(y.reshape(B, 1, -1).to(x.dtype))
 
     def _step_full(self, attn, st: dict, x, pe, pos):
+        """One query against the static KV buffer (slots > pos masked): SDPA with the query heads of a KV
+        head as G query rows, so no GQA expansion of the cache is needed."""
         B = x.shape[0]
         q, k, v = self._project_full(attn, x, pe)
-        _write(st["k"], pos.view(1), k)
-        _write(st["v"], pos.view(1), v)
-        allowed = (torch.arange(st["k"].shape[1], device=x.device) <= pos).view(1, -1)
-        o = masked_attention(q, st["k"], st["v"], allowed, attn.scaling)
+        _write(st["k"], pos.view(1), k.transpose(1, 2), dim=2)
+        _write(st["v"], pos.view(1), v.transpose(1, 2), dim=2)
+        Hkv, L = st["k"].shape[1], st["k"].shape[2]
+        qg = q.reshape(B, Hkv, -1, q.shape[-1])  # [B, Hkv, G, D]: query head h*G+g -> row g of KV head h
+        allowed = (torch.arange(L, device=x.device) <= pos).view(1, 1, 1, L)
+        o = torch.nn.functional.scaled_dot_product_attention(qg, st["k"], st["v"], attn_mask=allowed,
+                                                              scale=attn.scaling)
         return attn.o_proj(o.reshape(B, 1, -1).to(x.dtype))
 
     # ------------------------------------------------------------------ CUDA graph

@@ -95,6 +95,23 @@ def test_latency_cli_cpu_sweep_merges_rows(tmp_path):
     assert (tmp_path / "latency.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_latency_full_static_config(tmp_path):
+    """Full attention through the static-cache decoder: a KV buffer per length, rows like the others."""
+    assert cli(["latency", "--lengths", "8,24", "--batch", "1", "--new-tokens", "2", "--configs", "full-static",
+                "--out-dir", str(tmp_path), "--layers", "1"]) == 0
+    df = pd.read_csv(tmp_path / "latency.csv")
+    assert list(df.config) == ["full-static"] * 2 and (df.status == "ok").all()
+
+
+def test_fast_decoder_full_attention_capacity_is_checked():
+    model = tiny_model(None)
+    fd = FastDecoder(model, max_len=12)
+    fd.prefill(torch.randint(0, 97, (1, 9)))
+    fd.decode(3)
+    with pytest.raises(ValueError, match="KV buffer"):
+        fd.decode(1)
+
+
 def test_latency_records_oom_and_goes_on(tmp_path, monkeypatch):
     calls = []
 
