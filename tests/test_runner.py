@@ -4,6 +4,7 @@ ranks (gloo, CPU) whose merged cell equals the one-process cell."""
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -133,7 +134,7 @@ def test_real_run_kill_resume_noop_and_render(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     before = Store(store).cells()  # every file present is a whole cell (no partial writes)
-    assert 1 <= len(before) <= 2
+    assert len(before) == 1  # killed while the second model was loading or running
 
     second = _golinear(*args)
     assert second.returncode == 0, second.stderr[-3000:]
@@ -146,7 +147,7 @@ def test_real_run_kill_resume_noop_and_render(tmp_path):
         prov = c["provenance"]
         assert prov["versions"]["lm_eval"] == "0.4.13" and prov["git"]["commit"]
         assert prov["model_fingerprint"] and prov["limit"] == 3
-        assert list(prov["data"]["files"]) == ["lambada_openai/lambada_test.jsonl"]
+        assert "lambada_openai/lambada_test.jsonl" in prov["data"]["files"]  # data, relative to the data dir
         assert len(prov["data"]["files"]["lambada_openai/lambada_test.jsonl"]) == 64
     labels = sorted(c["model"]["label"] for c in cells)
     assert labels == ["full", "swa-sink"]
@@ -161,7 +162,8 @@ def test_real_run_kill_resume_noop_and_render(tmp_path):
     lb = _golinear("leaderboard", "--store", str(store), "--out", str(out))
     assert lb.returncode == 0, lb.stderr[-2000:]
     md = (out / "standard.md").read_text()
-    assert "| measured | measured | smollm2-135m | full" in md and "swa-sink" in md
+    assert re.search(r"\| measured +\| measured +\| smollm2-135m +\| full +\|", md)
+    assert re.search(r"\| measured +\| measured +\| smollm2-135m +\| swa-sink +\|", md)
 
 
 @pytest.mark.slow
