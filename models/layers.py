@@ -79,11 +79,7 @@ class LinearizedAttention(nn.Module):
 
     def linear_inputs(self, x, q, k, v):
         """The mechanism's op inputs, keys/values expanded to the query heads."""
-        k_rep = k.repeat_interleave(self.groups, dim=2)
-        v_rep = v.repeat_interleave(self.groups, dim=2)
-        if self.mechanism == "hedgehog":
-            return self.lin.inputs(x, q, k, v_rep)
-        return self.lin.inputs(x, q, k_rep, v_rep)
+        return self.lin.inputs(x, q, k, v)
 
     def full_attention(self, x: torch.Tensor, position_embeddings) -> torch.Tensor:
         """The frozen layer's own causal softmax attention, without the short convs (diagnostics).

@@ -132,12 +132,10 @@ def linearize(model, cfg: LinearizeConfig, base_name: str | None = None):
         layer.self_attn = LinearizedAttention(layer.self_attn, model.config, idx, cfg.mechanism, cfg.window,
                                               cfg.sinks, cfg.short_conv, cfg.conv_size, cfg.gate_rank,
                                               cfg.feature_dim)
-        layer.self_attn.to(dtype=torch.float32)  # new parameters stay fp32 (they are tiny)
-        layer.self_attn.requires_grad_(False)
-        for name in ("lin", "conv"):
+        for name in ("lin", "conv"):  # new parameters stay fp32 (they are tiny); frozen ones keep their dtype
             sub = getattr(layer.self_attn, name)
             if sub is not None:
-                sub.requires_grad_(True)
+                sub.to(dtype=torch.float32)
     if cfg.lora:
         _add_lora(model, cfg, full)
     for p in new_parameters(model).values():  # (PEFT's injection freezes everything but its adapters)

@@ -15,8 +15,9 @@ MECHANISMS = ("gla", "kgla", "gdn", "hedgehog", "none")
 
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """FLA's in-kernel normalisation: x * rsqrt(sum(x^2) + eps)."""
-    return x * torch.rsqrt(x.float().pow(2).sum(-1, keepdim=True) + eps).to(x.dtype)
+    """FLA's in-kernel normalisation: x * rsqrt(sum(x^2) + eps), the sum in fp32."""
+    sq = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32).pow(2)
+    return x * torch.rsqrt(sq + eps).to(x.dtype)
 
 
 class GLAGate(nn.Module):
@@ -33,16 +34,23 @@ class GLAGate(nn.Module):
         return (F.logsigmoid(g) / self.normalizer).unflatten(-1, (self.heads, self.head_dim))
 
 
+def expand(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """KV heads -> query heads ([B,T,Hkv,D] -> [B,T,Hkv*groups,D]), as transformers' repeat_kv."""
+    return x.repeat_interleave(groups, dim=2) if groups > 1 else x
+
+
 class GLA(nn.Module):
+    """Mechanism interface: inputs(x, q, k, v) with q on the query heads and k, v on the KV heads."""
     kind = "gla"
 
     def __init__(self, hidden, heads, kv_heads, head_dim, gate_rank=16, **_):
         super().__init__()
+        self.groups = heads // kv_heads
         self.gate = GLAGate(hidden, heads, head_dim, gate_rank)
         self.scale = head_dim ** -0.5
 
     def inputs(self, x, q, k, v):
-        return dict(q=q, k=k, v=v, log_a=self.gate(x))
+        return dict(q=q, k=expand(k, self.groups), v=expand(v, self.groups), log_a=self.gate(x))
 
 
 class KeyGatedGLA(GLA):
@@ -56,10 +64,10 @@ class KeyGatedGLA(GLA):
         self.beta = nn.Linear(hidden, heads, bias=False)
 
     def inputs(self, x, q, k, v):
-        q, k = l2norm(q), l2norm(k)
+        q, k = l2norm(q), expand(l2norm(k), self.groups)
         beta = torch.sigmoid(self.beta(x).float()).unsqueeze(-1)
         log_a = self.gate(x) + torch.log1p(-(beta * k.float().pow(2)).clamp(max=1 - 1e-6))
-        return dict(q=q, k=k, v=v, log_a=log_a)
+        return dict(q=q, k=k, v=expand(v, self.groups), log_a=log_a)
 
 
 class GatedDeltaNet(nn.Module):
@@ -68,6 +76,7 @@ class GatedDeltaNet(nn.Module):
 
     def __init__(self, hidden, heads, kv_heads, head_dim, **_):
         super().__init__()
+        self.groups = heads // kv_heads
         self.a_proj = nn.Linear(hidden, heads, bias=False)
         self.b_proj = nn.Linear(hidden, heads, bias=False)
         self.A_log = nn.Parameter(torch.empty(heads))
@@ -87,7 +96,8 @@ class GatedDeltaNet(nn.Module):
     def inputs(self, x, q, k, v):
         log_a = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias.float())
         beta = torch.sigmoid(self.b_proj(x).float())
-        return dict(q=l2norm(q), k=l2norm(k), v=v, log_a=log_a, beta=beta)
+        return dict(q=l2norm(q), k=expand(l2norm(k), self.groups), v=expand(v, self.groups), log_a=log_a,
+                    beta=beta)
 
 
 class HedgehogFeatureMap(nn.Module):
@@ -117,10 +127,9 @@ class Hedgehog(nn.Module):
         # learned per-head mass exp(window_logmass) (LoLCATs mixes the two with a learned factor too).
         self.window_logmass = nn.Parameter(torch.zeros(heads)) if windowed else None
 
-    def inputs(self, x, q, k_kv, v):
-        """k_kv: keys on the KV heads (the k feature map is per KV head, then shared by its query heads)."""
-        phi_k = self.phi_k(k_kv).repeat_interleave(self.groups, dim=2)
-        return dict(phi_q=self.phi_q(q), phi_k=phi_k, v=v)
+    def inputs(self, x, q, k, v):
+        """The k feature map is per KV head, then shared by that head's query heads."""
+        return dict(phi_q=self.phi_q(q), phi_k=expand(self.phi_k(k), self.groups), v=expand(v, self.groups))
 
 
 MECHANISM_CLASSES = {"gla": GLA, "kgla": KeyGatedGLA, "gdn": GatedDeltaNet, "hedgehog": Hedgehog}
