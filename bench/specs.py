@@ -111,6 +111,8 @@ class ModelSpec:
                 v = str(v).lower()
             elif isinstance(v, tuple):
                 v = "+".join(map(str, v))
+            elif k == "checkpoint":  # the folder's name + content hash below, not where it happens to live
+                v = Path(v).name
             parts.append(f"{k}={v}")
         for k in ("base", "checkpoint"):
             ident = local_files_identity(a[k])
@@ -144,15 +146,29 @@ class ModelSpec:
         return ModelSpec(args, f"{fam} @{budget}", fam)
 
 
+CONTENT_HASH_LIMIT = 64 << 20  # checkpoints (new parameters only) are hashed by content; big backbones by stat
+
+
 def local_files_identity(value) -> str | None:
-    """For a local folder: a short hash of its files' names, sizes and mtimes (changes when they change)."""
+    """For a local folder: a short hash of its files (content up to 64 MB each, else size and mtime).
+
+    It changes when the files change, and (for checkpoints) survives copying the folder elsewhere."""
     if not value:
         return None
     p = Path(str(value)).expanduser()
     if not p.is_dir():
         return None
-    entries = [(q.name, q.stat().st_size, q.stat().st_mtime_ns) for q in sorted(p.iterdir()) if q.is_file()]
-    return hashlib.sha256(json.dumps(entries).encode()).hexdigest()[:10]
+    h = hashlib.sha256()
+    for q in sorted(p.iterdir()):
+        if not q.is_file() or q.name.startswith("."):
+            continue
+        st = q.stat()
+        h.update(q.name.encode())
+        if st.st_size <= CONTENT_HASH_LIMIT:
+            h.update(q.read_bytes())
+        else:
+            h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:10]
 
 
 def parse_model_spec(text: str) -> ModelSpec:

@@ -59,6 +59,9 @@ def test_checkpoint_folder_spec(tmp_path):
     assert spec.base_name == "smollm2-135m" and "checkpoint_files=" in key
     (tmp_path / "ck" / "new_params.safetensors").write_bytes(b"x")  # the folder changed: a new identity
     assert S.parse_model_spec(str(tmp_path / "ck")).key != key
+    import shutil
+    shutil.copytree(tmp_path / "ck", tmp_path / "elsewhere" / "ck")  # a copy keeps its identity
+    assert S.parse_model_spec(str(tmp_path / "elsewhere" / "ck")).key == S.parse_model_spec(str(tmp_path / "ck")).key
 
 
 # ----------------------------------------------------------------------------- planning
