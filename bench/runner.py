@@ -164,6 +164,25 @@ def check_task_data(entries, data_dir: str | None) -> None:
             mod.check_data(list(dict.fromkeys(tasks)), data_dir)
 
 
+def check_long_context_fits(cells, data_dir) -> None:
+    """RULER's QA tasks need room for whole documents: build one sample per QA task and tokenizer now,
+    so a too-short --context-length fails before any evaluation (not after an hour of other cells)."""
+    seen = set()
+    for c in cells:
+        if c.entry.suite != "ruler" or not c.entry.task.endswith(("_hqa", "_sqa")):
+            continue
+        k = (c.entry.task, c.model.base_name, c.config["context_length"])
+        if k in seen:
+            continue
+        seen.add(k)
+        from tasks.ruler import build_samples
+        try:
+            build_samples(c.entry.task, c.model.base_name, max_seq_length=c.config["context_length"],
+                          num_samples=1, seed=c.config["seed"], data_dir=data_dir)
+        except ValueError as e:
+            raise ValueError(f"{c.entry.display} at --context-length {c.config['context_length']}: {e}") from None
+
+
 # ----------------------------------------------------------------------------- planning
 @dataclass
 class Cell:
@@ -485,6 +504,7 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     for spec in {c.model.key: c.model for c in cells}.values():
         validate_model(spec, device)
     done = {c.key.digest for c in cells if store.has(c.key)}
+    check_long_context_fits([c for c in cells if c.key.digest not in done], data_dir)
     if world > 1:
         import torch.distributed as dist
         box = [sorted(done)]

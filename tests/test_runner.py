@@ -87,6 +87,7 @@ def test_budget_sweep_includes_baselines_at_the_same_budgets():
     (dict(models="gdn-default", suites="sniah", budgets=[8]), ValueError, "must exceed the 8 sink"),
     (dict(models="full", suites="sniah", context_length=100), ValueError, "1024..32768"),
     (dict(models="full", suites="cr", limit=0), ValueError, "positive integer"),
+    (dict(models="full", suites="ruler", context_length=1024), ValueError, "HQA at --context-length 1024"),
 ])
 def test_bad_input_fails_before_any_work(tmp_path, kwargs, exc, err):
     t0 = time.time()
