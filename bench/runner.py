@@ -155,6 +155,8 @@ def check_task_data(entries, data_dir: str | None) -> None:
     by_suite = {}
     for e in entries:
         by_suite.setdefault(e.suite, []).append(e.task)
+        if e.data and data_dir and not any((Path(data_dir) / d).exists() for d in e.data):
+            raise FileNotFoundError(f"task {e.display} needs {' or '.join(e.data)} in the data folder {data_dir!r}")
     for suite, tasks in by_suite.items():
         try:
             mod = suite_module(suite)

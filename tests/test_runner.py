@@ -87,9 +87,14 @@ def test_budget_sweep_includes_baselines_at_the_same_budgets():
     (dict(models="gdn-default", suites="sniah", budgets=[8]), ValueError, "must exceed the 8 sink"),
     (dict(models="full", suites="sniah", context_length=100), ValueError, "1024..32768"),
     (dict(models="full", suites="cr", limit=0), ValueError, "positive integer"),
+    (dict(models="full", suites="cr", data_dir="EMPTY"), FileNotFoundError, "piqa/valid.jsonl' is missing"),
+    (dict(models="full", suites="sniah", data_dir="EMPTY"), FileNotFoundError, "needs paul_graham_essays"),
     (dict(models="full", suites="ruler", context_length=1024), ValueError, "HQA at --context-length 1024"),
 ])
 def test_bad_input_fails_before_any_work(tmp_path, kwargs, exc, err):
+    if kwargs.get("data_dir") == "EMPTY":  # a data folder that exists but lacks the files
+        (tmp_path / "empty").mkdir()
+        kwargs = {**kwargs, "data_dir": str(tmp_path / "empty")}
     t0 = time.time()
     with pytest.raises(exc, match=err):
         run_matrix(store=tmp_path / "store", progress=False, **kwargs)
