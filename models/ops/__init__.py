@@ -7,8 +7,11 @@ forces a backend (`fla` raises if FLA cannot be imported); `backend_name(x)` say
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+
+import torch
 
 from models.ops import reference
 
@@ -56,10 +59,33 @@ def backend_name(x) -> str:
     return "reference" if backend_for(x) is reference else "fla"
 
 
+# The chunked/recurrent CPU ops are loops of small matmuls: with several OpenMP threads they collapse
+# (50x slower measured on 2 cores as soon as another process competes), with one they run at full speed.
+_SINGLE_THREAD_ON_CPU = {"gla_chunk", "gla_recurrent", "gdn_chunk", "gdn_recurrent", "linear_attn_chunk",
+                         "linear_attn_recurrent", "window_sink_attention", "window_sink_decode"}
+
+
+@contextlib.contextmanager
+def _one_thread():
+    n = torch.get_num_threads()
+    if n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
 def _dispatching(name):
     def op(*args, **kwargs):
         first = args[0] if args else next(iter(kwargs.values()), None)
-        return getattr(backend_for(first), name)(*args, **kwargs)
+        backend = backend_for(first)
+        if backend is reference and name in _SINGLE_THREAD_ON_CPU and not getattr(first, "is_cuda", False):
+            with _one_thread():
+                return getattr(reference, name)(*args, **kwargs)
+        return getattr(backend, name)(*args, **kwargs)
     op.__name__ = name
     op.__doc__ = getattr(reference, name).__doc__
     return op
