@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 
@@ -75,11 +76,13 @@ def add_arguments(p):
     p.add_argument("--tokens", type=int, default=512, help="held-out passage length for perplexity")
     p.add_argument("--limit", type=int, default=8, help="documents per standard task (MMLU: per subject, 1)")
     p.add_argument("--long-samples", type=int, default=2, help="samples per S-NIAH/RULER task")
-    p.add_argument("--context-length", type=int, default=1024, help="S-NIAH/RULER context length")
+    p.add_argument("--context-length", type=int, default=2048,
+                   help="S-NIAH/RULER context length (HQA needs >= 2048 with SmolLM2)")
     p.add_argument("--suites", default="cr,mmlu,lambada,sniah,ruler")
     p.add_argument("--store", default="runs/demo/store")
     p.add_argument("--out", default="runs/demo/leaderboards")
     p.add_argument("--data-dir", default=None)
+    p.add_argument("--batch-size", type=int, default=8, help="lm-eval batch size (scores do not depend on it)")
     p.add_argument("--skip-eval", action="store_true", help="only the model summary (step 1)")
 
 
@@ -93,6 +96,9 @@ def main(args) -> int:
     if args.skip_eval:
         return 0
     from bench import leaderboard, runner
+    if checkpoint:  # a relative path keeps leaderboard labels short and clone-independent
+        rel = os.path.relpath(checkpoint)
+        checkpoint = rel if not rel.startswith("..") else checkpoint
     recipe = f"checkpoint={checkpoint}" if checkpoint else "gdn-default"
     models = ["full", recipe]
     suites = [s.strip() for s in args.suites.split(",") if s.strip()]
@@ -102,10 +108,15 @@ def main(args) -> int:
             (long, args.long_samples, {"context_length": args.context_length, "num_samples": args.long_samples})]
     for job_suites, limit, extra in jobs:
         if job_suites:
-            runner.run_matrix(models, job_suites, args.store, limit=limit, data_dir=args.data_dir, **extra)
+            runner.run_matrix(models, job_suites, args.store, limit=limit, data_dir=args.data_dir,
+                              batch_size=args.batch_size, **extra)
     leaderboard.render(args.store, args.out)
-    md = Path(args.out) / "standard.md"
-    if md.exists():
-        print(md.read_text())
+    for name in ("standard.md", "sniah.md", "ruler.md"):  # the measured rows (reported ones are in the files)
+        md = Path(args.out) / name
+        if md.exists():
+            lines = md.read_text().splitlines()
+            table = [ln for ln in lines if ln.startswith("|") and ("measured" in ln or ln.startswith("| status")
+                                                                   or ln.startswith("|:"))]
+            print("\n".join([lines[0], *table, ""]))
     print(f"leaderboards written to {args.out}/ (cells in {args.store}; re-running skips finished cells)")
     return 0

@@ -96,6 +96,13 @@ class ModelSpec:
         a = self.full
         if self.is_full_attention:
             return math.inf
+        if a["checkpoint"] is not None and not (a["sinks"] or a["window"]):
+            try:  # a checkpoint carries its own window and sinks
+                from models.checkpoint import read_config
+                lin = read_config(a["checkpoint"])["linearize"]
+                return lin.get("sinks", 0) + lin.get("window", 0)
+            except (FileNotFoundError, KeyError, ValueError):
+                return 0
         return a["sinks"] + a["window"] if (a["sinks"] or a["window"]) else 0
 
     @property

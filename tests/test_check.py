@@ -88,3 +88,31 @@ def test_damaged_weights_fail_the_check(tmp_path):
                           text=True, timeout=900)
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
     assert "FAILED" in proc.stdout and "DROP" in proc.stdout and "perplexity" in proc.stdout
+
+
+SHIPPED = ROOT / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
+SHIPPED_BASELINE = ROOT / "leaderboards" / "baseline" / "smollm2-gdn-default.json"
+
+
+@pytest.mark.slow
+def test_shipped_checkpoint_passes_and_a_damaged_copy_fails(tmp_path):
+    """CI's regression check on the shipped default-recipe checkpoint, and the same check on a copy whose new
+    parameters were damaged (noise of 3x each tensor's std): the CLI exits 1 with a DROP."""
+    import shutil
+    import torch
+    from safetensors.torch import load_file, save_file
+    proc = subprocess.run([sys.executable, "-m", "bench.cli", "check", "--model", str(SHIPPED),
+                           "--baseline", str(SHIPPED_BASELINE)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=1200)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    damaged = tmp_path / SHIPPED.name
+    shutil.copytree(SHIPPED, damaged)
+    tensors = load_file(str(damaged / "new_params.safetensors"))
+    gen = torch.Generator().manual_seed(0)
+    tensors = {k: v + torch.randn(v.shape, generator=gen) * 3 * (v.float().std() + 1e-3) for k, v in tensors.items()}
+    save_file(tensors, str(damaged / "new_params.safetensors"))
+    proc = subprocess.run([sys.executable, "-m", "bench.cli", "check", "--model", str(damaged),
+                           "--baseline", str(SHIPPED_BASELINE)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=1200)
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
+    assert "DROP" in proc.stdout
