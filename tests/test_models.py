@@ -30,6 +30,10 @@ def tiny(arch: str, seed: int = 0):
                   num_key_value_heads=2, max_position_embeddings=256)
     if arch == "llama":
         return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common)).eval()
+    if arch == "mistral":
+        return transformers.MistralForCausalLM(transformers.MistralConfig(sliding_window=None, **common)).eval()
+    if arch == "qwen2":  # q/k/v projections with bias
+        return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common)).eval()
     return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(head_dim=16, **common)).eval()
 
 
@@ -64,7 +68,8 @@ def test_parallel_equals_generate_cache(arch, mech, option):
     assert rel(torch.stack(out.logits, 1), parallel) <= 1e-4
 
 
-@pytest.mark.parametrize("arch,mech", [(a, m) for a in ["llama", "qwen3"] for m in MECHS if m != "none"])
+@pytest.mark.parametrize("arch,mech", [(a, m) for a in ["llama", "qwen3"] for m in MECHS if m != "none"]
+                         + [("mistral", "gdn"), ("qwen2", "gdn"), ("qwen2", "hedgehog")])
 def test_token_by_token_from_first_token(arch, mech):
     """Every position decoded one token at a time (batch 2), including the sink/window transitions."""
     model = linearized(arch, mech, "conv")
