@@ -104,7 +104,7 @@ def run_full(model, ids, new_tokens):
     t0 = time.perf_counter()
     out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
     nxt = out.logits[:, -1:].argmax(-1)
-    past = out.past_key_values
+    past = getattr(out, "cache", None) or out.past_key_values  # `cache` from transformers 5.24
     _sync(device)
     t1 = time.perf_counter()
     for _ in range(new_tokens):

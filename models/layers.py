@@ -165,7 +165,9 @@ class LinearizedAttention(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None,
-                **kwargs):
+                cache=None, **kwargs):
+        # transformers < 5.24 passes the cache as `past_key_values`, newer releases as `cache`
+        past_key_values = cache if cache is not None else past_key_values
         cache = None
         if past_key_values is not None:
             cache = past_key_values.layers[self.layer_idx]

@@ -8,6 +8,7 @@ trainable. The model keeps its class (plus a generation mixin that builds `Linea
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
 
@@ -113,8 +114,10 @@ class LinearGenerationMixin:
     """Makes `generate` build a LinearCache instead of a DynamicCache."""
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
-        if model_kwargs.get("past_key_values") is None and generation_config.use_cache is not False:
-            model_kwargs["past_key_values"] = LinearCache.for_model(self)
+        # the cache's keyword is `past_key_values` before transformers 5.24 and `cache` from then on
+        name = "cache" if "cache" in inspect.signature(self.forward).parameters else "past_key_values"
+        if model_kwargs.get(name) is None and generation_config.use_cache is not False:
+            model_kwargs[name] = LinearCache.for_model(self)
         return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 
 
