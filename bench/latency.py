@@ -278,15 +278,8 @@ def _row_line(r: dict) -> str:
 
 # ----------------------------------------------------------------------------------------------- outputs
 def _atomic_write(path: Path, write):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    from models.train import atomic_write_bytes  # one atomic writer for the project's output files
+    atomic_write_bytes(path, write)
 
 
 def merge_rows(csv_path: Path, rows: list[dict]):
