@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
