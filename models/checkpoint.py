@@ -21,14 +21,22 @@ WEIGHTS, CONFIG = "new_params.safetensors", "config.json"
 FORMAT_VERSION = 1
 
 
-def save_checkpoint(model, folder: str | os.PathLike, extra: dict | None = None) -> Path:
-    """Write the new parameters and the config atomically (a temp folder renamed into place)."""
+def save_checkpoint(model, folder: str | os.PathLike, extra: dict | None = None,
+                    tensors: dict[str, torch.Tensor] | None = None) -> Path:
+    """Write the new parameters and the config atomically (a temp folder renamed into place).
+
+    `tensors`: the new parameters already gathered (FSDP shards them; the trainer gathers on every rank)."""
     info = getattr(model.config, "golinear", None)
     if info is None:
         raise ValueError("model is not linearized: nothing to save")
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tensors = {n: p.detach().float().cpu().contiguous() for n, p in new_parameters(model).items()}
+    names = set(new_parameters(model))
+    if tensors is None:
+        tensors = {n: p.detach().float().cpu().contiguous() for n, p in new_parameters(model).items()}
+    elif set(tensors) != names:
+        raise ValueError(f"tensors to save do not match the model's new parameters: missing "
+                         f"{sorted(names - set(tensors))[:5]}, unexpected {sorted(set(tensors) - names)[:5]}")
     config = {"format": FORMAT_VERSION, "base": info["base"], "base_fingerprint": info["base_fingerprint"],
               "linearize": info["linearize"], "new_parameters": count_new_parameters(model), **(extra or {})}
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))

@@ -6,10 +6,15 @@ new parameters (models.checkpoint), `train_log.jsonl`, `train_config.json` (ever
 provenance, timings, held-out losses next to the full-attention model's) and `loss.png`.
 `state.pt` in the same folder is the resume point (optimizer, schedule, RNG, data position = step):
 re-running the same command continues exactly where an interrupted run stopped.
-Data parallel under `accelerate launch` (each rank reads its own slice of every global batch).
+Data parallel under `accelerate launch` (each rank reads its own slice of every global batch). FSDP
+(`--fsdp`, or an accelerate config with `distributed_type: FSDP`, `fsdp_version: 2`) shards the frozen
+backbone and the new parameters across the ranks with torch's FSDP2 `fully_shard`, one unit per decoder
+layer plus the root; checkpoints and `state.pt` hold full (gathered) tensors, so they are the same files a
+one-process run writes.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -169,12 +174,105 @@ def plot_loss(log: list[dict], png: Path, title: str = "", heldout: dict | None 
     plt.close(fig)
 
 
+# ---------------------------------------------------------------------------------------------- FSDP
+def _env_bool(env, name: str, default: bool) -> bool:
+    value = env.get(name)
+    if value is None:
+        return default
+    if value.lower() in ("true", "1", "yes"):
+        return True
+    if value.lower() in ("false", "0", "no"):
+        return False
+    raise ValueError(f"{name}={value!r}: expected true or false (FSDP2 settings)")
+
+
+def fsdp_settings(flag: bool, num_processes: int, env=None) -> dict | None:
+    """FSDP settings when FSDP is asked for (`--fsdp` or accelerate's FSDP config), else None.
+
+    `accelerate launch` exports an FSDP config as ACCELERATE_USE_FSDP / FSDP_* variables (on CPU too,
+    where accelerate itself would fall back to plain data parallel); golinear applies FSDP2 itself."""
+    env = os.environ if env is None else env
+    if not (flag or _env_bool(env, "ACCELERATE_USE_FSDP", False)):
+        return None
+    if num_processes < 2:
+        raise ValueError(f"FSDP shards across processes but this run has {num_processes}; launch it with "
+                         "`accelerate launch --num_processes N` (N >= 2), or drop --fsdp")
+    version = env.get("FSDP_VERSION", "2")
+    if version != "2":
+        raise ValueError(f"fsdp_version {version}: golinear train shards with FSDP2 (fully_shard; mixed frozen and "
+                         "trainable parameters in one unit); set `fsdp_version: 2` in the accelerate config")
+    if _env_bool(env, "FSDP_OFFLOAD_PARAMS", False):
+        raise ValueError("fsdp_offload_params: true is not supported by golinear train; set it to false")
+    if env.get("FSDP_CPU_RAM_EFFICIENT_LOADING", "false").lower() == "true":
+        raise ValueError("fsdp_cpu_ram_efficient_loading: true is not supported by golinear train (every process "
+                         "loads the backbone before sharding); set it to false")
+    return {"version": 2, "reshard_after_forward": _env_bool(env, "FSDP_RESHARD_AFTER_FORWARD", True),
+            "activation_checkpointing": _env_bool(env, "FSDP_ACTIVATION_CHECKPOINTING", False),
+            "unit": "decoder layer"}
+
+
+def shard_model(model, device: torch.device, num_processes: int, reshard_after_forward: bool = True,
+                activation_checkpointing: bool = False, **_):
+    """FSDP2 in place: one unit per decoder layer, the root holds embeddings, final norm and LM head.
+
+    FSDP2 shards every parameter on its first dimension, frozen or not, so a unit mixes frozen backbone
+    weights and trainable new ones freely; gradients exist (and are reduce-scattered) only for the latter."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from models.linearize import _decoder_layers
+
+    layers = _decoder_layers(model)
+    scalars = [n for n, p in model.named_parameters() if p.dim() == 0]
+    if scalars:
+        raise ValueError(f"FSDP shards parameters on their first dimension; 0-dim parameters cannot be sharded: "
+                         f"{scalars[:5]}")
+    if activation_checkpointing:  # recompute each layer in backward (FSDP re-gathers its weights)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()  # transformers checkpoints only in training mode (Llama-family layers have no dropout)
+    mesh = init_device_mesh(device.type, (num_processes,))
+    for layer in layers:
+        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    return model
+
+
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of an FSDP shard (a collective: every rank must call it), else `t` itself."""
+    from torch.distributed.tensor import DTensor
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def shard_like(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of `full`, laid out as `param` (no communication: every rank holds `full`)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+    if not isinstance(param, DTensor):
+        return full.to(param.device)
+    return distribute_tensor(full.to(param.device), param.device_mesh, param.placements, src_data_rank=None)
+
+
+@contextlib.contextmanager
+def full_attention(model, attention_modules: list):
+    """Run `model` with its original softmax attention modules (they share the frozen q/k/v/o projections,
+    so under FSDP the layer's unit gathers them as usual): the full-attention reference of a sharded model."""
+    from models.linearize import _decoder_layers
+    layers = _decoder_layers(model)
+    current = [layer.self_attn for layer in layers]
+    for layer, attn in zip(layers, attention_modules):
+        layer.self_attn = attn
+    try:
+        yield model
+    finally:
+        for layer, attn in zip(layers, current):
+            layer.self_attn = attn
+
+
 # ---------------------------------------------------------------------------------------------- trainer
 class Trainer:
     """The loop: owns optimizer, schedule position, RNG and the data position (the global step)."""
 
     def __init__(self, model, sequences: data_mod.PackedSequences, cfg: TrainConfig, out: Path,
-                 accelerator=None, meta: dict | None = None, deadline: float | None = None):
+                 accelerator=None, meta: dict | None = None, deadline: float | None = None,
+                 fsdp: dict | None = None):
         from accelerate import Accelerator
 
         cfg.validate()
@@ -185,10 +283,15 @@ class Trainer:
         self.bf16 = cfg.bf16 if cfg.bf16 is not None else self.device.type == "cuda"
         self.sequences = sequences
         self.raw_model = model
+        self.fsdp = fsdp
+        trainable_parameters(model)  # fails early on a model without new parameters
+        if fsdp is not None:  # shard first: FSDP replaces the parameters, the optimizer takes the shards
+            shard_model(model, self.device, self.acc.num_processes, **fsdp)
         self.named = trainable_parameters(model)
         self.optimizer = torch.optim.AdamW(param_groups(self.named, cfg), lr=cfg.lr, betas=tuple(cfg.betas),
                                            weight_decay=cfg.weight_decay)
-        self.model = self.acc.prepare(model)  # DDP wrapper when distributed; moves to the device
+        # FSDP: the sharded model as is; else accelerate's DDP wrapper when distributed (moves to the device)
+        self.model = model if fsdp is not None else self.acc.prepare(model)
         self.step = 0
         self.loss_window: list[float] = []  # losses since the last log line (part of the state)
         self.total_steps = cfg.steps
@@ -202,10 +305,16 @@ class Trainer:
 
     # -- state
     def state_dict(self) -> dict:
+        """Under FSDP a collective (every rank gathers the full tensors); the result is the same layout a
+        non-sharded run writes, so a state is tied to the number of processes only through the data order."""
+        optimizer = self.optimizer.state_dict()
+        if self.fsdp is not None:
+            optimizer["state"] = {i: {k: full_tensor(v).detach().cpu() if torch.is_tensor(v) else v
+                                      for k, v in s.items()} for i, s in optimizer["state"].items()}
         return {"step": self.step, "total_steps": self.total_steps, "budget_note": self.budget_note,
                 "loss_window": list(self.loss_window),
-                "params": {n: p.detach().cpu().clone() for n, p in self.named.items()},
-                "optimizer": self.optimizer.state_dict(), "rng": rng_state(),
+                "params": {n: full_tensor(p.detach()).cpu().clone() for n, p in self.named.items()},
+                "optimizer": optimizer, "rng": rng_state(),
                 "elapsed_s": self.elapsed_before + self._run_elapsed(), "config": dataclasses.asdict(self.cfg),
                 "meta": self.meta, "world_size": self.world}
 
@@ -215,8 +324,14 @@ class Trainer:
                              f"{self.world}; resume with the same number")
         with torch.no_grad():
             for n, p in self.named.items():
-                p.copy_(state["params"][n].to(p.device))
-        self.optimizer.load_state_dict(state["optimizer"])
+                p.copy_(shard_like(state["params"][n], p))
+        optimizer = state["optimizer"]
+        if self.fsdp is not None:  # full optimizer tensors -> this rank's shards (param order = state index)
+            params = [p for g in self.optimizer.param_groups for p in g["params"]]
+            optimizer = dict(optimizer, state={
+                i: {k: shard_like(v, params[int(i)]) if torch.is_tensor(v) and v.shape == params[int(i)].shape
+                    else v for k, v in s.items()} for i, s in optimizer["state"].items()})
+        self.optimizer.load_state_dict(optimizer)
         self.step, self.total_steps = state["step"], state["total_steps"]
         self.budget_note = state.get("budget_note")
         self.loss_window = list(state.get("loss_window", []))
@@ -225,8 +340,9 @@ class Trainer:
         set_rng_state(state["rng"])
 
     def save_state(self) -> None:
+        state = self.state_dict() if self.fsdp is not None or self.acc.is_main_process else None
         if self.acc.is_main_process:
-            atomic_write_bytes(self.out / STATE_FILE, lambda tmp: torch.save(self.state_dict(), tmp))
+            atomic_write_bytes(self.out / STATE_FILE, lambda tmp: torch.save(state, tmp))
         self.acc.wait_for_everyone()
 
     def try_resume(self) -> bool:
@@ -276,6 +392,12 @@ class Trainer:
         else:
             self.budget_note = None
 
+    def _global_mean(self, value: torch.Tensor) -> float:
+        """The loss of the whole global batch (the mean over ranks), as a one-process run logs it."""
+        if self.world > 1:
+            value = self.acc.reduce(value, reduction="mean")
+        return float(value)
+
     def _past_deadline(self, now: float) -> bool:
         flag = [now > self.deadline + self.hard_stop_slack_s]
         if self.world > 1:  # every rank must stop at the same step
@@ -311,11 +433,11 @@ class Trainer:
                     raise ValueError("no trainable parameter affects the loss (is seq_len <= window + sinks, "
                                      "leaving the linear path no tokens?)")
                 self.acc.backward(loss)
-                grad_norm = torch.nn.utils.clip_grad_norm_(list(self.named.values()), cfg.grad_clip)
+                grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(list(self.named.values()), cfg.grad_clip))
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.step += 1
-                window.append(float(loss.detach()))
+                window.append(self._global_mean(loss.detach()))
                 done_here = self.step - start_step
                 if done_here == 3:  # steady-state timing starts after compilation / autotuning
                     if self.device.type == "cuda":
@@ -374,8 +496,19 @@ class Trainer:
                 "stopped_at_deadline": self.stopped_at_deadline,
                 "world_size": self.world}
 
-    def evaluate(self, sequences: torch.Tensor) -> float:
-        return heldout_loss(self.raw_model, sequences, self.device, self.bf16)
+    def evaluate(self, sequences: torch.Tensor, attention_modules: list | None = None) -> float:
+        """Held-out loss; with `attention_modules`, of the full-attention model (the original attention).
+
+        Under FSDP every rank must call it (each forward gathers the layers) and every rank gets the loss."""
+        model = self.model if self.fsdp is not None else self.raw_model
+        ctx = full_attention(model, attention_modules) if attention_modules else contextlib.nullcontext()
+        with ctx:
+            return heldout_loss(model, sequences, self.device, self.bf16)
+
+    def full_new_parameters(self) -> dict:
+        """name -> full fp32 CPU tensor of every new parameter (a collective under FSDP)."""
+        from models.linearize import new_parameters
+        return {n: full_tensor(p.detach()).float().cpu().contiguous() for n, p in new_parameters(self.raw_model).items()}
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -428,6 +561,8 @@ def add_arguments(p) -> None:
                    help="fit the step count into this many seconds (measured after a few steps)")
     g.add_argument("--stop-after", type=int, default=None, help="leave after this global step (resume later)")
     g.add_argument("--keep-state", action="store_true", help="keep state.pt after a finished run")
+    g.add_argument("--fsdp", action="store_true", help="shard backbone and new parameters over the processes "
+                   "(FSDP2, one unit per decoder layer); also on with an accelerate FSDP config")
     g.add_argument("--note", default=None, help="free text stored in the config (e.g. why fewer tokens)")
 
 
@@ -498,6 +633,7 @@ def main(args) -> int:
     cfg.validate()
     opts = linearize_options(args)
     acc = Accelerator(cpu=not torch.cuda.is_available())
+    fsdp = fsdp_settings(getattr(args, "fsdp", False), acc.num_processes)
     needed = cfg.steps * cfg.batch_size * acc.num_processes * cfg.seq_len + cfg.seq_len
     train_tokens = args.prepare_train_tokens or needed
     heldout_tokens = cfg.eval_sequences * cfg.seq_len
@@ -522,46 +658,54 @@ def main(args) -> int:
     sequences = data_mod.PackedSequences(td.train, cfg.seq_len, seed=cfg.seed)
     heldout = data_mod.heldout_sequences(td.heldout, cfg.seq_len, cfg.eval_sequences)
 
-    model, _ = load_backbone(args.base, dtype="float32", device=acc.device)
+    # FSDP: every process loads the backbone into host memory; sharding moves only its shards to the device
+    model, _ = load_backbone(args.base, dtype="float32", device="cpu" if fsdp else acc.device)
     bf16 = cfg.bf16 if cfg.bf16 is not None else acc.device.type == "cuda"
     resuming = (out / STATE_FILE).exists()
     previous = json.loads((out / CONFIG_FILE).read_text()) if resuming and (out / CONFIG_FILE).exists() else {}
     full_loss = previous.get("results", {}).get("heldout_loss_full_attention")
-    if full_loss is None and acc.is_main_process:
+    if full_loss is None and acc.is_main_process and not fsdp:
         full_loss = heldout_loss(model, heldout, acc.device, bf16)
+    attention_modules = [layer.self_attn for layer in model.model.layers] if fsdp else None  # full-attn reference
     seed_everything(cfg.seed)  # new-parameter initialisation is a function of the seed
     linearize(model, lin_cfg, base_name=args.base)
     init_loss = previous.get("results", {}).get("heldout_loss_init")
-    t_eval = time.perf_counter()
-    if init_loss is None and acc.is_main_process:
-        init_loss = heldout_loss(model, heldout, acc.device, bf16)
-    eval_s = time.perf_counter() - t_eval  # includes kernel compilation on a fresh GPU: capped below
-    deadline = None
-    if cfg.time_budget_s and not resuming:  # leave time for the final evaluation and saving
-        deadline = t_start + cfg.time_budget_s - (min(eval_s, 30.0) + 10.0)
-
     data_meta = {k: v for k, v in td.meta.items()}
     data_meta.update(sequences=sequences.num, seq_len=cfg.seq_len,
                      epochs=round(sequences.epochs_for(cfg.steps * cfg.batch_size * acc.num_processes), 4))
-    trainer = Trainer(model, sequences, cfg, out, accelerator=acc, meta={"data": data_meta}, deadline=deadline)
+    t_eval = time.perf_counter()
+    if init_loss is None and acc.is_main_process and not fsdp:
+        init_loss = heldout_loss(model, heldout, acc.device, bf16)
+    trainer = Trainer(model, sequences, cfg, out, accelerator=acc, meta={"data": data_meta}, fsdp=fsdp)
+    if fsdp:  # the sharded model is evaluated by all ranks together
+        t_eval = time.perf_counter()
+        if full_loss is None:
+            full_loss = trainer.evaluate(heldout, attention_modules=attention_modules)
+        if init_loss is None:
+            init_loss = trainer.evaluate(heldout)
+    eval_s = time.perf_counter() - t_eval  # includes kernel compilation on a fresh GPU: capped below
+    if cfg.time_budget_s and not resuming:  # leave time for the final evaluation and saving
+        trainer.deadline = t_start + cfg.time_budget_s - (min(eval_s, 30.0) + 10.0)
     trainer.try_resume()
     summary = trainer.train()
     results = {"heldout_loss_full_attention": full_loss, "heldout_loss_init": init_loss,
                "heldout_sequences": int(heldout.shape[0]), "heldout_tokens_scored": int(heldout.numel() - heldout.shape[0])}
     record = {"command": "golinear train", "base": args.base, "linearize": lin_cfg.to_dict(), "train": dataclasses.asdict(cfg),
               "data": data_meta, "seeds": {"init": cfg.seed, "data_order": cfg.seed, "heldout": "hash rule, no seed"},
-              "note": args.note, "environment": environment(acc), "summary": summary, "results": results}
+              "note": args.note, "environment": environment(acc, fsdp), "summary": summary, "results": results}
     if not summary["finished"]:
         if acc.is_main_process:
             atomic_write_json(out / CONFIG_FILE, record)
             print(f"stopped at step {summary['step']}/{summary['total_steps']}; re-run the same command to resume")
         return 0
-    if acc.is_main_process:
+    if fsdp or acc.is_main_process:  # under FSDP every rank takes part in the forward and the gathering
         results["heldout_loss_trained"] = trainer.evaluate(heldout)
+        new_params = trainer.full_new_parameters()
+    if acc.is_main_process:
         record["summary"]["total_wall_s_this_invocation"] = round(time.perf_counter() - t_start, 2)
         record["new_parameters"] = int(sum(p.numel() for p in trainer.named.values()))
-        save_checkpoint(model, out, extra={"training": {k: record[k] for k in ("train", "seeds", "note", "summary",
-                                                                               "results")}})
+        save_checkpoint(model, out, tensors=new_params,
+                        extra={"training": {k: record[k] for k in ("train", "seeds", "note", "summary", "results")}})
         atomic_write_json(out / CONFIG_FILE, record)
         plot_loss(read_log(out / LOG_FILE), out / PLOT_FILE,
                   title=f"{args.base} {run_name(opts)}: {summary['tokens'] / 1e6:.1f}M tokens",
@@ -575,9 +719,9 @@ def main(args) -> int:
     return 0
 
 
-def environment(acc) -> dict:
+def environment(acc, fsdp: dict | None = None) -> dict:
     env = {"torch": torch.__version__, "python": platform.python_version(), "device": str(acc.device),
-           "processes": acc.num_processes}
+           "processes": acc.num_processes, "fsdp": fsdp}
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
     try:
