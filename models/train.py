@@ -494,7 +494,14 @@ class Trainer:
                 "tokens_per_s": round((self.step - start_step) * tokens_per_step / max(run_s, 1e-9), 1),
                 "steady_tokens_per_s": None if steady is None else round(steady, 1),
                 "stopped_at_deadline": self.stopped_at_deadline,
-                "world_size": self.world}
+                "world_size": self.world, **self.parameter_counts()}
+
+    def parameter_counts(self) -> dict:
+        """Model parameters in all and held by this rank (rank 0's counts go to the log): shows the sharding."""
+        from torch.distributed.tensor import DTensor
+        params = list(self.raw_model.parameters())
+        local = sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in params)
+        return {"parameters": sum(p.numel() for p in params), "parameters_on_rank": local}
 
     def evaluate(self, sequences: torch.Tensor, attention_modules: list | None = None) -> float:
         """Held-out loss; with `attention_modules`, of the full-attention model (the original attention).
