@@ -236,6 +236,48 @@ def shard_model(model, device: torch.device, num_processes: int, reshard_after_f
     return model
 
 
+def backbone_skeleton(name_or_path: str):
+    """The backbone's modules on the meta device (no memory, no weights): what ranks > 0 start from."""
+    import transformers
+    from models.backbone import check_architecture, resolve
+    config = transformers.AutoConfig.from_pretrained(resolve(name_or_path))
+    check_architecture(config)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32,
+                                                              attn_implementation="sdpa")
+    return model.eval().requires_grad_(False)
+
+
+def load_sharded(base: str, lin_cfg, seed: int, acc, fsdp: dict):
+    """(sharded linearized model, original attention modules). Only rank 0 reads the backbone (host memory:
+    one fp32 copy, not one per process); the other ranks build it on the meta device; after sharding, rank
+    0 broadcasts every tensor and each rank keeps its shard. New-parameter init = a one-process run's."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from models.backbone import load_backbone
+    from models.linearize import _decoder_layers, linearize
+
+    if acc.is_main_process:
+        model, _ = load_backbone(base, dtype="float32", device="cpu")
+    else:
+        model = backbone_skeleton(base)
+    attention_modules = [layer.self_attn for layer in _decoder_layers(model)]
+    seed_everything(seed)  # new-parameter initialisation is a function of the seed (rank 0's is kept)
+    linearize(model, lin_cfg, base_name=base)
+    full = model.state_dict() if acc.is_main_process else {}
+    shard_model(model, acc.device, acc.num_processes, **fsdp)
+    if not acc.is_main_process:
+        model.to_empty(device=acc.device)
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    del full
+    seen = set()
+    for _, buf in model.named_buffers():  # non-persistent buffers (rotary inv_freq) are not in the state dict
+        if id(buf) not in seen:
+            seen.add(id(buf))
+            dist.broadcast(buf, src=0)
+    return model, attention_modules
+
+
 def full_tensor(t: torch.Tensor) -> torch.Tensor:
     """The whole tensor of an FSDP shard (a collective: every rank must call it), else `t` itself."""
     from torch.distributed.tensor import DTensor
@@ -285,8 +327,9 @@ class Trainer:
         self.raw_model = model
         self.fsdp = fsdp
         trainable_parameters(model)  # fails early on a model without new parameters
-        if fsdp is not None:  # shard first: FSDP replaces the parameters, the optimizer takes the shards
-            shard_model(model, self.device, self.acc.num_processes, **fsdp)
+        from torch.distributed.fsdp import FSDPModule
+        if fsdp is not None and not isinstance(model, FSDPModule):  # shard first: FSDP replaces the
+            shard_model(model, self.device, self.acc.num_processes, **fsdp)  # parameters; optimizer takes shards
         self.named = trainable_parameters(model)
         self.optimizer = torch.optim.AdamW(param_groups(self.named, cfg), lr=cfg.lr, betas=tuple(cfg.betas),
                                            weight_decay=cfg.weight_decay)
@@ -665,17 +708,18 @@ def main(args) -> int:
     sequences = data_mod.PackedSequences(td.train, cfg.seq_len, seed=cfg.seed)
     heldout = data_mod.heldout_sequences(td.heldout, cfg.seq_len, cfg.eval_sequences)
 
-    # FSDP: every process loads the backbone into host memory; sharding moves only its shards to the device
-    model, _ = load_backbone(args.base, dtype="float32", device="cpu" if fsdp else acc.device)
     bf16 = cfg.bf16 if cfg.bf16 is not None else acc.device.type == "cuda"
     resuming = (out / STATE_FILE).exists()
     previous = json.loads((out / CONFIG_FILE).read_text()) if resuming and (out / CONFIG_FILE).exists() else {}
     full_loss = previous.get("results", {}).get("heldout_loss_full_attention")
-    if full_loss is None and acc.is_main_process and not fsdp:
-        full_loss = heldout_loss(model, heldout, acc.device, bf16)
-    attention_modules = [layer.self_attn for layer in model.model.layers] if fsdp else None  # full-attn reference
-    seed_everything(cfg.seed)  # new-parameter initialisation is a function of the seed
-    linearize(model, lin_cfg, base_name=args.base)
+    if fsdp:
+        model, attention_modules = load_sharded(args.base, lin_cfg, cfg.seed, acc, fsdp)
+    else:
+        model, _ = load_backbone(args.base, dtype="float32", device=acc.device)
+        if full_loss is None and acc.is_main_process:
+            full_loss = heldout_loss(model, heldout, acc.device, bf16)
+        seed_everything(cfg.seed)  # new-parameter initialisation is a function of the seed
+        linearize(model, lin_cfg, base_name=args.base)
     init_loss = previous.get("results", {}).get("heldout_loss_init")
     data_meta = {k: v for k, v in td.meta.items()}
     data_meta.update(sequences=sequences.num, seq_len=cfg.seq_len,

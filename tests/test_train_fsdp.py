@@ -1,8 +1,9 @@
 """FSDP training on CPU: `golinear train` under `accelerate launch` with examples/accelerate-fsdp.yaml, two
-gloo processes, a tiny random Llama (GDN + window/sinks + short conv + LoRA: frozen and trainable parameters
-in every sharded unit). The backbone is really sharded (rank 0 holds about half of it); the saved new
-parameters equal a one-process run with the same global batch and seed (fp32, atol 1e-5); a stopped and
-resumed FSDP run equals the uninterrupted one exactly; bad FSDP settings get clear errors.
+gloo processes, a tiny random Llama with tied embeddings like SmolLM2 (GDN + window/sinks + short conv +
+LoRA: frozen and trainable parameters in every sharded unit). Only rank 0 reads the backbone; the backbone
+is really sharded (rank 0 holds about half of it); the saved new parameters equal a one-process run with
+the same global batch and seed (fp32, atol 1e-5); a stopped and resumed FSDP run (with activation
+checkpointing) equals the uninterrupted one bit for bit; bad FSDP settings get clear errors.
 """
 from __future__ import annotations
 
@@ -30,13 +31,27 @@ def _args(setup: dict, out: Path, *extra: str) -> list[str]:
             str(setup["tokens"]), "--out", str(out), *RECIPE, *extra]
 
 
-def _launch_fsdp(args: list[str]) -> None:
+def _launch_fsdp(args: list[str], *launcher_args: str) -> None:
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}", CUDA_VISIBLE_DEVICES="",
                OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(ROOT / "examples" / "accelerate-fsdp.yaml"), "--num_processes", "2", "-m", "bench.cli", *args]
+           str(ROOT / "examples" / "accelerate-fsdp.yaml"), "--num_processes", "2", *launcher_args, "-m", "bench.cli",
+           *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def _tied_backbone(folder: Path) -> Path:
+    import transformers
+    from _tiny import tiny_tokenizer
+    tok = tiny_tokenizer()
+    config = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                      max_position_embeddings=1024, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
 
 
 def _record(folder: Path) -> dict:
@@ -46,10 +61,10 @@ def _record(folder: Path) -> dict:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """One FSDP run (2 processes, batch 1 each) and one plain run (1 process, batch 2): same global batches."""
-    from _tiny import write_books, write_tiny_backbone
+    from _tiny import write_books
     from bench.cli import main as cli
     tmp = tmp_path_factory.mktemp("fsdp")
-    setup = {"base": write_tiny_backbone(tmp / "base"), "data": write_books(tmp / "data"), "tokens": tmp / "tok.npz",
+    setup = {"base": _tied_backbone(tmp / "base"), "data": write_books(tmp / "data"), "tokens": tmp / "tok.npz",
              "tmp": tmp}
     assert cli(_args(setup, tmp / "single", "--batch-size", "2")) == 0  # also writes the token file
     _launch_fsdp(_args(setup, tmp / "fsdp", "--save-every", "0"))
@@ -100,10 +115,11 @@ def test_fsdp_shards_trains_and_matches_one_process(runs):
 
 
 def test_fsdp_exact_resume(runs):
-    """Stop after step 5 (resume state saved every 2 steps: the stop itself saves), resume: the same bits."""
+    """Stop after step 5 (resume state saved every 2 steps: the stop itself saves), resume: the same bits.
+    Both parts recompute layers in backward (fsdp_activation_checkpointing), which changes no number."""
     tmp = runs["tmp"]
     out = tmp / "resumed"
-    _launch_fsdp(_args(runs, out, "--save-every", "2", "--stop-after", "5"))
+    _launch_fsdp(_args(runs, out, "--save-every", "2", "--stop-after", "5"), "--fsdp_activation_checkpointing", "true")
     stopped = _record(out)["summary"]
     assert not stopped["finished"] and stopped["step"] == 5 and (out / train_mod.STATE_FILE).exists()
     state = torch.load(out / train_mod.STATE_FILE, weights_only=False)
@@ -111,7 +127,8 @@ def test_fsdp_exact_resume(runs):
     assert all(type(p) is torch.Tensor for p in params.values())  # full tensors, not shards
     q = next(n for n in params if n.endswith("self_attn.conv.q"))
     assert params[q].shape == (4 * 16, 4)  # q_dim x kernel: the whole tensor
-    _launch_fsdp(_args(runs, out, "--save-every", "2"))
+    _launch_fsdp(_args(runs, out, "--save-every", "2"), "--fsdp_activation_checkpointing", "true")
+    assert _record(out)["environment"]["fsdp"]["activation_checkpointing"] is True
     resumed, uninterrupted = load_file(str(out / "new_params.safetensors")), \
         load_file(str(tmp / "fsdp" / "new_params.safetensors"))
     for name in uninterrupted:
