@@ -190,7 +190,9 @@ def fsdp_settings(flag: bool, num_processes: int, env=None) -> dict | None:
     """FSDP settings when FSDP is asked for (`--fsdp` or accelerate's FSDP config), else None.
 
     `accelerate launch` exports an FSDP config as ACCELERATE_USE_FSDP / FSDP_* variables (on CPU too,
-    where accelerate itself would fall back to plain data parallel); golinear applies FSDP2 itself."""
+    where accelerate itself would fall back to plain data parallel); golinear applies FSDP2 itself and
+    reads fsdp_version, fsdp_offload_params, fsdp_reshard_after_forward, fsdp_activation_checkpointing.
+    Loading is always rank-0-only (what fsdp_cpu_ram_efficient_loading asks for); wrapping is per layer."""
     env = os.environ if env is None else env
     if not (flag or _env_bool(env, "ACCELERATE_USE_FSDP", False)):
         return None
@@ -203,9 +205,6 @@ def fsdp_settings(flag: bool, num_processes: int, env=None) -> dict | None:
                          "trainable parameters in one unit); set `fsdp_version: 2` in the accelerate config")
     if _env_bool(env, "FSDP_OFFLOAD_PARAMS", False):
         raise ValueError("fsdp_offload_params: true is not supported by golinear train; set it to false")
-    if env.get("FSDP_CPU_RAM_EFFICIENT_LOADING", "false").lower() == "true":
-        raise ValueError("fsdp_cpu_ram_efficient_loading: true is not supported by golinear train (every process "
-                         "loads the backbone before sharding); set it to false")
     return {"version": 2, "reshard_after_forward": _env_bool(env, "FSDP_RESHARD_AFTER_FORWARD", True),
             "activation_checkpointing": _env_bool(env, "FSDP_ACTIVATION_CHECKPOINTING", False),
             "unit": "decoder layer"}
@@ -684,6 +683,9 @@ def main(args) -> int:
     opts = linearize_options(args)
     acc = Accelerator(cpu=not torch.cuda.is_available())
     fsdp = fsdp_settings(getattr(args, "fsdp", False), acc.num_processes)
+    if fsdp and acc.mixed_precision != "no":
+        raise ValueError(f"mixed_precision {acc.mixed_precision!r} with FSDP: golinear autocasts itself (--bf16, on "
+                         "by default on GPU); set mixed_precision: 'no' in the accelerate config")
     needed = cfg.steps * cfg.batch_size * acc.num_processes * cfg.seq_len + cfg.seq_len
     train_tokens = args.prepare_train_tokens or needed
     heldout_tokens = cfg.eval_sequences * cfg.seq_len

@@ -148,8 +148,6 @@ def test_fsdp_bad_settings():
         train_mod.fsdp_settings(False, 2, env=dict(fsdp_env, FSDP_VERSION="1"))
     with pytest.raises(ValueError, match="fsdp_offload_params"):
         train_mod.fsdp_settings(True, 2, env={"FSDP_OFFLOAD_PARAMS": "true"})
-    with pytest.raises(ValueError, match="cpu_ram_efficient_loading"):
-        train_mod.fsdp_settings(True, 2, env={"FSDP_CPU_RAM_EFFICIENT_LOADING": "true"})
     with pytest.raises(ValueError, match="FSDP_RESHARD_AFTER_FORWARD='SHARD_GRAD_OP'"):
         train_mod.fsdp_settings(True, 2, env={"FSDP_RESHARD_AFTER_FORWARD": "SHARD_GRAD_OP"})
 
