@@ -21,7 +21,7 @@ import torch
 
 from models import ops
 from models.layers import LIN_KEYS, LinearizedAttention
-from models.ops.fla_backend import add_sinks, sink_part
+from models.ops.fla_backend import sink_part, window_attention_blocked
 
 DEFAULT_PREFILL_CHUNK = 8192
 
@@ -176,7 +176,7 @@ class FastDecoder:
         B, Tc = x.shape[:2]
         p1 = p0 + Tc
         s, w = attn.sinks, attn.window
-        q, k, v, new_conv = attn.project(x, pe, tail.get("conv"))
+        qk, q, k, v, new_conv = attn._project(x, pe, tail.get("conv"))
         # tails are cloned: a view would keep the whole chunk's tensors alive (memory grows per layer)
         tail["conv"] = {key: val.clone() for key, val in new_conv.items()} if new_conv else None
         swa = None
@@ -186,52 +186,42 @@ class FastDecoder:
                 take = min(s, p1) - p0
                 tail["sink_k"] = k[:, :take].clone() if prev is None else torch.cat([prev, k[:, :take]], 1)
                 tail["sink_v"] = v[:, :take].clone() if prev is None else torch.cat([tail["sink_v"], v[:, :take]], 1)
-            q_pos = torch.arange(p0, p1, device=x.device)
-            if w > 0:
+            if w > 0:  # window + sinks in one fused attention call over [sinks | previous w keys | these]
                 tk, tv = tail.get("win_k"), tail.get("win_v")
                 n_tail = 0 if tk is None else tk.shape[1]
                 k_ext = k if tk is None else torch.cat([tk, k], 1)
                 v_ext = v if tv is None else torch.cat([tv, v], 1)
-                q_ext = q if n_tail == 0 else torch.cat([q.new_zeros(B, n_tail, *q.shape[2:]), q], 1)
-                o_w, lse_w = ops.window_sink_attention(q_ext, k_ext, v_ext, 0, w, attn.scaling)
-                o_w, lse_w = o_w[:, n_tail:], lse_w[:, n_tail:]
+                n_sink = tail["sink_k"].shape[1] if s > 0 and p1 - 1 - w >= 0 else 0  # a sink outside a window
+                keys = torch.cat([tail["sink_k"], k_ext], 1) if n_sink else k_ext
+                vals = torch.cat([tail["sink_v"], v_ext], 1) if n_sink else v_ext
+                swa = window_attention_blocked(q, keys, vals, w, attn.scaling, sinks=n_sink, base=n_sink + n_tail,
+                                               lo=n_sink, q_pos0=p0).to(q.dtype)
                 tail["win_k"], tail["win_v"] = k_ext[:, -w:].clone(), v_ext[:, -w:].clone()  # last w keys
-                if s > 0 and p1 - 1 - w >= 0:  # some query here sees a sink outside its window
-                    o_w, _ = add_sinks(q, o_w, lse_w, tail["sink_k"], tail["sink_v"], w, attn.scaling, q_pos)
-                swa = o_w.to(q.dtype)
             else:  # sinks only
+                q_pos = torch.arange(p0, p1, device=x.device)
                 o_s, lse_s = sink_part(q, tail["sink_k"], tail["sink_v"], 0, attn.scaling, q_pos)
                 swa = o_s.to(q.dtype)
         lin_out = None
+        first = 0  # lin_out covers the rows >= first (earlier rows read a zero state)
         if attn.lin is not None:
-            lin = attn.linear_inputs(x, q, k, v)
+            lin = attn.linear_inputs(x, q, k, v, qk=qk)
             qx = attn._query(lin)
             lin = {key: lin[key] for key in LIN_KEYS if key in lin}
             prev = tail.get("lin")
             ext = lin if prev is None else {key: torch.cat([prev[key], lin[key]], 1) for key in lin}
             e0 = p0 - (0 if prev is None else next(iter(prev.values())).shape[1])  # position of ext[:, 0]
             n = p1 - w - e0  # tokens entering the state in this chunk: positions e0 .. p1-w-1
-            if n > 0:
-                entering = {key: val[:, :n] for key, val in ext.items()}
-                n_sink = min(max(0, s - e0), n)  # sinks never enter the state: zero their key and beta
-                if n_sink:
-                    for key in ("k", "phi_k", "beta"):
-                        if key in entering:
-                            entering[key] = entering[key].clone()
-                            entering[key][:, :n_sink] = 0
-                r0 = Tc - n  # first query row reading a state (row of position e0 + w)
-                out, st.state = attn._run(entering, qx[:, r0:], st.state, chunked=True)
-                if r0:
-                    pad = lambda t: torch.cat([t.new_zeros(t.shape[0], r0, *t.shape[2:]), t], 1)  # noqa: E731
-                    out = tuple(pad(o) for o in out) if isinstance(out, tuple) else pad(out)
-                lin_out = out
+            # sinks never enter the state, and they come before any other token, so the state is still
+            # zero when they would: skip them instead of zeroing their key and beta
+            n_sink = min(max(0, s - e0), max(n, 0))
+            if n - n_sink > 0:
+                entering = {key: val[:, n_sink:n] for key, val in ext.items()}
+                first = Tc - n + n_sink  # first query row reading a state (row of position e0 + n_sink + w)
+                lin_out, st.state = attn._run(entering, qx[:, first:], st.state, chunked=True)
             else:
                 lin_out = attn._zero_output(qx, lin)
             tail["lin"] = {key: val[:, -w:].clone() for key, val in ext.items()} if w > 0 else None
-        if lin_out is not None and swa is not None and not isinstance(lin_out, tuple):
-            y = lin_out.to(x.dtype) + swa.to(x.dtype)  # _combine's disjoint sum, rounded once like its fp32 sum
-        else:
-            y = attn._combine(lin_out, swa, x.dtype)
+        y = attn._combine(lin_out, swa, x.dtype, first)
         return attn.o_proj(y.reshape(B, Tc, -1).to(x.dtype))
 
     def _finish_linear(self, i, attn, fresh: _LinearLayerState, tail: dict, T: int, B: int) -> bool:

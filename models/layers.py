@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+import torch.nn.functional as F
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, rotate_half
 
 from transformers.cache_utils import DynamicLayer
 
@@ -22,6 +23,14 @@ from models.cache import LinearLayerCache
 from models.mechanisms import MECHANISM_CLASSES, ShortConvs
 
 LIN_KEYS = ("k", "v", "log_a", "beta", "phi_k")  # per-token inputs a window token carries into the state
+
+
+def _matmul_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the frozen projections compute in: autocast's when it is on (casting to it first is what
+    the autocast linear does anyway), else x's."""
+    if torch.is_autocast_enabled(x.device.type) and x.dtype == torch.float32:
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype
 
 
 class LinearizedAttention(nn.Module):
@@ -52,34 +61,51 @@ class LinearizedAttention(nn.Module):
                                                         windowed=(window + sinks) > 0)
 
     # ------------------------------------------------------------------ projections
-    def project(self, x: torch.Tensor, position_embeddings, conv_state=None, use_conv: bool = True):
-        """q [B,T,H,D], k/v [B,T,Hkv,D] after short conv, q/k norm and RoPE; new conv state."""
-        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+    def _qkv(self, x: torch.Tensor) -> torch.Tensor:
+        """[q|k|v] = x W^T in one matmul [B, T, (H+2Hkv)D] when the projections are plain nn.Linear (no LoRA,
+        no hooks); else the three projections, concatenated."""
+        mods = (self.q_proj, self.k_proj, self.v_proj)
+        plain = all(type(m) is nn.Linear and not m._forward_hooks and not m._forward_pre_hooks for m in mods)
+        biases = [m.bias for m in mods]
+        if plain and (all(b is None for b in biases) or all(b is not None for b in biases)):
+            bias = None if biases[0] is None else torch.cat(biases)
+            return F.linear(x, torch.cat([m.weight for m in mods]), bias)
+        return torch.cat([m(x) for m in mods], -1)
+
+    def _project(self, x: torch.Tensor, position_embeddings, conv_state=None, use_conv: bool = True,
+                 want_conv_state: bool = True):
+        """(qk, q, k, v, new conv state): q [B,T,H,D], k/v [B,T,Hkv,D] after the short conv (one depthwise
+        conv over [q|k|v]), q/k norm and RoPE; qk [B,T,H+Hkv,D] is q and k in one tensor (q, k are its
+        slices) when RoPE ran on both at once, else None."""
+        B, T = x.shape[:2]
+        H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
+        qkv = self._qkv(x)
         new_conv = None
         if self.conv is not None and use_conv:
-            conv_state = conv_state or {}
-            new_conv = {}
-            outs = []
-            for name, t in (("q", q), ("k", k), ("v", v)):
-                y, new_conv[name] = ops.short_conv(t, getattr(self.conv, name), state=conv_state.get(name),
-                                                   output_final_state=True)
-                outs.append(y.to(t.dtype))
-            q, k, v = outs
-        B, T = x.shape[:2]
-        q = q.view(B, T, self.num_heads, self.head_dim)
-        k = k.view(B, T, self.num_kv_heads, self.head_dim)
-        v = v.view(B, T, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
+            state = conv_state.get("qkv") if conv_state else None
+            qkv, new_state = ops.short_conv(qkv, self.conv.weight(), state=state, output_final_state=want_conv_state)
+            new_conv = {"qkv": new_state} if want_conv_state else None
+        v = qkv[..., (H + Hkv) * D:].view(B, T, Hkv, D)
         cos, sin = position_embeddings
-        q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)  # [B,T,H,D] layout
         # under autocast RoPE's fp32 cos/sin promote q/k while v stays bf16: FLA kernels need one dtype
-        q, k = q.to(v.dtype), k.to(v.dtype)
+        if self.q_norm is None:  # RoPE on q and k at once (the same formula as apply_rotary_pos_emb)
+            qk = qkv[..., :(H + Hkv) * D].view(B, T, H + Hkv, D)
+            cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+            qk = ((qk * cos) + (rotate_half(qk) * sin)).to(v.dtype)
+            return qk, qk[:, :, :H], qk[:, :, H:], v, new_conv
+        q = qkv[..., :H * D].view(B, T, H, D)
+        k = qkv[..., H * D:(H + Hkv) * D].view(B, T, Hkv, D)
+        q, k = apply_rotary_pos_emb(self.q_norm(q), self.k_norm(k), cos, sin, unsqueeze_dim=2)
+        return None, q.to(v.dtype), k.to(v.dtype), v, new_conv
+
+    def project(self, x: torch.Tensor, position_embeddings, conv_state=None, use_conv: bool = True):
+        """q [B,T,H,D], k/v [B,T,Hkv,D] after short conv, q/k norm and RoPE; new conv state ({"qkv": [B,D,W-1]})."""
+        _, q, k, v, new_conv = self._project(x, position_embeddings, conv_state, use_conv)
         return q, k, v, new_conv
 
-    def linear_inputs(self, x, q, k, v):
-        """The mechanism's op inputs, keys/values expanded to the query heads."""
-        return self.lin.inputs(x, q, k, v)
+    def linear_inputs(self, x, q, k, v, qk=None):
+        """The mechanism's op inputs, keys/values expanded to the query heads (qk: q and k in one tensor)."""
+        return self.lin.inputs(x, q, k, v, qk=qk)
 
     def full_attention(self, x: torch.Tensor, position_embeddings) -> torch.Tensor:
         """The frozen layer's own causal softmax attention, without the short convs (diagnostics).
@@ -109,34 +135,21 @@ class LinearizedAttention(nn.Module):
     def _query(self, lin: dict) -> torch.Tensor:
         return lin["phi_q"] if self.mechanism == "hedgehog" else lin["q"]
 
-    def _mask_sinks(self, lin: dict, T: int) -> dict:
-        """Tokens j < sinks never enter the linear state: zero their keys (and beta)."""
-        s = min(self.sinks, T)
-        if s == 0:
-            return lin
-        lin = dict(lin)
-        keep = torch.ones(T, device=self._query(lin).device)
-        keep[:s] = 0
-        for key in ("k", "phi_k", "beta"):
-            if key in lin:
-                t = lin[key]
-                lin[key] = t * keep.view(1, T, *([1] * (t.dim() - 2))).to(t.dtype)
-        return lin
-
     def _linear_parallel(self, lin: dict, T: int):
-        """Outputs q_t^T S_{t-w} for t in [0, T) and the state after token T-1-w (None if no token)."""
-        w = self.window
-        lin = self._mask_sinks(lin, T)
+        """(out, state, first): out holds q_t^T S_{t-w} for the rows t >= first (every earlier row reads a
+        zero state), state is the state after token T-1-w (None if no token entered it).
+
+        Tokens j < sinks never enter the linear state; the state before them is zero, so instead of zeroing
+        their keys the op simply starts at token `sinks`: it runs over tokens s..T-1-w, read by the
+        queries s+w..T-1."""
+        w, s = self.window, min(self.sinks, T)
         qx = self._query(lin)
-        n = T - w  # tokens whose state some query of this pass reads
-        if n <= 0:
-            zero = self._zero_output(qx, lin)
-            return zero, None
-        head = {k: v[:, :n] for k, v in lin.items()}
-        out, state = self._run(head, qx[:, w:], None, chunked=True)
-        pad = lambda t: torch.cat([t.new_zeros(t.shape[0], w, *t.shape[2:]), t], 1)
-        out = tuple(pad(o) for o in out) if isinstance(out, tuple) else pad(out)
-        return out, state
+        n = T - w  # tokens s..n-1 enter the state
+        if n - s <= 0:
+            return self._zero_output(qx, lin), None, 0
+        entering = {key: val[:, s:n] for key, val in lin.items()}
+        out, state = self._run(entering, qx[:, w + s:], None, chunked=True)
+        return out, state, w + s
 
     def _zero_output(self, qx, lin):
         B, T, H = qx.shape[:3]
@@ -145,7 +158,17 @@ class LinearizedAttention(nn.Module):
         return (o, qx.new_zeros(B, T, H, dtype=torch.float32)) if self.mechanism == "hedgehog" else o
 
     # ------------------------------------------------------------------ combination
-    def _combine(self, lin_out, swa_out, dtype):
+    def _combine(self, lin_out, swa_out, dtype, first: int = 0):
+        """y = y_lin + y_swa (GLA/kGLA/GDN) or the shared-normaliser mix (Hedgehog); lin_out covers the rows
+        t >= first (earlier rows read a zero state). The disjoint sum of two bf16 (or fp32) tensors is
+        computed in fp32 and rounded once, as before, without fp32 copies."""
+        if first and lin_out is not None:
+            if self.mechanism != "hedgehog" and swa_out is not None and not torch.is_grad_enabled():
+                y = swa_out  # fresh from the attention op: add in place into its rows >= first
+                y[:, first:] += lin_out
+                return y
+            pad = lambda t: F.pad(t, (0, 0) * (t.dim() - 2) + (first, 0))  # noqa: E731
+            lin_out = tuple(pad(o) for o in lin_out) if isinstance(lin_out, tuple) else pad(lin_out)
         if swa_out is None:
             if self.mechanism == "hedgehog":
                 num, den = lin_out
@@ -157,7 +180,9 @@ class LinearizedAttention(nn.Module):
             num, den = lin_out
             mass = self.lin.window_logmass.float().exp().view(1, 1, -1, 1)
             return (swa_out.float() * mass + num) / (mass + den.unsqueeze(-1))
-        return lin_out.float() + swa_out.float()
+        if lin_out.dtype != swa_out.dtype:
+            return lin_out.float() + swa_out.float()
+        return lin_out + swa_out
 
     @property
     def has_softmax_path(self) -> bool:
@@ -182,21 +207,23 @@ class LinearizedAttention(nn.Module):
         else:
             y = self._parallel(hidden_states, position_embeddings, cache)
         B, T = hidden_states.shape[:2]
-        return self.o_proj(y.reshape(B, T, -1).to(hidden_states.dtype)), None
+        return self.o_proj(y.reshape(B, T, -1).to(_matmul_dtype(hidden_states))), None
 
     def _parallel(self, x, position_embeddings, cache):
         T = x.shape[1]
-        q, k, v, conv_state = self.project(x, position_embeddings)
+        x = x.to(_matmul_dtype(x))  # cast once under autocast (each projection would cast it again)
+        qk, q, k, v, conv_state = self._project(x, position_embeddings, want_conv_state=cache is not None)
         swa = None
         if self.has_softmax_path:
-            swa, _ = ops.window_sink_attention(q, k, v, sinks=self.sinks, window=self.window, scale=self.scaling)
+            swa = ops.window_sink_softmax(q, k, v, sinks=self.sinks, window=self.window, scale=self.scaling)
         lin_out = state = None
+        first = 0
         if self.lin is not None:
-            lin = self.linear_inputs(x, q, k, v)
-            lin_out, state = self._linear_parallel(lin, T)
+            lin = self.linear_inputs(x, q, k, v, qk=qk)
+            lin_out, state, first = self._linear_parallel(lin, T)
         if cache is not None:
             self._fill_cache(cache, T, k, v, lin if self.lin is not None else None, state, conv_state)
-        return self._combine(lin_out, swa, x.dtype)
+        return self._combine(lin_out, swa, x.dtype, first)
 
     def _fill_cache(self, cache, T, k, v, lin, state, conv_state):
         s, w = self.sinks, self.window

@@ -20,6 +20,15 @@ def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x * torch.rsqrt(sq + eps).to(x.dtype)
 
 
+def l2norm_pair(q: torch.Tensor, k: torch.Tensor, qk: torch.Tensor | None = None):
+    """l2norm of q [B,T,H,D] and k [B,T,Hkv,D]; in one pass when the layer hands over qk = [q|k] heads."""
+    if qk is None:
+        return l2norm(q), l2norm(k)
+    both = l2norm(qk)
+    H = q.shape[2]
+    return both[:, :, :H], both[:, :, H:]
+
+
 class GLAGate(nn.Module):
     """GLA: data-dependent diagonal decay a_t = sigmoid(W2 W1 x)^(1/16), low rank 16 (FLA's GLA layer)."""
 
@@ -49,7 +58,7 @@ class GLA(nn.Module):
         self.gate = GLAGate(hidden, heads, head_dim, gate_rank)
         self.scale = head_dim ** -0.5
 
-    def inputs(self, x, q, k, v):
+    def inputs(self, x, q, k, v, qk=None):
         return dict(q=q, k=expand(k, self.groups), v=expand(v, self.groups), log_a=self.gate(x))
 
 
@@ -63,8 +72,9 @@ class KeyGatedGLA(GLA):
         super().__init__(hidden, heads, kv_heads, head_dim, gate_rank)
         self.beta = nn.Linear(hidden, heads, bias=False)
 
-    def inputs(self, x, q, k, v):
-        q, k = l2norm(q), expand(l2norm(k), self.groups)
+    def inputs(self, x, q, k, v, qk=None):
+        q, k = l2norm_pair(q, k, qk)
+        k = expand(k, self.groups)
         beta = torch.sigmoid(self.beta(x).float()).unsqueeze(-1)
         log_a = self.gate(x) + torch.log1p(-(beta * k.float().pow(2)).clamp(max=1 - 1e-6))
         return dict(q=q, k=k, v=expand(v, self.groups), log_a=log_a)
@@ -93,11 +103,14 @@ class GatedDeltaNet(nn.Module):
         dt = torch.exp(torch.rand_like(self.dt_bias) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
         self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
 
-    def inputs(self, x, q, k, v):
-        log_a = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias.float())
-        beta = torch.sigmoid(self.b_proj(x).float())
-        return dict(q=l2norm(q), k=expand(l2norm(k), self.groups), v=expand(v, self.groups), log_a=log_a,
-                    beta=beta)
+    def inputs(self, x, q, k, v, qk=None):
+        """a_proj and b_proj as one matmul (their weights concatenated; the parameters stay separate)."""
+        H = self.A_log.shape[0]
+        ab = F.linear(x, torch.cat([self.a_proj.weight, self.b_proj.weight])).float()
+        log_a = -self.A_log.float().exp() * F.softplus(ab[..., :H] + self.dt_bias.float())
+        beta = torch.sigmoid(ab[..., H:])
+        q, k = l2norm_pair(q, k, qk)
+        return dict(q=q, k=expand(k, self.groups), v=expand(v, self.groups), log_a=log_a, beta=beta)
 
 
 class HedgehogFeatureMap(nn.Module):
@@ -127,7 +140,7 @@ class Hedgehog(nn.Module):
         # learned per-head mass exp(window_logmass) (LoLCATs mixes the two with a learned factor too).
         self.window_logmass = nn.Parameter(torch.zeros(heads)) if windowed else None
 
-    def inputs(self, x, q, k, v):
+    def inputs(self, x, q, k, v, qk=None):
         """The k feature map is per KV head, then shared by that head's query heads."""
         return dict(phi_q=self.phi_q(q), phi_k=expand(self.phi_k(k), self.groups), v=expand(v, self.groups))
 
@@ -147,6 +160,11 @@ class ShortConvs(nn.Module):
         self.q = nn.Parameter(self._identity(q_dim, kernel))
         self.k = nn.Parameter(self._identity(kv_dim, kernel))
         self.v = nn.Parameter(self._identity(kv_dim, kernel))
+
+    def weight(self) -> torch.Tensor:
+        """[q|k|v] taps [Dq + 2 Dkv, kernel]: the three depthwise convs are one conv over the concatenated
+        channels (same math; parameters, names and shapes unchanged for checkpoints)."""
+        return torch.cat([self.q, self.k, self.v])
 
     @staticmethod
     def _identity(dim: int, kernel: int) -> torch.Tensor:

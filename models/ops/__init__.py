@@ -17,7 +17,8 @@ from models.ops import reference
 
 BACKENDS = ("auto", "reference", "fla")
 OPS = ("gla_chunk", "gla_recurrent", "gdn_chunk", "gdn_recurrent", "linear_attn_chunk",
-       "linear_attn_recurrent", "short_conv", "window_sink_attention", "window_sink_decode")
+       "linear_attn_recurrent", "short_conv", "window_sink_attention", "window_sink_decode",
+       "window_sink_softmax")
 
 
 @functools.lru_cache(maxsize=1)
@@ -62,7 +63,20 @@ def backend_name(x) -> str:
 # The chunked/recurrent CPU ops are loops of small matmuls: with several OpenMP threads they collapse
 # (50x slower measured on 2 cores as soon as another process competes), with one they run at full speed.
 _SINGLE_THREAD_ON_CPU = {"gla_chunk", "gla_recurrent", "gdn_chunk", "gdn_recurrent", "linear_attn_chunk",
-                         "linear_attn_recurrent", "window_sink_attention", "window_sink_decode"}
+                         "linear_attn_recurrent", "window_sink_attention", "window_sink_decode",
+                         "window_sink_softmax"}
+
+
+def _reference_window_sink_softmax(q, k, v, sinks, window, scale):
+    """window_sink_attention's output alone (the layer's parallel pass needs no lse); the CUDA backend
+    computes it in one fused attention call."""
+    return reference.window_sink_attention(q, k, v, sinks, window, scale)[0]
+
+
+def _impl(backend, name):
+    if backend is reference and name == "window_sink_softmax":
+        return _reference_window_sink_softmax
+    return getattr(backend, name)
 
 
 @contextlib.contextmanager
@@ -84,10 +98,10 @@ def _dispatching(name):
         backend = backend_for(first)
         if backend is reference and name in _SINGLE_THREAD_ON_CPU and not getattr(first, "is_cuda", False):
             with _one_thread():
-                return getattr(reference, name)(*args, **kwargs)
-        return getattr(backend, name)(*args, **kwargs)
+                return _impl(reference, name)(*args, **kwargs)
+        return _impl(backend, name)(*args, **kwargs)
     op.__name__ = name
-    op.__doc__ = getattr(reference, name).__doc__
+    op.__doc__ = _impl(reference, name).__doc__
     return op
 
 
@@ -100,3 +114,4 @@ linear_attn_recurrent = _dispatching("linear_attn_recurrent")
 short_conv = _dispatching("short_conv")
 window_sink_attention = _dispatching("window_sink_attention")
 window_sink_decode = _dispatching("window_sink_decode")
+window_sink_softmax = _dispatching("window_sink_softmax")

@@ -21,6 +21,7 @@ FLA imports. Which kernel backs each op:
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import torch
@@ -72,9 +73,10 @@ def load_fla():
 
 # ----------------------------------------------------------------------------------------------- GLA
 def _same_dtype(*xs):
-    """FLA's kernels need one dtype for q/k/v (mixed fp32/bf16 appears under autocast): use v's (the last)."""
+    """FLA's kernels need one dtype for q/k/v (mixed fp32/bf16 appears under autocast): use v's (the last);
+    contiguous, as the layer hands over strided views (q and k are slices of one RoPE'd tensor)."""
     dt = xs[-1].dtype
-    return tuple(x.to(dt) for x in xs)
+    return tuple(x.to(dt).contiguous() for x in xs)
 
 
 def _state_in(initial_state):
@@ -125,7 +127,7 @@ def gdn_chunk(q, k, v, log_a, beta, scale, initial_state=None, output_final_stat
         return reference.gdn_chunk(q, k, v, log_a, beta, scale, initial_state, output_final_state, chunk_size)
     fla_chunk = chunk_size if chunk_size in (16, 32, 64) else 64  # the result does not depend on it
     out_dtype = q.dtype
-    q, k, v = (x.contiguous() for x in _same_dtype(q, k, v))
+    q, k, v = _same_dtype(q, k, v)
     # positional order of ChunkGatedDeltaRuleFunction.forward (FLA 0.6.0)
     o, state = kernels.GDNChunkFunction.apply(
         q, k, v, log_a.float().contiguous(), beta.to(q.dtype).contiguous(), scale, _state_in(initial_state),
@@ -180,7 +182,7 @@ def _linear_attn(fn, phi_q, phi_k, v, initial_state, output_final_state):
     S0 = Z0 = None
     if initial_state is not None:
         S0, Z0 = initial_state
-    phi_k, v = phi_k.to(phi_q.dtype), v.to(phi_q.dtype)  # the feature maps' precision (fp32 in the layer)
+    phi_q, phi_k, v = _same_dtype(phi_q, phi_k.to(phi_q.dtype), v.to(phi_q.dtype))  # feature maps' precision
     v_aug, state = _augment(v, S0, Z0)
     o, final = fn(q=phi_q, k=phi_k, v=v_aug, scale=1.0, initial_state=state,
                   output_final_state=output_final_state, normalize=False)
@@ -202,27 +204,51 @@ def linear_attn_recurrent(phi_q, phi_k, v, initial_state=None, output_final_stat
 
 # ----------------------------------------------------------------------------------------------- short conv
 def short_conv(x, weight, state=None, output_final_state=False):
-    """Without autograd: W shifted multiply-adds in x's dtype on the [B, T, D] layout (no fp32 copies or
-    transposes); with autograd: the reference (fp32 math, cuDNN depthwise conv)."""
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
-                                    (state is not None and state.requires_grad)):
-        return reference.short_conv(x, weight, state, output_final_state)
+    """Without autograd: W shifted multiply-adds in x's dtype on the [B, T, D] layout (no fp32 copies,
+    transposes or padded copy of x); with autograd: one depthwise conv1d (cuDNN), in fp32 like the
+    reference, or in the autocast dtype under autocast (where conv1d would be cast down anyway)."""
     if x.dim() != 3 or weight.dim() != 2 or weight.shape[0] != x.shape[-1] or weight.shape[1] < 1:
         return reference.short_conv(x, weight, state, output_final_state)  # raises the reference's error
+    if state is not None:
+        reference._check_state(state, (x.shape[0], x.shape[-1], weight.shape[1] - 1), "state")
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                    (state is not None and state.requires_grad)):
+        return _short_conv_autograd(x, weight, state, output_final_state)
     B, T, D = x.shape
     W = weight.shape[1]
-    if state is None:
-        prev = x.new_zeros(B, W - 1, D)
-    else:
-        reference._check_state(state, (B, D, W - 1), "state")
-        prev = state.to(x.dtype).transpose(1, 2)
-    ext = torch.cat([prev, x], 1)  # [B, W-1+T, D]
     w = weight.to(x.dtype)
-    y = ext[:, W - 1:] * w[:, W - 1]
+    y = x * w[:, W - 1]
     for i in range(W - 1):
-        y.addcmul_(ext[:, i:i + T], w[:, i])
-    new_state = ext[:, T:].transpose(1, 2).contiguous() if output_final_state else None
-    return y, new_state
+        shift = W - 1 - i  # tap i reads input t - shift
+        if shift < T:
+            y[:, shift:].addcmul_(x[:, :T - shift], w[:, i])
+        if state is not None:  # rows t < shift read the previous inputs state[..., t + i]
+            r = min(shift, T)
+            y[:, :r].addcmul_(state[:, :, i:i + r].transpose(1, 2).to(x.dtype), w[:, i])
+    return y, (_last_inputs(x, state, W) if output_final_state else None)
+
+
+def _last_inputs(x, state, W):
+    """The last W-1 inputs [B, D, W-1] (the conv state after x), in x's dtype."""
+    B, T, D = x.shape
+    if T >= W - 1:
+        return x[:, T - (W - 1):].transpose(1, 2).contiguous()
+    prev = x.new_zeros(B, D, W - 1) if state is None else state.to(x.dtype)
+    return torch.cat([prev, x.transpose(1, 2)], -1)[..., T:].contiguous()
+
+
+def _short_conv_autograd(x, weight, state, output_final_state):
+    B, T, D = x.shape
+    W = weight.shape[1]
+    autocast = torch.is_autocast_enabled(x.device.type)
+    dt = x.dtype if autocast else reference._compute_dtype(x)
+    xt = x.to(dt).transpose(1, 2)  # [B, D, T]
+    if state is None:  # zero left padding inside the conv; it also pads W-1 columns on the right: drop them
+        y = F.conv1d(xt, weight.to(dt).unsqueeze(1), padding=W - 1, groups=D)[..., :T]
+    else:
+        y = F.conv1d(torch.cat([state.to(dt), xt], -1), weight.to(dt).unsqueeze(1), groups=D)
+    new_state = _last_inputs(x, state, W) if output_final_state else None
+    return y.transpose(1, 2).to(x.dtype), new_state
 
 
 # ----------------------------------------------------------------------------------------------- window + sinks
@@ -300,6 +326,95 @@ def window_part_blocked(q, k, v, window, scale, block=WINDOW_BLOCK):
     out = out.reshape(B, Tp, Hq, V)[:, :T]
     lse = lse.permute(0, 1, 4, 2, 3).reshape(B, Tp, Hq)[:, :T]
     return out, lse
+
+
+def _round_up(x, m):
+    return -(-x // m) * m
+
+
+@functools.lru_cache(maxsize=8)
+def _blocked_layout(n, block, G, Tq, L, base, lo, q_pos0, window, s, Lw, dtype, device):
+    """Cached (additive mask [1, n, block*G, s+Lw], key index [n*(s+Lw)], query index [n*block]) of
+    window_attention_blocked. Row r*G + g of block b is query i = b*block + r (absolute position q_pos0 + i);
+    column j < s is sink key j; column s + c is key idx = base + b*block - (Lw - block) + c (absolute
+    position q_pos0 + idx - base), a window key when lo <= idx < L."""
+    dev = torch.device(device)
+    i = torch.arange(n * block, device=dev).view(n, block, 1)
+    t = q_pos0 + i
+    idx = (torch.arange(n, device=dev).view(n, 1, 1) * block + base - (Lw - block) + torch.arange(Lw, device=dev))
+    real = (idx >= lo) & (idx < L)
+    pos = q_pos0 + idx - base
+    allowed = real & (pos <= t) & (pos > t - window)
+    pad_row = i >= Tq  # padding queries (dropped): any real key, so that no row is empty
+    allowed = allowed | (pad_row & real)
+    kidx = idx.clamp(lo, L - 1).view(n, Lw)  # masked columns read some real key (finite values)
+    if s:
+        sink = torch.arange(s, device=dev).view(1, 1, s) <= t - window
+        allowed = torch.cat([sink & ~pad_row, allowed], -1)
+        kidx = torch.cat([torch.arange(s, device=dev).expand(n, s), kidx], -1)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=dev).masked_fill_(~allowed, -math.inf)
+    mask = mask.repeat_interleave(G, dim=1).unsqueeze(0)  # rows (r, g)
+    return mask, kidx.reshape(-1), torch.arange(n * block, device=dev).clamp_(max=Tq - 1)
+
+
+def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_pos0=0, block=WINDOW_BLOCK):
+    """Sliding-window softmax plus sink keys in ONE fused attention call (SDPA), GQA aware, autograd or not.
+
+    q [B,Tq,Hq,D] at absolute positions q_pos0 + i; k/v [B,L,Hkv,D]: entries 0..sinks-1 are the sink keys
+    (positions 0..sinks-1), entries lo..L-1 keys at consecutive positions with k[:, base + i] query i's own
+    key. Query t sees the keys t - window < j <= t and the sinks j <= t - window (the others are inside the
+    window already). Queries go in blocks of `block`; each block attends to the sinks plus the run of Lw
+    keys its window can reach, under a cached additive mask; the G query heads of a KV head are G rows of
+    its block, so keys are never expanded. Without autograd the runs are gathered by one index_select per
+    tensor; with autograd by pad + unfold (deterministic backward: no atomic adds). -> out [B,Tq,Hq,V]."""
+    B, Tq, Hq, D = q.shape
+    L, Hkv, V = k.shape[1], k.shape[2], v.shape[-1]
+    G = Hq // Hkv
+    n = -(-Tq // block)
+    Lw = _round_up(window - 1 + block + sinks, 16) - sinks  # s + Lw a multiple of 16 (kernel alignment)
+    # positions enter only relative to each other, and through the sink rule j <= t - window, which admits
+    # every sink from q_pos0 = s - 1 + window on: later chunks of a prefill share one cached layout
+    pos_key = min(q_pos0, max(sinks - 1 + window, 0))
+    mask, kidx, qidx = _blocked_layout(n, block, G, Tq, L, base, lo, pos_key, window, sinks, Lw, v.dtype,
+                                       str(q.device))
+    q, k = q.to(v.dtype), k.to(v.dtype)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if grad:
+        qb = F.pad(q, (0, 0, 0, 0, 0, n * block - Tq)) if n * block != Tq else q
+        qb = qb.reshape(B, n, block, Hkv, G, D).permute(0, 3, 1, 2, 4, 5).reshape(B * Hkv, n, block * G, D)
+        kb, vb = (_runs_unfold(x, sinks, base - lo, lo, n, block, Lw) for x in (k, v))
+    else:
+        qb = q.reshape(B, Tq, Hkv, G, D).transpose(1, 2).index_select(2, qidx).view(B * Hkv, n, block * G, D)
+        kb, vb = (x.transpose(1, 2).index_select(2, kidx).view(B * Hkv, n, sinks + Lw, x.shape[-1]) for x in (k, v))
+    o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
+    o = o.view(B, Hkv, n * block, G, V).transpose(1, 2)[:, :Tq]
+    return o.reshape(B, Tq, Hq, V)
+
+
+def _runs_unfold(x, s, base, lo, n, block, Lw):
+    """[B*Hkv, n, s+Lw, D]: per block the sinks x[:, :s] and the run of Lw keys of x[:, lo:] starting at
+    base + b*block - (Lw - block) (zero padding outside), by pad + unfold + one cat."""
+    B, _, Hkv, D = x.shape
+    y = x[:, lo:]
+    P = max(0, Lw - block - base)  # left padding so that block 0's run starts at `off`
+    off = base + P - (Lw - block)
+    R = max(0, (n - 1) * block + off + Lw - (y.shape[1] + P))
+    runs = F.pad(y, (0, 0, 0, 0, P, R))[:, off:].unfold(1, Lw, block)[:, :n]  # [B, n, Hkv, D, Lw]
+    runs = runs.permute(0, 2, 1, 4, 3)  # [B, Hkv, n, Lw, D]
+    if s:
+        sink = x[:, :s].permute(0, 2, 1, 3).unsqueeze(2).expand(B, Hkv, n, s, D)
+        runs = torch.cat([sink, runs], 3)
+    return runs.reshape(B * Hkv, n, s + Lw, D)
+
+
+def window_sink_softmax(q, k, v, sinks, window, scale):
+    """window_sink_attention's output alone (no lse), q/k/v at the same positions: one fused attention
+    call for window + sinks, forward and backward (the layer's parallel pass). -> out in q's dtype."""
+    reference._grouped(q, k)
+    T = q.shape[1]
+    if window < 1 or window >= T or q.dtype == torch.float64 or k.shape[1] != T:
+        return window_sink_attention(q, k, v, sinks, window, scale)[0]
+    return window_attention_blocked(q, k, v, window, scale, sinks=min(sinks, T)).to(q.dtype)
 
 
 def window_part_fla(q, k, v, window, scale):
