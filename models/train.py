@@ -312,9 +312,10 @@ class Trainer:
     """The loop: owns optimizer, schedule position, RNG and the data position (the global step)."""
 
     def __init__(self, model, sequences: data_mod.PackedSequences, cfg: TrainConfig, out: Path,
-                 accelerator=None, meta: dict | None = None, deadline: float | None = None,
-                 fsdp: dict | None = None):
+                 accelerator=None, meta: dict | None = None, deadline: float | None = None):
+        """`model` either whole (moved to the device; DDP when distributed) or sharded by `shard_model`."""
         from accelerate import Accelerator
+        from torch.distributed.fsdp import FSDPModule
 
         cfg.validate()
         self.cfg, self.out, self.meta = cfg, Path(out), dict(meta or {})
@@ -324,16 +325,11 @@ class Trainer:
         self.bf16 = cfg.bf16 if cfg.bf16 is not None else self.device.type == "cuda"
         self.sequences = sequences
         self.raw_model = model
-        self.fsdp = fsdp
-        trainable_parameters(model)  # fails early on a model without new parameters
-        from torch.distributed.fsdp import FSDPModule
-        if fsdp is not None and not isinstance(model, FSDPModule):  # shard first: FSDP replaces the
-            shard_model(model, self.device, self.acc.num_processes, **fsdp)  # parameters; optimizer takes shards
+        self.fsdp = isinstance(model, FSDPModule)  # the optimizer then holds this rank's shards
         self.named = trainable_parameters(model)
         self.optimizer = torch.optim.AdamW(param_groups(self.named, cfg), lr=cfg.lr, betas=tuple(cfg.betas),
                                            weight_decay=cfg.weight_decay)
-        # FSDP: the sharded model as is; else accelerate's DDP wrapper when distributed (moves to the device)
-        self.model = model if fsdp is not None else self.acc.prepare(model)
+        self.model = model if self.fsdp else self.acc.prepare(model)  # DDP wrapper when distributed
         self.step = 0
         self.loss_window: list[float] = []  # losses since the last log line (part of the state)
         self.total_steps = cfg.steps
@@ -350,7 +346,7 @@ class Trainer:
         """Under FSDP a collective (every rank gathers the full tensors); the result is the same layout a
         non-sharded run writes, so a state is tied to the number of processes only through the data order."""
         optimizer = self.optimizer.state_dict()
-        if self.fsdp is not None:
+        if self.fsdp:
             optimizer["state"] = {i: {k: full_tensor(v).detach().cpu() if torch.is_tensor(v) else v
                                       for k, v in s.items()} for i, s in optimizer["state"].items()}
         return {"step": self.step, "total_steps": self.total_steps, "budget_note": self.budget_note,
@@ -368,7 +364,7 @@ class Trainer:
             for n, p in self.named.items():
                 p.copy_(shard_like(state["params"][n], p))
         optimizer = state["optimizer"]
-        if self.fsdp is not None:  # full optimizer tensors -> this rank's shards (param order = state index)
+        if self.fsdp:  # full optimizer tensors -> this rank's shards (param order = state index)
             params = [p for g in self.optimizer.param_groups for p in g["params"]]
             optimizer = dict(optimizer, state={
                 i: {k: shard_like(v, params[int(i)]) if torch.is_tensor(v) and v.shape == params[int(i)].shape
@@ -382,7 +378,7 @@ class Trainer:
         set_rng_state(state["rng"])
 
     def save_state(self) -> None:
-        state = self.state_dict() if self.fsdp is not None or self.acc.is_main_process else None
+        state = self.state_dict() if self.fsdp or self.acc.is_main_process else None
         if self.acc.is_main_process:
             atomic_write_bytes(self.out / STATE_FILE, lambda tmp: torch.save(state, tmp))
         self.acc.wait_for_everyone()
@@ -549,7 +545,7 @@ class Trainer:
         """Held-out loss; with `attention_modules`, of the full-attention model (the original attention).
 
         Under FSDP every rank must call it (each forward gathers the layers) and every rank gets the loss."""
-        model = self.model if self.fsdp is not None else self.raw_model
+        model = self.model if self.fsdp else self.raw_model
         ctx = full_attention(model, attention_modules) if attention_modules else contextlib.nullcontext()
         with ctx:
             return heldout_loss(model, sequences, self.device, self.bf16)
@@ -729,7 +725,7 @@ def main(args) -> int:
     t_eval = time.perf_counter()
     if init_loss is None and acc.is_main_process and not fsdp:
         init_loss = heldout_loss(model, heldout, acc.device, bf16)
-    trainer = Trainer(model, sequences, cfg, out, accelerator=acc, meta={"data": data_meta}, fsdp=fsdp)
+    trainer = Trainer(model, sequences, cfg, out, accelerator=acc, meta={"data": data_meta})
     if fsdp:  # the sharded model is evaluated by all ranks together
         t_eval = time.perf_counter()
         if full_loss is None:
