@@ -33,6 +33,20 @@ def _matmul_dtype(x: torch.Tensor) -> torch.dtype:
     return x.dtype
 
 
+@ops.compiled
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """apply_rotary_pos_emb's formula on [B, T, heads, D] (q and k heads at once), cast to dtype."""
+    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+    return ((x * cos) + (rotate_half(x) * sin)).to(dtype)
+
+
+@ops.compiled
+def _shared_normaliser(swa, num, den, window_logmass):
+    """Hedgehog with a softmax path: (mass * y_swa + num) / (mass + den), mass = exp(window_logmass)."""
+    mass = window_logmass.float().exp().view(1, 1, -1, 1)
+    return (swa.float() * mass + num) / (mass + den.unsqueeze(-1))
+
+
 class LinearizedAttention(nn.Module):
     def __init__(self, attn: nn.Module, config, layer_idx: int, mechanism: str, window: int = 0,
                  sinks: int = 0, short_conv: bool = False, conv_size: int = 4, gate_rank: int = 16,
@@ -90,8 +104,7 @@ class LinearizedAttention(nn.Module):
         # under autocast RoPE's fp32 cos/sin promote q/k while v stays bf16: FLA kernels need one dtype
         if self.q_norm is None:  # RoPE on q and k at once (the same formula as apply_rotary_pos_emb)
             qk = qkv[..., :(H + Hkv) * D].view(B, T, H + Hkv, D)
-            cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
-            qk = ((qk * cos) + (rotate_half(qk) * sin)).to(v.dtype)
+            qk = _rope(qk, cos, sin, v.dtype)
             return qk, qk[:, :, :H], qk[:, :, H:], v, new_conv
         q = qkv[..., :H * D].view(B, T, H, D)
         k = qkv[..., H * D:(H + Hkv) * D].view(B, T, Hkv, D)
@@ -177,9 +190,7 @@ class LinearizedAttention(nn.Module):
         if lin_out is None:
             return swa_out
         if self.mechanism == "hedgehog":
-            num, den = lin_out
-            mass = self.lin.window_logmass.float().exp().view(1, 1, -1, 1)
-            return (swa_out.float() * mass + num) / (mass + den.unsqueeze(-1))
+            return _shared_normaliser(swa_out, *lin_out, self.lin.window_logmass)
         if lin_out.dtype != swa_out.dtype:
             return lin_out.float() + swa_out.float()
         return lin_out + swa_out

@@ -11,9 +11,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from models.ops import compiled
+
 MECHANISMS = ("gla", "kgla", "gdn", "hedgehog", "none")
 
 
+@compiled
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """FLA's in-kernel normalisation: x * rsqrt(sum(x^2) + eps), the sum in fp32."""
     sq = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32).pow(2)
@@ -39,8 +42,12 @@ class GLAGate(nn.Module):
         self.up = nn.Linear(rank, heads * head_dim, bias=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        g = self.up(self.down(x)).float()
-        return (F.logsigmoid(g) / self.normalizer).unflatten(-1, (self.heads, self.head_dim))
+        return _gla_log_decay(self.up(self.down(x)), self.normalizer).unflatten(-1, (self.heads, self.head_dim))
+
+
+@compiled
+def _gla_log_decay(g: torch.Tensor, normalizer: float) -> torch.Tensor:
+    return F.logsigmoid(g.float()) / normalizer
 
 
 def expand(x: torch.Tensor, groups: int) -> torch.Tensor:
@@ -75,9 +82,23 @@ class KeyGatedGLA(GLA):
     def inputs(self, x, q, k, v, qk=None):
         q, k = l2norm_pair(q, k, qk)
         k = expand(k, self.groups)
-        beta = torch.sigmoid(self.beta(x).float()).unsqueeze(-1)
-        log_a = self.gate(x) + torch.log1p(-(beta * k.float().pow(2)).clamp(max=1 - 1e-6))
+        log_a = _kgla_log_a(self.gate(x), self.beta(x), k)
         return dict(q=q, k=k, v=expand(v, self.groups), log_a=log_a)
+
+
+@compiled
+def _kgla_log_a(log_a: torch.Tensor, beta_logits: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    beta = torch.sigmoid(beta_logits.float()).unsqueeze(-1)
+    return log_a + torch.log1p(-(beta * k.float().pow(2)).clamp(max=1 - 1e-6))
+
+
+@compiled
+def _gdn_gates(ab: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor):
+    """(log_a, beta) from the fused [a | b] projection [B, T, 2H]."""
+    H = A_log.shape[0]
+    ab = ab.float()
+    log_a = -A_log.float().exp() * F.softplus(ab[..., :H] + dt_bias.float())
+    return log_a, torch.sigmoid(ab[..., H:])
 
 
 class GatedDeltaNet(nn.Module):
@@ -105,10 +126,8 @@ class GatedDeltaNet(nn.Module):
 
     def inputs(self, x, q, k, v, qk=None):
         """a_proj and b_proj as one matmul (their weights concatenated; the parameters stay separate)."""
-        H = self.A_log.shape[0]
-        ab = F.linear(x, torch.cat([self.a_proj.weight, self.b_proj.weight])).float()
-        log_a = -self.A_log.float().exp() * F.softplus(ab[..., :H] + self.dt_bias.float())
-        beta = torch.sigmoid(ab[..., H:])
+        ab = F.linear(x, torch.cat([self.a_proj.weight, self.b_proj.weight]))
+        log_a, beta = _gdn_gates(ab, self.A_log, self.dt_bias)
         q, k = l2norm_pair(q, k, qk)
         return dict(q=q, k=expand(k, self.groups), v=expand(v, self.groups), log_a=log_a, beta=beta)
 
@@ -124,8 +143,13 @@ class HedgehogFeatureMap(nn.Module):
             nn.init.normal_(self.weight, std=head_dim ** -0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [B, T, H, D] -> [B, T, H, 2F]
-        z = torch.einsum("bthd,hdf->bthf", x.float(), self.weight.float()) + self.bias.float()
-        return torch.cat([torch.softmax(z, -1), torch.softmax(-z, -1)], -1)
+        return _hedgehog_features(x, self.weight, self.bias)
+
+
+@compiled
+def _hedgehog_features(x, weight, bias):
+    z = torch.einsum("bthd,hdf->bthf", x.float(), weight.float()) + bias.float()
+    return torch.cat([torch.softmax(z, -1), torch.softmax(-z, -1)], -1)
 
 
 class Hedgehog(nn.Module):

@@ -4,6 +4,9 @@ Each op picks its backend per call from its first tensor: CUDA tensors with flas
 importable go to `models.ops.fla_backend` (same signatures), everything else to
 `models.ops.reference`. FLA is imported only on the first CUDA call. `GOLINEAR_OPS=reference|fla`
 forces a backend (`fla` raises if FLA cannot be imported); `backend_name(x)` says which one a tensor gets.
+`compiled(fn)`: the layers' pure-PyTorch elementwise regions (gates, feature maps, l2norm, RoPE, combine)
+run through torch.compile when GOLINEAR_COMPILE=1 (default off), fusing their many small kernels; the
+compiled regions call no op, and FLA's kernels are wrapped in torch.compiler.disable (fla_backend).
 """
 from __future__ import annotations
 
@@ -30,6 +33,29 @@ def _fla_module():
         return fla_backend
     except Exception as e:  # no fla / no triton / no GPU driver: the reference serves
         return e
+
+
+def compile_enabled() -> bool:
+    mode = os.environ.get("GOLINEAR_COMPILE", "0").strip() or "0"
+    if mode not in ("0", "1"):
+        raise ValueError(f"GOLINEAR_COMPILE={mode!r}; allowed: '0' (eager, default) or '1' (torch.compile)")
+    return mode == "1"
+
+
+def compiled(fn):
+    """fn, or torch.compile(fn) (built on first use) while GOLINEAR_COMPILE=1; checked on every call."""
+    holder = {}
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        if not compile_enabled():
+            return fn(*args, **kwargs)
+        if "fn" not in holder:
+            holder["fn"] = torch.compile(fn)
+        return holder["fn"](*args, **kwargs)
+    run.eager = fn
+    run.compiled_fn = lambda: holder.get("fn")  # None until compiled
+    return run
 
 
 def fla_available() -> bool:

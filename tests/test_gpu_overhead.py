@@ -1,0 +1,166 @@
+"""GPU checks of the launch-overhead work (tests/test_overhead.py counts the kernels on CPU): the fused
+window+sink attention (one SDPA call), the short conv's autograd path, a whole linearized model on CUDA
+against the CPU reference, GOLINEAR_COMPILE=1 against eager, and (printed, `-s`) the training-step speed at
+SmolLM2-135M sizes. Marked `gpu`; skipped without CUDA or flash-linear-attention.
+Run: python -m pytest -v -s tests/test_gpu_overhead.py
+"""
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import pytest
+import torch
+import transformers
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+    pytest.mark.skipif(importlib.util.find_spec("fla") is None, reason="needs flash-linear-attention"),
+]
+TOL = {torch.float32: (5e-3, 1e-2), torch.bfloat16: (1.5e-2, 3e-2)}  # as tests/test_gpu.py
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def rel(x, ref):
+    x, ref = x.double(), ref.double()
+    assert torch.isfinite(x).all(), "non-finite values"
+    return ((x - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
+@pytest.mark.parametrize("T", [1, 15, 63, 65, 1000, 4096])
+@pytest.mark.parametrize("grad", [False, True], ids=["gather", "unfold-autograd"])
+def test_window_sink_softmax(T, dtype, grad):
+    from models.ops import fla_backend, reference
+    dt = DTYPES[dtype]
+    g = torch.Generator(device="cuda").manual_seed(2)
+    B, Hq, Hkv, D, s, w = 2, 9, 3, 64, 8, 56
+    q, k, v = (torch.randn(B, T, h, D, device="cuda", generator=g).to(dt).requires_grad_(grad) for h in (Hq, Hkv, Hkv))
+    with torch.set_grad_enabled(grad):
+        out = fla_backend.window_sink_softmax(q, k, v, s, w, D ** -0.5)
+    q32, k32, v32 = (t.detach().float().requires_grad_(grad) for t in (q, k, v))
+    with torch.set_grad_enabled(grad):
+        ref, _ = reference.window_sink_attention(q32, k32, v32, s, w, D ** -0.5)
+    tol_o, tol_g = TOL[dt]
+    errs = {"out": rel(out, ref)}
+    if grad:
+        cot = torch.randn(ref.shape, device="cuda", generator=g)
+        gr = torch.autograd.grad((out.float() * cot).sum(), (q, k, v))
+        r_gr = torch.autograd.grad((ref * cot).sum(), (q32, k32, v32))
+        errs.update({f"d{n}": rel(a, b) for n, a, b in zip("qkv", gr, r_gr)})
+    print(f"window_sink_softmax T={T} {dtype} grad={grad}: {errs}")
+    assert out.dtype == dt and all(e <= (tol_g if n.startswith("d") else tol_o) for n, e in errs.items()), errs
+
+
+@pytest.mark.parametrize("p0", [0, 3, 8192])
+def test_window_attention_blocked_chunk_form(p0):
+    """The fast decoder's prefill form (queries from p0; keys = sinks | previous window | chunk), bf16."""
+    from models.ops import fla_backend, reference
+    B, Tc, Hq, Hkv, D, s, w = 2, 1000, 32, 8, 128, 8, 56
+    g = torch.Generator(device="cuda").manual_seed(0)
+    T = p0 + Tc
+    q, k, v = (torch.randn(B, T, h, D, device="cuda", generator=g, dtype=torch.bfloat16) for h in (Hq, Hkv, Hkv))
+    n_prev = min(p0, w)
+    keys, vals = (torch.cat([x[:, :s], x[:, p0 - n_prev:]], 1) for x in (k, v))
+    with torch.no_grad():
+        got = fla_backend.window_attention_blocked(q[:, p0:], keys, vals, w, D ** -0.5, sinks=s, base=s + n_prev,
+                                                   lo=s, q_pos0=p0)
+        want, _ = reference.window_sink_attention(q[:, p0:].float(), k.float(), v.float(), s, w, D ** -0.5,
+                                                  q_offset=p0)
+    assert rel(got, want) < TOL[torch.bfloat16][0]
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_short_conv_autograd_path(autocast):
+    from models.ops import fla_backend, reference
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(2, 1000, 960, device="cuda", generator=g).to(torch.bfloat16 if autocast else torch.float32)
+    w = (torch.randn(960, 4, device="cuda", generator=g) * 0.5).requires_grad_()
+    x.requires_grad_()
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        y, _ = fla_backend.short_conv(x, w)
+        ry, _ = reference.short_conv(x, w)
+    cot = torch.randn(y.shape, device="cuda", generator=g)
+    got = torch.autograd.grad((y.float() * cot).sum(), (x, w))
+    want = torch.autograd.grad((ry.float() * cot).sum(), (x, w))
+    tol = TOL[torch.bfloat16 if autocast else torch.float32]
+    assert rel(y, ry) < tol[0] and all(rel(a, b) < tol[1] for a, b in zip(got, want))
+
+
+def _tiny(mech="gdn", **opts):
+    from models.linearize import LinearizeConfig, linearize
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=576, intermediate_size=256, num_hidden_layers=2, num_attention_heads=9,
+                                   num_key_value_heads=3, head_dim=64, vocab_size=300)
+    model = linearize(transformers.LlamaForCausalLM(cfg), LinearizeConfig(mechanism=mech, **opts))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def _step(model, ids, autocast):
+    model.zero_grad(set_to_none=True)
+    with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    return loss.detach().float().cpu(), {n: p.grad.float().cpu() for n, p in model.named_parameters()
+                                         if p.grad is not None}
+
+
+@pytest.mark.parametrize("mech,opts", [("gdn", dict(window=56, sinks=8, short_conv=True)), ("hedgehog", {}),
+                                       ("hedgehog", dict(window=56, sinks=8))])
+def test_train_step_cuda_matches_cpu_reference(mech, opts):
+    """The whole layer on CUDA (FLA + fused window/sinks + fused conv), bf16 autocast, vs the CPU reference."""
+    model = _tiny(mech, **opts)
+    ids = torch.randint(0, 300, (2, 700), generator=torch.Generator().manual_seed(1))
+    loss_ref, grads_ref = _step(model, ids, autocast=False)
+    loss, grads = _step(model.cuda(), ids.cuda(), autocast=True)
+    errs = {n: rel(grads[n], grads_ref[n]) for n in grads_ref}
+    print(f"{mech} {opts}: loss {loss.item():.4f} vs {loss_ref.item():.4f}; worst grad {max(errs.values()):.2e}")
+    assert abs(loss.item() - loss_ref.item()) < 2e-2 * abs(loss_ref.item())
+    assert grads.keys() == grads_ref.keys() and max(errs.values()) < 5e-2, errs
+
+
+def test_compile_matches_eager_on_cuda(monkeypatch):
+    model = _tiny("gdn", window=56, sinks=8, short_conv=True).cuda()
+    ids = torch.randint(0, 300, (1, 1000), device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
+    monkeypatch.setenv("GOLINEAR_COMPILE", "0")
+    loss0, grads0 = _step(model, ids, autocast=True)
+    monkeypatch.setenv("GOLINEAR_COMPILE", "1")
+    loss1, grads1 = _step(model, ids, autocast=True)
+    assert abs(loss0.item() - loss1.item()) < 1e-3 * abs(loss0.item())
+    assert max(rel(grads1[n], grads0[n]) for n in grads0) < 2e-2
+
+
+@pytest.mark.parametrize("compile_", ["0", "1"])
+def test_report_train_step_speed(monkeypatch, compile_):
+    """Prints tokens/s of the default recipe's training step at SmolLM2-135M sizes (random weights, T=4096)."""
+    from models.linearize import LinearizeConfig, linearize
+    monkeypatch.setenv("GOLINEAR_COMPILE", compile_)
+    cfg = transformers.LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                                   num_key_value_heads=3, head_dim=64, vocab_size=49152, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = linearize(transformers.LlamaForCausalLM(cfg), LinearizeConfig(mechanism="gdn", window=56, sinks=8,
+                                                                          short_conv=True)).cuda()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    ids = torch.randint(0, 49152, (1, 4096), device="cuda")
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    t0, n = time.perf_counter(), 10
+    for _ in range(n):
+        step()
+    torch.cuda.synchronize()
+    dt = (time.perf_counter() - t0) / n
+    print(f"\ntrain step GOLINEAR_COMPILE={compile_}: {dt * 1e3:.1f} ms, {4096 / dt:,.0f} tokens/s")
+    assert dt > 0
