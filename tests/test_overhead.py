@@ -301,8 +301,11 @@ def test_window_attention_blocked_chunk_form(p0):
 
 
 @pytest.mark.parametrize("T", [1, 2, 9])
-@pytest.mark.parametrize("grad", [False, True])
-def test_fla_short_conv_matches_reference(T, grad):
+@pytest.mark.parametrize("grad,compile_", [(False, "0"), (True, "0"), (False, "1")])
+def test_fla_short_conv_matches_reference(monkeypatch, T, grad, compile_):
+    if compile_ == "1" and not _inductor_works():
+        pytest.skip("torch.compile (inductor) cannot run on this machine")
+    monkeypatch.setenv("GOLINEAR_COMPILE", compile_)
     g = torch.Generator().manual_seed(T)
     x, w, st = torch.randn(2, T, 12, generator=g), torch.randn(12, 4, generator=g), torch.randn(2, 12, 3, generator=g)
     for state in (None, st):

@@ -27,7 +27,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from models.ops import reference
+from models.ops import compile_enabled, compiled, reference
 from models.ops.reference import window_sink_decode  # noqa: F401  (a few small matmuls: fine on CUDA)
 
 LN2 = math.log(2.0)
@@ -223,6 +223,8 @@ def short_conv(x, weight, state=None, output_final_state=False):
     B, T, D = x.shape
     W = weight.shape[1]
     w = weight.to(x.dtype)
+    if compile_enabled():  # one fused kernel (GOLINEAR_COMPILE=1)
+        return _short_conv_fused(x, w, state), (_last_inputs(x, state, W) if output_final_state else None)
     y = x * w[:, W - 1]
     for i in range(W - 1):
         shift = W - 1 - i  # tap i reads input t - shift
@@ -232,6 +234,19 @@ def short_conv(x, weight, state=None, output_final_state=False):
             r = min(shift, T)
             y[:, :r].addcmul_(state[:, :, i:i + r].transpose(1, 2).to(x.dtype), w[:, i])
     return y, (_last_inputs(x, state, W) if output_final_state else None)
+
+
+@compiled
+def _short_conv_fused(x, w, state):
+    """The same multiply-adds written functionally, for torch.compile to fuse into one kernel."""
+    W = w.shape[1]
+    prev = x.new_zeros(x.shape[0], W - 1, x.shape[2]) if state is None else state.transpose(1, 2).to(x.dtype)
+    ext = torch.cat([prev, x], 1)
+    T = x.shape[1]
+    y = ext[:, W - 1:] * w[:, W - 1]
+    for i in range(W - 1):
+        y = y + ext[:, i:i + T] * w[:, i]
+    return y
 
 
 def _last_inputs(x, state, W):
