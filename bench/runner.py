@@ -354,6 +354,21 @@ def package_versions() -> dict:
     return out
 
 
+def hardware(lm) -> dict:
+    """Where a cell ran: device (GPU name on CUDA), weights dtype, and which ops backend the linear layers use."""
+    import torch
+    device = str(getattr(lm, "device", "cpu"))
+    out = {"device": device, "dtype": str(getattr(getattr(lm, "model", None), "dtype", None))}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    try:
+        from models import ops
+        out["ops"] = ops.backend_name(torch.empty(0, device=device))
+    except Exception as exc:  # provenance must never stop an evaluation
+        out["ops"] = f"unknown ({type(exc).__name__})"
+    return out
+
+
 def git_state() -> dict:
     def git(*args):
         r = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True)
@@ -592,7 +607,7 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info, versions,
             **out, "wall_time_s": round(wall, 3),
             "provenance": {"versions": versions, "git": git, "data": data_hashes(res, e, data_dir),
                            "seeds": LM_EVAL_SEEDS | ({"task_seed": cfg["seed"]} if e.long else {}),
-                           "limit": cfg.get("limit"), "world_size": world,
+                           "limit": cfg.get("limit"), "world_size": world, "hardware": hardware(lm),
                            "model_fingerprint": _first(info, "backbone_fingerprint", "base_fingerprint",
                                                        "fingerprint"),
                            "checkpoint_fingerprint": info.get("checkpoint_fingerprint")}}

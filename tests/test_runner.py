@@ -156,6 +156,7 @@ def test_real_run_kill_resume_noop_and_render(tmp_path):
         prov = c["provenance"]
         assert prov["versions"]["lm_eval"] == "0.4.13" and prov["git"]["commit"]
         assert prov["model_fingerprint"] and prov["limit"] == 3
+        assert prov["hardware"]["device"] == "cpu" and prov["hardware"]["ops"] == "reference"
         assert "lambada_openai/lambada_test.jsonl" in prov["data"]["files"]  # data, relative to the data dir
         assert len(prov["data"]["files"]["lambada_openai/lambada_test.jsonl"]) == 64
     labels = sorted(c["model"]["label"] for c in cells)
