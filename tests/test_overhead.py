@@ -285,6 +285,19 @@ def test_window_sink_softmax_matches_reference(B, T, Hq, Hkv, D, s, w):
     assert torch.equal(ops.window_sink_softmax(q, k, v, s, w, D ** -0.5), want)  # CPU dispatch: the reference
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_window_sink_softmax_takes_any_sdpa_output_layout(monkeypatch, grad):
+    """CUDA's SDPA kernels return a transposed ([B, L, H, E] memory) layout; the blocked form must not view it."""
+    real = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **kw: real(*a, **kw).transpose(1, 2).contiguous().transpose(1, 2))
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 130, h, 16, generator=g).requires_grad_(grad) for h in (4, 2, 2))
+    want, _ = reference.window_sink_attention(q, k, v, 3, 5, 0.25)
+    with torch.set_grad_enabled(grad):
+        assert rel(fla_backend.window_sink_softmax(q, k, v, 3, 5, 0.25), want) < 1e-6
+
+
 @pytest.mark.parametrize("p0", [0, 3, 9, 100])
 def test_window_attention_blocked_chunk_form(p0):
     """The fast decoder's form: queries from p0, keys = [sinks | previous window keys | the chunk's]."""

@@ -408,8 +408,9 @@ def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_po
         qb = q.reshape(B, Tq, Hkv, G, D).transpose(1, 2).index_select(2, qidx).view(B * Hkv, n, block * G, D)
         kb, vb = (x.transpose(1, 2).index_select(2, kidx).view(B * Hkv, n, sinks + Lw, x.shape[-1]) for x in (k, v))
     o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
-    o = o.view(B, Hkv, n * block, G, V).transpose(1, 2)[:, :Tq]
-    return o.reshape(B, Tq, Hq, V)
+    # SDPA's CUDA kernels may return a transposed layout: unflatten (always a view), then one copy
+    o = o.unflatten(0, (B, Hkv)).unflatten(3, (block, G)).permute(0, 2, 3, 1, 4, 5)  # [B, n, block, Hkv, G, V]
+    return o.reshape(B, n * block, Hq, V)[:, :Tq]
 
 
 def _runs_unfold(x, s, base, lo, n, block, Lw):
