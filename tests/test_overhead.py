@@ -120,7 +120,7 @@ def _recurrent(name, op):
 
 STAND_INS = dict(
     chunk_o=types.SimpleNamespace(TRITON_ABOVE_3_4_0=True), parallel_attn_fwd=_parallel_attn_fwd, chunk_gla=_gla,
-    GDNChunkFunction=types.SimpleNamespace(apply=_gdn), chunk_linear_attn=_lin, fused_recurrent_linear_attn=_lin,
+    GDNChunkFunction=types.SimpleNamespace(apply=_gdn), gdn_chunk_apply=_gdn, chunk_linear_attn=_lin, fused_recurrent_linear_attn=_lin,
     fused_recurrent_gla=_recurrent("fused_recurrent_gla", reference.gla_recurrent),
     fused_recurrent_gated_delta_rule=_recurrent("fused_recurrent_gdn", reference.gdn_recurrent))
 

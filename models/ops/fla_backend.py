@@ -68,6 +68,7 @@ def load_fla():
     kernels.__dict__.update(
         chunk_o=chunk_o, parallel_attn_fwd=opaque(parallel_attn_fwd), chunk_gla=opaque(chunk_gla),
         fused_recurrent_gla=opaque(fused_recurrent_gla), GDNChunkFunction=GDNChunkFunction,
+        gdn_chunk_apply=opaque(GDNChunkFunction.apply),
         fused_recurrent_gated_delta_rule=opaque(fused_recurrent_gated_delta_rule),
         chunk_linear_attn=opaque(chunk_linear_attn), fused_recurrent_linear_attn=opaque(fused_recurrent_linear_attn))
 
@@ -130,18 +131,13 @@ def gdn_chunk(q, k, v, log_a, beta, scale, initial_state=None, output_final_stat
     out_dtype = q.dtype
     q, k, v = _same_dtype(q, k, v)
     # positional order of ChunkGatedDeltaRuleFunction.forward (FLA 0.6.0)
-    o, state = _gdn_chunk_apply(
+    o, state = kernels.gdn_chunk_apply(
         q, k, v, log_a.float().contiguous(), beta.to(q.dtype).contiguous(), scale, _state_in(initial_state),
         output_final_state, False, None, None, None,  # state_v_first, cu_seqlens, cu_seqlens_cpu, chunk_indices
         False, False, None, None,  # use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log, dt_bias
         False, False, None,  # use_beta_sigmoid_in_kernel, allow_neg_eigval, cp_context
         fla_chunk)
     return o.to(out_dtype), state
-
-
-@torch.compiler.disable
-def _gdn_chunk_apply(*args):
-    return kernels.GDNChunkFunction.apply(*args)
 
 
 def gdn_recurrent(q, k, v, log_a, beta, scale, initial_state=None, output_final_state=False):
