@@ -5,9 +5,13 @@ is applied to q/k of both paths. Positions are 0-indexed. At query t:
   - the softmax path sees I = {j < sinks} U {t - window < j <= t};
   - the linear path sees exactly the tokens s <= j <= t - w (w = 0: s <= j <= t);
   - GLA/kGLA/GDN: y = y_lin + y_swa (the paper's disjoint sum); Hedgehog: one shared normaliser.
-The parallel pass runs the chunked op with q shifted by `window` (o_t = q_t^T S_{t-w}); decoding keeps
+The parallel pass runs the chunked op over tokens sinks..T-1-w with q shifted by `window`
+(o_t = q_t^T S_{t-w}; earlier rows read a zero state and get no linear term); decoding keeps
 sinks, a rolling window and the state in `LinearLayerCache`, folding each token into the state when it
 leaves the window.
+Launch overhead (tests/test_overhead.py counts kernels per layer): q/k/v are one matmul, the three short
+convs one conv over [q|k|v], RoPE/l2norm run on q and k at once, window + sinks are one fused attention
+call; GOLINEAR_COMPILE=1 compiles the elementwise regions (models.ops.compiled).
 """
 from __future__ import annotations
 

@@ -16,7 +16,13 @@ FLA imports. Which kernel backs each op:
     window) when no gradient is needed, else a blocked PyTorch form with autograd; the sink keys are a
     small separate softmax merged through the log-sum-exp (FLA's sink_bias is a learned logit, not
     StreamingLLM sink tokens). See scripts/gpu/NOTES.md for the measurement behind this choice.
-  - short_conv, window_sink_decode: the reference (cuDNN depthwise conv / a few small matmuls).
+  - window_sink_softmax (the layer's parallel pass; output without lse): window + sinks in ONE SDPA call
+    (`window_attention_blocked`: query blocks of 64, each against the sinks plus the run of keys its window
+    reaches, under a cached additive mask; GQA as G rows per block, no key expansion), with or without
+    autograd. The fast decoder's prefill uses the same function with the previous chunk's keys.
+  - short_conv: without autograd shifted multiply-adds in x's dtype (one fused kernel under
+    GOLINEAR_COMPILE=1); with autograd one depthwise conv1d. window_sink_decode: the reference.
+FLA's kernels are wrapped in torch.compiler.disable (opaque to torch.compile).
 """
 from __future__ import annotations
 
