@@ -116,15 +116,15 @@ class LinearizedAttention(nn.Module):
             state = conv_state.get("qkv") if conv_state else None
             qkv, new_state = ops.short_conv(qkv, self.conv.weight(), state=state, output_final_state=want_conv_state)
             new_conv = {"qkv": new_state} if want_conv_state else None
-        v = qkv[..., (H + Hkv) * D:].view(B, T, Hkv, D)
+        # split (not slices): its backward is one cat instead of a zero-filled copy per slice
+        qk, v = (t.unflatten(-1, (-1, D)) for t in qkv.split([(H + Hkv) * D, Hkv * D], -1))
         cos, sin = position_embeddings
         # under autocast RoPE's fp32 cos/sin promote q/k while v stays bf16: FLA kernels need one dtype
         if self.q_norm is None:  # RoPE on q and k at once (the same formula as apply_rotary_pos_emb)
-            qk = qkv[..., :(H + Hkv) * D].view(B, T, H + Hkv, D)
             qk = _rope(qk, cos, sin, v.dtype)
-            return qk, qk[:, :, :H], qk[:, :, H:], v, new_conv
-        q = qkv[..., :H * D].view(B, T, H, D)
-        k = qkv[..., H * D:(H + Hkv) * D].view(B, T, Hkv, D)
+            q, k = qk.split([H, Hkv], 2)
+            return qk, q, k, v, new_conv
+        q, k = qk.split([H, Hkv], 2)
         q, k = apply_rotary_pos_emb(self.q_norm(q), self.k_norm(k), cos, sin, unsqueeze_dim=2)
         return None, q.to(v.dtype), k.to(v.dtype), v, new_conv
 

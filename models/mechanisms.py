@@ -27,9 +27,8 @@ def l2norm_pair(q: torch.Tensor, k: torch.Tensor, qk: torch.Tensor | None = None
     """l2norm of q [B,T,H,D] and k [B,T,Hkv,D]; in one pass when the layer hands over qk = [q|k] heads."""
     if qk is None:
         return l2norm(q), l2norm(k)
-    both = l2norm(qk)
-    H = q.shape[2]
-    return both[:, :, :H], both[:, :, H:]
+    q, k = l2norm(qk).split([q.shape[2], k.shape[2]], 2)
+    return q, k
 
 
 class GLAGate(nn.Module):
@@ -96,9 +95,8 @@ def _kgla_log_a(log_a: torch.Tensor, beta_logits: torch.Tensor, k: torch.Tensor)
 def _gdn_gates(ab: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor):
     """(log_a, beta) from the fused [a | b] projection [B, T, 2H]."""
     H = A_log.shape[0]
-    ab = ab.float()
-    log_a = -A_log.float().exp() * F.softplus(ab[..., :H] + dt_bias.float())
-    return log_a, torch.sigmoid(ab[..., H:])
+    a, b = ab.float().split([H, H], -1)
+    return -A_log.float().exp() * F.softplus(a + dt_bias.float()), torch.sigmoid(b)
 
 
 class GatedDeltaNet(nn.Module):

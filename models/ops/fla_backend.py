@@ -412,18 +412,21 @@ def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_po
     o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
     # SDPA's CUDA kernels may return a transposed layout: unflatten (always a view), then one copy
     o = o.unflatten(0, (B, Hkv)).unflatten(3, (block, G)).permute(0, 2, 3, 1, 4, 5)  # [B, n, block, Hkv, G, V]
-    return o.reshape(B, n * block, Hq, V)[:, :Tq]
+    o = o.reshape(B, n * block, Hq, V)
+    return o if n * block == Tq else o[:, :Tq]  # (a full-range slice still costs a zero-fill + copy in backward)
 
 
 def _runs_unfold(x, s, base, lo, n, block, Lw):
     """[B*Hkv, n, s+Lw, D]: per block the sinks x[:, :s] and the run of Lw keys of x[:, lo:] starting at
     base + b*block - (Lw - block) (zero padding outside), by pad + unfold + one cat."""
     B, _, Hkv, D = x.shape
-    y = x[:, lo:]
+    y = x[:, lo:] if lo else x  # (full-range slices are avoided: each costs a zero-fill + copy in backward)
     P = max(0, Lw - block - base)  # left padding so that block 0's run starts at `off`
     off = base + P - (Lw - block)
     R = max(0, (n - 1) * block + off + Lw - (y.shape[1] + P))
-    runs = F.pad(y, (0, 0, 0, 0, P, R))[:, off:].unfold(1, Lw, block)[:, :n]  # [B, n, Hkv, D, Lw]
+    y = F.pad(y, (0, 0, 0, 0, P, R)) if P or R else y
+    runs = (y[:, off:] if off else y).unfold(1, Lw, block)  # [B, >= n, Hkv, D, Lw]
+    runs = runs[:, :n] if runs.shape[1] > n else runs
     runs = runs.permute(0, 2, 1, 4, 3)  # [B, Hkv, n, Lw, D]
     if s:
         sink = x[:, :s].permute(0, 2, 1, 3).unsqueeze(2).expand(B, Hkv, n, s, D)
