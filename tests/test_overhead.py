@@ -185,11 +185,11 @@ def tiny_model(recipe: str | None, layers: int, dtype=torch.float32):
 
 
 def train_step(model, T=TRAIN_T):
-    """One step of the training recipe: fp32 weights, bf16 autocast, loss.backward()."""
+    """One step of the training recipe (models/train.py): fp32 weights, bf16 autocast, no cache, backward."""
     ids = torch.randint(0, 64, (1, T), generator=torch.Generator().manual_seed(0))
     def run():
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
         loss.backward()
     return run
 
@@ -227,11 +227,12 @@ def report(compiled: bool = False) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------- tests
-# Kernels per middle layer outside FLA calls (CPU count of the CUDA path). Before the overhead work (e5dd35b):
-#   train fwd+bwd: full attention 160, gdn default recipe 475 (+2 FLA calls), hedgehog 197 (+2);
+# Kernels per middle layer outside FLA calls (CPU count of the CUDA path; `python tests/test_overhead.py`).
+# Before the overhead work (e5dd35b; the same harness run on that tree):
+#   train fwd+bwd: full attention 152, gdn default recipe 475 (+2 FLA calls), hedgehog 197 (+2);
 #   prefill (bf16, 128-token chunks): gdn default recipe 153.5 per chunk (+2 FLA calls: GDN, window attention).
-# After: train gdn 208 (+2), hedgehog 167 (+2); prefill 95 per chunk (+1 FLA call; window+sinks is one SDPA).
-# With GOLINEAR_COMPILE=1 (inductor's fused kernels counted as one each): train 158, prefill 75.5 per chunk.
+# After: train gdn 207 (+2), hedgehog 167 (+2); prefill 95 per chunk (+1 FLA call; window+sinks is one SDPA).
+# With GOLINEAR_COMPILE=1 (inductor's fused kernels counted as one each): train 157, prefill 75.5 per chunk.
 BOUND = {"train_gdn": 210, "prefill_gdn": 96, "train_gdn_compiled": 165}
 
 
