@@ -1,7 +1,9 @@
-"""Every shipped SmolLM2 reference checkpoint loads onto the real backbone on CPU and is better than its own
-fresh initialisation on held-out book text (so its trained parameters, not defaults, were loaded)."""
+"""Every shipped SmolLM2 reference checkpoint is complete, loads onto the real backbone on CPU, scores better
+than a uniform guess and better than its own fresh initialisation on held-out book text (so its trained
+parameters, not defaults, were loaded); the one-call loader agrees with apply_checkpoint."""
 import copy
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,10 @@ FOLDERS = sorted(p for p in CKPT_ROOT.iterdir() if (p / "new_params.safetensors"
 EXPECTED = {"gla", "kgla", "gdn", "hedgehog", "gdn-w64", "gdn-w56-s8", "gdn-w56-s8-sc", "gdn-w56-s8-lora",
             "gdn-w120-s8-sc"}
 TOKENS = 384
+# Strict (no window, frozen q/k/v) GLA and GDN after <= 2.7M tokens on SmolLM2 are still about as bad as a
+# uniform guess on held-out text (measured here: 11.09 and 11.13 vs log(vocab) = 10.80; held-out CE 8.66 and
+# 10.68 in their train_config.json). For them the test asks only that training helped (beats the init).
+NEAR_UNIFORM = {"gla", "gdn"}
 
 
 def test_every_reference_recipe_is_shipped():
@@ -48,7 +54,10 @@ def test_loads_on_cpu_and_beats_its_initialisation(folder, base_and_text):
     from models.checkpoint import apply_checkpoint, read_config
     from models.linearize import LinearizeConfig, count_new_parameters, linearize
     base, ids = base_and_text
+    for f in ("new_params.safetensors", "config.json", "train_log.jsonl", "train_config.json", "loss.png"):
+        assert (folder / f).exists(), f"{folder.name}/{f}"
     config = read_config(folder)
+    assert config["training"]["summary"]["finished"] and config["training"]["summary"]["tokens"] > 0
     trained = apply_checkpoint(copy.deepcopy(base), folder)
     assert count_new_parameters(trained) == config["new_parameters"] > 0
     fresh = copy.deepcopy(base)
@@ -58,5 +67,18 @@ def test_loads_on_cpu_and_beats_its_initialisation(folder, base_and_text):
     loss_trained, loss_fresh = _loss(trained, ids), _loss(fresh, ids)
     record = json.loads((folder / "train_config.json").read_text())["results"]
     assert record["heldout_loss_trained"] < record["heldout_loss_init"]
-    assert torch.isfinite(torch.tensor(loss_trained))
+    assert math.isfinite(loss_trained)
+    if folder.name not in NEAR_UNIFORM:
+        assert loss_trained < math.log(base.config.vocab_size), (folder.name, loss_trained)
     assert loss_trained < loss_fresh, (folder.name, loss_trained, loss_fresh)
+
+
+def test_one_call_loader_agrees(base_and_text):
+    from models.checkpoint import apply_checkpoint, read_config
+    from models.linearize import load_model
+    base, ids = base_and_text
+    folder = CKPT_ROOT / "gdn-w56-s8-sc"
+    model, _, info = load_model(checkpoint=str(folder))
+    assert info["trained"] and info["linearize"] == read_config(folder)["linearize"]
+    expected = _loss(apply_checkpoint(copy.deepcopy(base), folder), ids)
+    assert _loss(model, ids) == pytest.approx(expected, abs=1e-4)

@@ -204,47 +204,6 @@ def test_hard_stop_at_deadline_still_finishes(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ reference checkpoints
-REFERENCE = ("gla", "kgla", "gdn", "hedgehog", "gdn-w64", "gdn-w56-s8", "gdn-w56-s8-sc", "gdn-w56-s8-lora",
-             "gdn-w120-s8-sc")
-CHECKPOINTS = __import__("pathlib").Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m"
-PASSAGE = ("The old lighthouse keeper climbed the narrow stairs every evening, counting the steps as his father had "
-           "taught him. At the top he trimmed the wick, polished the great lens and watched the ships pass far out "
-           "on the grey water. Some nights the fog rolled in so thick that he could not see the rocks below, and "
-           "then he rang the bell every minute until dawn, his arms aching, his thoughts wandering to the village "
-           "where his daughter waited for letters that he never found the words to write.")
-
-
-@pytest.mark.slow
-def test_reference_checkpoints_load_onto_smollm2_on_cpu():
-    """Every committed reference checkpoint loads onto the embedded SmolLM2 on CPU and gives finite, better
-    than uniform, loss on a passage longer than any window; the one-call loader agrees with apply_checkpoint."""
-    import copy
-    from models.backbone import load_backbone
-    from models.checkpoint import apply_checkpoint, read_config
-    from models.linearize import load_model
-    present = [n for n in REFERENCE if (CHECKPOINTS / n / "config.json").exists()]
-    assert present, f"no reference checkpoint under {CHECKPOINTS}"
-    base, tok = load_backbone("smollm2-135m")
-    ids = tok(PASSAGE, return_tensors="pt").input_ids
-    assert ids.shape[1] > 64  # longer than the window: the linear state matters
-    losses = {}
-    for name in present:
-        folder = CHECKPOINTS / name
-        for f in ("new_params.safetensors", "config.json", "train_log.jsonl", "train_config.json", "loss.png"):
-            assert (folder / f).exists(), f"{name}/{f}"
-        config = read_config(folder)
-        assert config["training"]["summary"]["finished"] and config["training"]["summary"]["tokens"] > 0
-        model = apply_checkpoint(copy.deepcopy(base), folder)
-        with torch.no_grad():
-            losses[name] = float(model(input_ids=ids, labels=ids).loss)
-        assert math.isfinite(losses[name]) and losses[name] < math.log(len(tok)), (name, losses[name])
-    name = present[0]
-    model, _, info = load_model(checkpoint=str(CHECKPOINTS / name))  # the public one-call loader
-    assert info["trained"] and info["linearize"] == read_config(CHECKPOINTS / name)["linearize"]
-    with torch.no_grad():
-        assert float(model(input_ids=ids, labels=ids).loss) == pytest.approx(losses[name], abs=1e-4)
-
-
 def test_autocast_gives_the_linear_ops_one_dtype(monkeypatch):
     """Under bf16 autocast (the GPU recipe) q/k/v reaching the ops share a dtype (FLA's kernels need it)."""
     from models import ops
