@@ -11,6 +11,8 @@ T0=$(date +%s)
 source scripts/gpu/device_setup.sh || exit $?
 python3 -c "import torch, lm_eval, fla, transformers; print('torch', torch.__version__, 'lm_eval', lm_eval.__version__, 'fla', fla.__version__, 'transformers', transformers.__version__)" || exit 6
 mkdir -p /tmp/store /tmp/evallogs
+# start from the committed store: finished cells (same key) are skipped, not redone
+[ -d leaderboards/store/cells ] && cp -rn leaderboards/store/. /tmp/store/
 EVAL_PIDS=()
 IFS=';' read -ra MODELS <<< "${EVAL_MODELS:-full;checkpoints/smollm2-135m/gdn-w56-s8-sc}"
 for m in "${MODELS[@]}"; do
