@@ -93,18 +93,6 @@ _SINGLE_THREAD_ON_CPU = {"gla_chunk", "gla_recurrent", "gdn_chunk", "gdn_recurre
                          "window_sink_softmax"}
 
 
-def _reference_window_sink_softmax(q, k, v, sinks, window, scale):
-    """window_sink_attention's output alone (the layer's parallel pass needs no lse); the CUDA backend
-    computes it in one fused attention call."""
-    return reference.window_sink_attention(q, k, v, sinks, window, scale)[0]
-
-
-def _impl(backend, name):
-    if backend is reference and name == "window_sink_softmax":
-        return _reference_window_sink_softmax
-    return getattr(backend, name)
-
-
 @contextlib.contextmanager
 def _one_thread():
     n = torch.get_num_threads()
@@ -124,10 +112,10 @@ def _dispatching(name):
         backend = backend_for(first)
         if backend is reference and name in _SINGLE_THREAD_ON_CPU and not getattr(first, "is_cuda", False):
             with _one_thread():
-                return _impl(reference, name)(*args, **kwargs)
-        return _impl(backend, name)(*args, **kwargs)
+                return getattr(reference, name)(*args, **kwargs)
+        return getattr(backend, name)(*args, **kwargs)
     op.__name__ = name
-    op.__doc__ = _impl(reference, name).__doc__
+    op.__doc__ = getattr(reference, name).__doc__
     return op
 
 

@@ -463,6 +463,12 @@ def window_sink_attention(q, k, v, sinks, window, scale, q_offset=0):
     return out.to(q.dtype), lse
 
 
+def window_sink_softmax(q, k, v, sinks, window, scale):
+    """window_sink_attention's output alone (the layer's parallel pass needs no lse); the CUDA backend
+    computes it in one fused attention call."""
+    return window_sink_attention(q, k, v, sinks, window, scale)[0]
+
+
 def window_sink_decode(q, k_cache, v_cache, scale):
     """Decoding step: every query row attends to all cached keys (the caller passes exactly the sink +
     window keys it may see, the current token included). q [B, Tq, Hq, D], caches [B, L, Hkv, D].
