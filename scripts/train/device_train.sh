@@ -66,7 +66,8 @@ for d in sorted(pathlib.Path("/tmp/ck").iterdir()):
 PY
 # two archives: every file back from the device must stay under 16 MiB
 cd /tmp/ck && A=$(ls | head -4) && B=$(ls | tail -n +5)
-[ -n "$A" ] && tar czf $OUT/ckpt_a.tgz --exclude=state.pt $A
-[ -n "$B" ] && tar czf $OUT/ckpt_b.tgz --exclude=state.pt $B
+X=--exclude=state.pt; [ "${KEEP_STATE:-0}" = 1 ] && X=  # KEEP_STATE=1: bring state.pt back to resume later
+[ -n "$A" ] && tar czf $OUT/ckpt_a.tgz $X $A
+[ -n "$B" ] && tar czf $OUT/ckpt_b.tgz $X $B
 cd /tmp/logs && tar czf $OUT/logs.tgz . ; ls -l $OUT
 echo "total $(( $(date +%s) - T0 )) s"
