@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
+from lm_eval.models.utils import _add_special_kwargs, has_bos_prefix
 
 LINEAR_ARGS = ("checkpoint", "mechanism", "window", "sinks", "short_conv", "lora", "full_layers",
                "keep_full", "select")
@@ -138,6 +139,42 @@ class GolinearHF(HFLM):
         hf_kwargs = {k: v for k, v in args.items() if k in HFLM_ARGS and k != "trust_remote_code"}
         super().__init__(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size,
                          max_length=max_length, **hf_kwargs)
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        """HFLM's, with every string tokenized up front in batches: lm-eval encodes one request at a time,
+        which took minutes for 5-shot MMLU's 56k requests; the Rust tokenizer encodes a batch in parallel."""
+        self._encoded = self._encode_batched([req.args for req in requests])
+        try:
+            return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+        finally:
+            self._encoded = {}
+
+    def _encode_batched(self, pairs, chunk: int = 2048) -> dict:
+        """{string: token ids, as tok_encode(string) gives them} for the strings HFLM's _encode_pair encodes."""
+        strings = set()
+        for context, continuation in pairs:
+            if context:  # _encode_pair moves the context's trailing spaces to the continuation
+                stripped = context.rstrip()
+                strings.update((stripped, context + continuation))
+        bos = self.tokenizer.decode(self.prefix_token_id)
+        by_kwargs = {}  # tok_encode's own rule: no special tokens for a string that starts with BOS already
+        for text in sorted(strings):
+            kw = _add_special_kwargs(None, self.add_bos_token)
+            if has_bos_prefix(text, bos):
+                kw["add_special_tokens"] = False
+            by_kwargs.setdefault(tuple(sorted(kw.items())), []).append(text)
+        out = {}
+        for kw, texts in by_kwargs.items():
+            for i in range(0, len(texts), chunk):
+                ids = self.tokenizer(texts[i:i + chunk], **dict(kw))["input_ids"]
+                out.update(zip(texts[i:i + chunk], ids))
+        return out
+
+    def tok_encode(self, string, add_special_tokens=None, left_truncate_len=None, **kwargs):
+        ids = getattr(self, "_encoded", {}).get(string) if add_special_tokens is None and not kwargs else None
+        if ids is None:
+            return super().tok_encode(string, add_special_tokens, left_truncate_len, **kwargs)
+        return list(ids[-left_truncate_len:] if left_truncate_len else ids)
 
     def _model_call(self, inps, attn_mask=None, labels=None):
         # no KV cache while scoring: one forward pass over the whole (right-padded) batch

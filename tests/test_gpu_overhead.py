@@ -106,8 +106,9 @@ def _step(model, ids, autocast):
     with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=autocast):
         loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
-    return loss.detach().float().cpu(), {n: p.grad.float().cpu() for n, p in model.named_parameters()
-                                         if p.grad is not None}
+    # copies: model.cuda() later moves the CPU grads in place, which would turn a reference into the result
+    return loss.detach().float().cpu(), {n: p.grad.detach().to("cpu", torch.float32, copy=True)
+                                         for n, p in model.named_parameters() if p.grad is not None}
 
 
 @pytest.mark.parametrize("mech,opts", [("gdn", dict(window=56, sinks=8, short_conv=True)), ("hedgehog", {}),
@@ -125,14 +126,22 @@ def test_train_step_cuda_matches_cpu_reference(mech, opts):
 
 
 def test_compile_matches_eager_on_cuda(monkeypatch):
+    """fp32: compiled == eager up to reassociation. bf16 autocast: the compiled step is no further from the
+    fp32 result than the eager bf16 step is (fusion keeps intermediates in fp32, so it may differ from eager
+    bf16 by as much as eager bf16 differs from fp32)."""
     model = _tiny("gdn", window=56, sinks=8, short_conv=True).cuda()
     ids = torch.randint(0, 300, (1, 1000), device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
-    monkeypatch.setenv("GOLINEAR_COMPILE", "0")
-    loss0, grads0 = _step(model, ids, autocast=True)
-    monkeypatch.setenv("GOLINEAR_COMPILE", "1")
-    loss1, grads1 = _step(model, ids, autocast=True)
-    assert abs(loss0.item() - loss1.item()) < 1e-3 * abs(loss0.item())
-    assert max(rel(grads1[n], grads0[n]) for n in grads0) < 2e-2
+    runs = {}
+    for compile_ in ("0", "1"):
+        monkeypatch.setenv("GOLINEAR_COMPILE", compile_)
+        for autocast in (False, True):
+            runs[compile_, autocast] = _step(model, ids, autocast=autocast)
+    (l32, g32), (l32c, g32c) = runs["0", False], runs["1", False]
+    assert abs(l32.item() - l32c.item()) < 1e-5 * abs(l32.item())
+    assert max(rel(g32c[n], g32[n]) for n in g32) < 1e-4
+    err = {c: max(rel(runs[c, True][1][n], g32[n]) for n in g32) for c in ("0", "1")}
+    print(f"bf16 grads vs fp32: eager {err['0']:.2e}, compiled {err['1']:.2e}")
+    assert err["1"] < max(1.5 * err["0"], 1e-2), err
 
 
 @pytest.mark.parametrize("compile_", ["0", "1"])

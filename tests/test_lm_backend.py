@@ -153,3 +153,27 @@ def test_checkpoint_for_another_base_is_refused(tmp_path):
         B.make_lm("linearized", checkpoint=str(ckpt), base="smollm2-135m")
     with pytest.raises(ValueError, match="already says how the model is linearized"):
         B.make_lm("linearized", checkpoint=str(ckpt), mechanism="gla")
+
+
+@pytest.mark.slow
+def test_batched_tokenization_equals_lm_evals_own(manager):
+    """The up-front batched encoding gives the ids lm-eval's per-request tok_encode gives (real 5-shot
+    MMLU requests plus edge cases: trailing spaces, a context starting with the BOS text), and
+    loglikelihood returns the same scores with and without it."""
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import get_task_dict
+    lm = B.make_lm("golinear-hf", batch_size=4)
+    task = get_task_dict(["golinear_mmlu_anatomy"], manager)["golinear_mmlu_anatomy"]
+    task.set_config(key="num_fewshot", value=5)
+    task.build_all_requests(limit=3, rank=0, world_size=1)
+    reqs = list(task.instances)
+    bos = lm.tokenizer.decode(lm.prefix_token_id)
+    pairs = [r.args for r in reqs] + [("Question: why?  ", "Because"), (bos + "Hello", " world"), ("", " alone")]
+    encoded = lm._encode_batched(pairs)
+    contexts = {r.args[0] for r in reqs}  # one per document: its 4 choices share it
+    assert len(contexts) == 3 and len(encoded) == len(contexts) + len(reqs) + 4
+    for text, ids in encoded.items():
+        assert ids == HFLM.tok_encode(lm, text), text[:60]
+    got = lm.loglikelihood(reqs, disable_tqdm=True)
+    want = HFLM.loglikelihood(lm, reqs, disable_tqdm=True)  # lm-eval's own path, one request at a time
+    assert lm._encoded == {} and got == want
