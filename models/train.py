@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from models import data as data_mod
+from models import graph_step
 
 STATE_FILE = "state.pt"
 LOG_FILE = "train_log.jsonl"
@@ -55,6 +56,7 @@ class TrainConfig:
     time_budget_s: float | None = None  # fit the step count to this budget after measuring speed
     stop_after: int | None = None     # leave this invocation after this global step (resume later)
     bf16: bool | None = None          # autocast; None = on for CUDA
+    cuda_graph: bool = False          # capture the step in a CUDA graph (one CUDA process, no FSDP)
 
     def validate(self):
         for name in ("seq_len", "batch_size", "steps", "log_every", "eval_sequences"):
@@ -330,6 +332,13 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(param_groups(self.named, cfg), lr=cfg.lr, betas=tuple(cfg.betas),
                                            weight_decay=cfg.weight_decay)
         self.model = model if self.fsdp else self.acc.prepare(model)  # DDP wrapper when distributed
+        self.graphed, self._graph = bool(cfg.cuda_graph), None
+        if self.graphed:
+            why = ("the device is not CUDA" if self.device.type != "cuda" else "FSDP shards the model"
+                   if self.fsdp else f"{self.acc.num_processes} processes" if self.acc.num_processes > 1 else None)
+            if why:
+                raise ValueError(f"--cuda-graph needs one CUDA process without FSDP; here {why}")
+            graph_step.make_capturable(self.optimizer, self.device)
         self.step = 0
         self.loss_window: list[float] = []  # losses since the last log line (part of the state)
         self.total_steps = cfg.steps
@@ -350,7 +359,7 @@ class Trainer:
             optimizer["state"] = {i: {k: full_tensor(v).detach().cpu() if torch.is_tensor(v) else v
                                       for k, v in s.items()} for i, s in optimizer["state"].items()}
         return {"step": self.step, "total_steps": self.total_steps, "budget_note": self.budget_note,
-                "loss_window": list(self.loss_window),
+                "loss_window": [float(x) for x in self.loss_window],
                 "params": {n: full_tensor(p.detach()).cpu().clone() for n, p in self.named.items()},
                 "optimizer": optimizer, "rng": rng_state(),
                 "elapsed_s": self.elapsed_before + self._run_elapsed(), "config": dataclasses.asdict(self.cfg),
@@ -370,6 +379,10 @@ class Trainer:
                 i: {k: shard_like(v, params[int(i)]) if torch.is_tensor(v) and v.shape == params[int(i)].shape
                     else v for k, v in s.items()} for i, s in optimizer["state"].items()})
         self.optimizer.load_state_dict(optimizer)
+        if self.graphed:  # either kind of run resumes the other's state
+            graph_step.make_capturable(self.optimizer, self.device)
+        else:
+            graph_step.make_eager(self.optimizer)
         self.step, self.total_steps = state["step"], state["total_steps"]
         self.budget_note = state.get("budget_note")
         self.loss_window = list(state.get("loss_window", []))
@@ -401,8 +414,8 @@ class Trainer:
     def _set_lr(self) -> float:
         factor = cosine_lr_factor(self.step, self.total_steps, self.cfg.warmup_steps, self.cfg.min_lr_ratio)
         for g in self.optimizer.param_groups:
-            g["lr"] = g["base_lr"] * factor
-        return self.optimizer.param_groups[0]["lr"]
+            graph_step.set_lr(g, g["base_lr"] * factor)
+        return self.optimizer.param_groups[0]["base_lr"] * factor
 
     def _batch(self) -> torch.Tensor:
         b = self.cfg.batch_size
@@ -465,17 +478,27 @@ class Trainer:
             while self.step < self.total_steps and self.step < stop_after:
                 lr = self._set_lr()
                 ids = self._batch()
-                with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                    loss = self.model(input_ids=ids, labels=ids, use_cache=False).loss
-                if not loss.requires_grad:
-                    raise ValueError("no trainable parameter affects the loss (is seq_len <= window + sinks, "
-                                     "leaving the linear path no tokens?)")
-                self.acc.backward(loss)
-                grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(list(self.named.values()), cfg.grad_clip))
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
+                if self.graphed:
+                    if self._graph is None:
+                        self._graph = graph_step.GraphedTrainStep(self.model, self.optimizer, list(self.named.values()),
+                                                                  cfg.grad_clip, self.bf16, ids)
+                    loss, grad_norm = self._graph(ids)
+                    loss = loss.clone()  # the next replay overwrites it
+                else:
+                    with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                        loss = self.model(input_ids=ids, labels=ids, use_cache=False).loss
+                    if not loss.requires_grad:
+                        raise ValueError("no trainable parameter affects the loss (is seq_len <= window + sinks, "
+                                         "leaving the linear path no tokens?)")
+                    self.acc.backward(loss)
+                    grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(list(self.named.values()), cfg.grad_clip))
+                    self.optimizer.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+                    loss = loss.detach()
                 self.step += 1
-                window.append(self._global_mean(loss.detach()))
+                # one process: the device tensor, read once per log line (a read is a host sync); several: the
+                # global batch's loss (a collective every step, as every rank must take part)
+                window.append(loss if self.world == 1 else self._global_mean(loss))
                 done_here = self.step - start_step
                 if done_here == 3:  # steady-state timing starts after compilation / autotuning
                     if self.device.type == "cuda":
@@ -501,10 +524,11 @@ class Trainer:
                 elapsed = self.elapsed_before + self._run_elapsed()
                 tok_s = done_here * tokens_per_step / max(self._run_elapsed(), 1e-9)
                 bar.update(1)
-                bar.set_postfix(loss=f"{window[-1]:.3f}", tok_s=f"{tok_s:,.0f}", lr=f"{lr:.2e}", refresh=False)
                 if self.step % cfg.log_every == 0 or self.step == self.total_steps:
+                    mean_loss = sum(float(x) for x in window) / len(window)
+                    bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tok_s:,.0f}", lr=f"{lr:.2e}", refresh=False)
                     rec = {"step": self.step, "tokens": self.step * tokens_per_step,
-                           "loss": sum(window) / len(window), "lr": lr, "grad_norm": float(grad_norm),
+                           "loss": mean_loss, "lr": lr, "grad_norm": float(grad_norm),
                            "elapsed_s": round(elapsed, 3), "tokens_per_s": round(tok_s, 1)}
                     window.clear()
                     if log_f:
@@ -597,6 +621,8 @@ def add_arguments(p) -> None:
     g.add_argument("--grad-clip", type=float, default=d.grad_clip)
     g.add_argument("--seed", type=int, default=d.seed)
     g.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="autocast (default: on GPU)")
+    g.add_argument("--cuda-graph", action="store_true", help="capture the training step in a CUDA graph "
+                   "(one CUDA process, no FSDP): removes the CPU launch overhead that bounds small models")
     g = p.add_argument_group("run")
     g.add_argument("--out", default=None, help="run folder (default runs/train/<mechanism...>)")
     g.add_argument("--save-every", type=int, default=d.save_every, help="resume-state interval in steps")
@@ -646,7 +672,8 @@ def train_config_from_args(args) -> TrainConfig:
                        lora_lr=args.lora_lr, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps,
                        min_lr_ratio=args.min_lr_ratio, grad_clip=args.grad_clip, seed=args.seed,
                        save_every=args.save_every, log_every=args.log_every, eval_sequences=args.eval_sequences,
-                       time_budget_s=args.time_budget_s, stop_after=args.stop_after, bf16=args.bf16)
+                       time_budget_s=args.time_budget_s, stop_after=args.stop_after, bf16=args.bf16,
+                       cuda_graph=args.cuda_graph)
 
 
 def load_token_data(args, tokenizer, train_tokens: int, heldout_tokens: int) -> data_mod.TokenData:

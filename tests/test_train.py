@@ -222,3 +222,24 @@ def test_autocast_gives_the_linear_ops_one_dtype(monkeypatch):
         loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
     assert seen and all(len(set(d)) == 1 for d in seen), seen
+
+
+def test_cuda_graph_refused_off_cuda_and_states_cross_modes(tmp_path):
+    """--cuda-graph needs one CUDA process (CPU here: a clear error before any step). A graphed run's
+    optimizer state (tensor learning rates, step counts on the device) resumes in an eager run and back."""
+    from models import graph_step
+    model, tok = _stand_in()
+    seqs, _ = _sequences(tmp_path, tok)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="--cuda-graph needs one CUDA process.*not CUDA"):
+            train_mod.Trainer(model, seqs, _cfg(cuda_graph=True), tmp_path / "g")
+    t = train_mod.Trainer(model, seqs, _cfg(steps=4), tmp_path / "e")
+    t.train()
+    opt = t.optimizer
+    graph_step.make_capturable(opt, "cpu")  # the graphed layout (on the CPU here)
+    assert all(torch.is_tensor(g["lr"]) and g["capturable"] for g in opt.param_groups)
+    graph_step.set_lr(opt.param_groups[0], 0.5)
+    assert float(opt.param_groups[0]["lr"]) == 0.5  # written in place: a captured graph reads the same tensor
+    graph_step.make_eager(opt)
+    assert all(type(g["lr"]) is float and not g["capturable"] for g in opt.param_groups)
+    assert all(s["step"].device.type == "cpu" and s["step"].dtype == torch.float32 for s in opt.state.values())
