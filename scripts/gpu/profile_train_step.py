@@ -47,8 +47,9 @@ def main():
             step()
         torch.cuda.synchronize()
     events = prof.key_averages()
-    gpu_us = sum(e.self_device_time_total for e in events) / STEPS
-    n_kernels = sum(e.count for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")) / STEPS
+    kernels = [e for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")]  # not the ops above them
+    gpu_us = sum(e.self_device_time_total for e in kernels) / STEPS
+    n_kernels = sum(e.count for e in kernels) / STEPS
     print(f"step {wall * 1e3:.1f} ms ({4096 / wall:,.0f} tokens/s); GPU busy {gpu_us / 1e3:.1f} ms per step "
           f"({gpu_us / 1e3 / (wall * 1e3):.0%}); ~{n_kernels:.0f} kernels per step; GOLINEAR_COMPILE="
           f"{os.environ.get('GOLINEAR_COMPILE', '0')}")
