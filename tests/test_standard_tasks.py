@@ -281,3 +281,21 @@ def test_suites_shape():
     assert ts.SUITES["mmlu"][0]["num_fewshot"] == 5
     assert {e["metric"] for e in ts.SUITES["lambada"]} == {"acc", "perplexity"}
     assert ts.task_manager() is ts.task_manager()  # built once
+
+
+@needs_data
+@pytest.mark.slow
+def test_templates_compiled_once_render_the_same_prompts(manager, monkeypatch):
+    """tasks.standard compiles each Jinja template once (lm-eval recompiles it per document); the requests
+    built that way equal those built with lm-eval's own apply_template."""
+    from lm_eval import utils
+    assert getattr(utils.apply_template, "golinear_cached", False)  # installed by task_manager()
+    built = {}
+    for mode in ("cached", "lm-eval"):
+        if mode == "lm-eval":
+            monkeypatch.setattr(utils, "apply_template", utils.apply_template.uncached)
+        task = manager.load(["golinear_mmlu_virology"])["tasks"]["golinear_mmlu_virology"]
+        task.set_fewshot_seed(1234)
+        task.build_all_requests(limit=6)
+        built[mode] = [(i.doc_id, i.idx, i.args) for i in task.instances]
+    assert built["cached"] == built["lm-eval"] and len(built["cached"]) == 24

@@ -89,6 +89,26 @@ class _DropCustomDatasetNotice(logging.Filter):
         return "Custom kwargs can be passed to `--metadata`" not in record.getMessage()
 
 
+def compile_templates_once() -> None:
+    """lm-eval parses and compiles a task's Jinja template again for every document it renders
+    (`lm_eval.utils.apply_template`): 95% of the time that 5-shot MMLU takes to build its 56k requests
+    (minutes per model). Here each template string is compiled once, in lm-eval's own environment, so the
+    rendered prompts are the same strings."""
+    import functools
+
+    from lm_eval import utils
+    if getattr(utils.apply_template, "golinear_cached", False):
+        return
+    compiled = functools.lru_cache(maxsize=4096)(utils.env.from_string)
+
+    def apply_template(template: str, doc: dict) -> str:
+        return compiled(template).render(**doc)
+
+    apply_template.golinear_cached = True
+    apply_template.uncached = utils.apply_template
+    utils.apply_template = apply_template
+
+
 def task_manager(data_dir=None):
     """An lm-eval TaskManager with the built-ins plus tasks/standard (and tasks/ruler if present).
 
@@ -96,6 +116,7 @@ def task_manager(data_dir=None):
     resolved folder reaches our loaders as the task metadata `golinear_data_dir`.
     """
     resolved = resolve_data_dir(data_dir)
+    compile_templates_once()
     if resolved not in _MANAGERS:
         from lm_eval.tasks import TaskManager
         task_logger = logging.getLogger("lm_eval.api.task")
