@@ -53,14 +53,18 @@ class GraphedTrainStep:
         saved = self._snapshot()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                loss, _ = self._step()
-                if not loss.requires_grad:
-                    raise ValueError("no trainable parameter affects the loss (is seq_len <= window + sinks?)")
-                self.optimizer.zero_grad(set_to_none=True)
-        torch.cuda.current_stream().wait_stream(side)
-        self._restore(saved)
+        try:
+            with torch.cuda.stream(side):
+                for _ in range(warmup):
+                    loss, _ = self._step()
+                    if not loss.requires_grad:
+                        raise ValueError("no trainable parameter affects the loss (is seq_len <= window + sinks?)")
+                    self.optimizer.zero_grad(set_to_none=True)
+        finally:  # a failed warm-up leaves the run as it was
+            torch.cuda.current_stream().wait_stream(side)
+            self._restore(saved)
+            self.optimizer.zero_grad(set_to_none=True)
+        # capture records kernels without running them: if it fails, nothing has changed either
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             # gradients are None here, so backward allocates them in the graph's pool and every replay

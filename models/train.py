@@ -23,6 +23,7 @@ import platform
 import random
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -332,7 +333,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(param_groups(self.named, cfg), lr=cfg.lr, betas=tuple(cfg.betas),
                                            weight_decay=cfg.weight_decay)
         self.model = model if self.fsdp else self.acc.prepare(model)  # DDP wrapper when distributed
-        self.graphed, self._graph = bool(cfg.cuda_graph), None
+        self.graphed, self._graph, self.graph_error = bool(cfg.cuda_graph), None, None
         if self.graphed:
             why = ("the device is not CUDA" if self.device.type != "cuda" else "FSDP shards the model"
                    if self.fsdp else f"{self.acc.num_processes} processes" if self.acc.num_processes > 1 else None)
@@ -478,10 +479,14 @@ class Trainer:
             while self.step < self.total_steps and self.step < stop_after:
                 lr = self._set_lr()
                 ids = self._batch()
-                if self.graphed:
-                    if self._graph is None:
+                if self.graphed and self._graph is None:
+                    try:
                         self._graph = graph_step.GraphedTrainStep(self.model, self.optimizer, list(self.named.values()),
                                                                   cfg.grad_clip, self.bf16, ids)
+                    except RuntimeError as e:  # e.g. a host sync inside the step: run eagerly, say so
+                        warnings.warn(f"--cuda-graph: capturing the step failed ({str(e)[:300]}); training eagerly")
+                        self.graphed, self.graph_error = False, str(e)[:1000]
+                if self.graphed:
                     loss, grad_norm = self._graph(ids)
                     loss = loss.clone()  # the next replay overwrites it
                 else:
@@ -556,6 +561,7 @@ class Trainer:
                 "tokens_per_s": round((self.step - start_step) * tokens_per_step / max(run_s, 1e-9), 1),
                 "steady_tokens_per_s": None if steady is None else round(steady, 1),
                 "stopped_at_deadline": self.stopped_at_deadline,
+                "cuda_graph": self.graphed, "cuda_graph_error": self.graph_error,
                 "world_size": self.world, **self.parameter_counts()}
 
     def parameter_counts(self) -> dict:

@@ -50,7 +50,8 @@ def _run(tmp_path, name, graph, **kw):
 def test_graphed_training_matches_eager(tmp_path):
     eager, _ = _run(tmp_path, "eager", False)
     graphed, _ = _run(tmp_path, "graphed", True)
-    eager.train(), graphed.train()
+    eager.train()
+    assert graphed.train()["cuda_graph"], graphed.graph_error  # captured, not the eager fallback
     for n, p in eager.named.items():
         torch.testing.assert_close(graphed.named[n], p, rtol=2e-3, atol=2e-5, msg=n)
     le, lg = (train_mod.read_log(tmp_path / d / train_mod.LOG_FILE) for d in ("eager", "graphed"))
@@ -63,12 +64,13 @@ def test_graphed_training_matches_eager(tmp_path):
 
 def test_graphed_resume(tmp_path):
     whole, _ = _run(tmp_path, "whole", True)
-    whole.train()
+    assert whole.train()["cuda_graph"]
     first, _ = _run(tmp_path, "resumed", True, save_every=4, stop_after=6)
     assert not first.train()["finished"]
     second, _ = _run(tmp_path, "resumed", True, save_every=4)
     assert second.try_resume() and second.step == 6
-    assert second.train()["finished"]
+    summary = second.train()
+    assert summary["finished"] and summary["cuda_graph"]
     for n, p in whole.named.items():
         torch.testing.assert_close(second.named[n], p, rtol=2e-3, atol=2e-5, msg=n)
 
@@ -82,4 +84,4 @@ def test_report_train_speed(tmp_path, graph):
     summary = train_mod.Trainer(model, _seqs(49152, 4096, n=8), cfg, tmp_path / "speed").train()
     print(f"\ntrainer cuda_graph={graph}: steady {summary['steady_tokens_per_s']:,.0f} tokens/s "
           f"(whole run {summary['tokens_per_s']:,.0f} incl. warm-up/capture)")
-    assert summary["finished"]
+    assert summary["finished"] and summary["cuda_graph"] == graph

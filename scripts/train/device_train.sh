@@ -62,7 +62,7 @@ for d in sorted(pathlib.Path("/tmp/ck").iterdir()):
     if f.exists():
         r = json.loads(f.read_text()); s, res = r["summary"], r["results"]
         print(d.name, json.dumps({k: s.get(k) for k in ("tokens", "step", "train_wall_s", "tokens_per_s",
-              "steady_tokens_per_s", "budget_note", "stopped_at_deadline")}), json.dumps(res))
+              "steady_tokens_per_s", "budget_note", "stopped_at_deadline", "cuda_graph")}), json.dumps(res))
 PY
 # two archives: every file back from the device must stay under 16 MiB
 cd /tmp/ck && A=$(ls | head -4) && B=$(ls | tail -n +5)
