@@ -1,13 +1,13 @@
 """GPU checks of the launch-overhead work (tests/test_overhead.py counts the kernels on CPU): the fused
 window+sink attention (one SDPA call), the short conv's autograd path, a whole linearized model on CUDA
-against the CPU reference, GOLINEAR_COMPILE=1 against eager, and (printed, `-s`) the training-step speed at
-SmolLM2-135M sizes. Marked `gpu`; skipped without CUDA or flash-linear-attention.
-Run: python -m pytest -v -s tests/test_gpu_overhead.py
+against the CPU reference, GOLINEAR_COMPILE=1 against eager. Marked `gpu`; skipped without CUDA or flash-linear-attention. The step's
+speed: scripts/gpu/profile_train_step.py (eager; GOLINEAR_COMPILE=1 for compiled) and
+tests/test_gpu_train_graph.py (the trainer, eager vs CUDA graph).
+Run: python -m pytest -v tests/test_gpu_overhead.py
 """
 from __future__ import annotations
 
 import importlib.util
-import time
 
 import pytest
 import torch
@@ -142,34 +142,3 @@ def test_compile_matches_eager_on_cuda(monkeypatch):
     err = {c: max(rel(runs[c, True][1][n], g32[n]) for n in g32) for c in ("0", "1")}
     print(f"bf16 grads vs fp32: eager {err['0']:.2e}, compiled {err['1']:.2e}")
     assert err["1"] < max(1.5 * err["0"], 1e-2), err
-
-
-@pytest.mark.parametrize("compile_", ["0", "1"])
-def test_report_train_step_speed(monkeypatch, compile_):
-    """Prints tokens/s of the default recipe's training step at SmolLM2-135M sizes (random weights, T=4096)."""
-    from models.linearize import LinearizeConfig, linearize
-    monkeypatch.setenv("GOLINEAR_COMPILE", compile_)
-    cfg = transformers.LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                                   num_key_value_heads=3, head_dim=64, vocab_size=49152, tie_word_embeddings=True)
-    torch.manual_seed(0)
-    model = linearize(transformers.LlamaForCausalLM(cfg), LinearizeConfig(mechanism="gdn", window=56, sinks=8,
-                                                                          short_conv=True)).cuda()
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-    ids = torch.randint(0, 49152, (1, 4096), device="cuda")
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    t0, n = time.perf_counter(), 10
-    for _ in range(n):
-        step()
-    torch.cuda.synchronize()
-    dt = (time.perf_counter() - t0) / n
-    print(f"\ntrain step GOLINEAR_COMPILE={compile_}: {dt * 1e3:.1f} ms, {4096 / dt:,.0f} tokens/s")
-    assert dt > 0
