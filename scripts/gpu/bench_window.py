@@ -1,10 +1,13 @@
 """Window (56) + sink (8) softmax attention on the H200: which kernel for the prefill's softmax path.
 
 Llama-3.1-8B attention shape (32 query heads, 8 KV heads, head dim 128), batch 8, bf16, one layer,
-forward only (the prefill). Candidates: FLA's parallel_attn window kernel + a separate sink softmax
-merged by log-sum-exp (what fla_backend uses without grad); the blocked PyTorch form (fla_backend's
-autograd path); SDPA with a dense window|sink boolean mask; FlexAttention with a block mask (compiled);
-and full causal SDPA (flash) as the reference cost. Medians of triton.testing.do_bench, milliseconds.
+forward only (the prefill). Candidates: the layer's choice, one SDPA call over 64-query blocks that each
+see the sinks plus the window keys they can reach (`fla_backend.window_sink_softmax`); FLA's parallel_attn
+window kernel + a separate sink softmax merged by log-sum-exp (`window_sink_attention` without grad); the
+older blocked PyTorch form (window part + sink part + merge); SDPA with a dense window|sink boolean mask;
+FlexAttention with a block mask (compiled); full causal SDPA (flash) as the reference cost. Then forward +
+backward at the training shape (SmolLM2: B=1, T=4096, 9 query / 3 KV heads, D=64). Medians of
+triton.testing.do_bench, milliseconds.
 """
 import math
 import os
@@ -66,7 +69,9 @@ def main():
                                                      S, W, scale)
             got, _ = fla_backend.window_sink_attention(q[:1, :, :4], k[:1, :, :1], v[:1, :, :1], S, W, scale)
             err = ((got.float() - ref).norm() / ref.norm()).item()
-            res = {"fla parallel_attn + sinks": bench(lambda: fla_backend.window_sink_attention(q, k, v, S, W, scale)),
+            res = {"fused SDPA blocks (the layer's choice)": bench(
+                       lambda: fla_backend.window_sink_softmax(q, k, v, S, W, scale)),
+                   "fla parallel_attn + sinks": bench(lambda: fla_backend.window_sink_attention(q, k, v, S, W, scale)),
                    "blocked torch": bench(lambda: blocked(q, k, v)),
                    "sdpa dense mask": bench(lambda: sdpa_masked(q, k, v)) if T <= 8192 else float("nan"),
                    "sdpa causal (full attention)": bench(lambda: sdpa_causal(q, k, v))}
@@ -85,6 +90,35 @@ def main():
             print(f"  {name:40s} {ms:9.3f} ms")
         del q, k, v
         torch.cuda.empty_cache()
+    train_shape()
+
+
+def train_shape(B=1, T=4096, hq=9, hkv=3, d=64):
+    """Forward + backward, bf16, the training step's window/sink attention per layer."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v = (torch.randn(B, T, h, d, device="cuda", generator=g, dtype=torch.bfloat16).requires_grad_()
+               for h in (hq, hkv, hkv))
+    cot = torch.randn(B, T, hq, d, device="cuda", generator=g, dtype=torch.bfloat16)
+    sc = d ** -0.5
+
+    def fwd_bwd(fn):
+        def run():
+            out = fn()
+            torch.autograd.grad(out, (q, k, v), cot)
+        return run
+
+    def old_blocked():
+        o_w, l_w = fla_backend.window_part_blocked(q, k, v, W, sc)
+        o_s, l_s = fla_backend.sink_part(q, k[:, :S], v[:, :S], W, sc, torch.arange(T, device="cuda"))
+        return fla_backend.merge_attention(o_w, l_w, o_s, l_s)[0].to(q.dtype)
+
+    res = {"fused SDPA blocks (the layer's choice)": bench(fwd_bwd(
+               lambda: fla_backend.window_sink_softmax(q, k, v, S, W, sc))),
+           "older blocked form + sink merge": bench(fwd_bwd(old_blocked)),
+           "sdpa causal (full attention)": bench(fwd_bwd(lambda: sdpa_causal(q, k, v).transpose(1, 2)))}
+    print(f"forward + backward, B={B} T={T} Hq={hq} Hkv={hkv} D={d} bf16, ms (median)")
+    for name, ms in res.items():
+        print(f"  {name:40s} {ms:9.3f} ms")
 
 
 if __name__ == "__main__":
