@@ -201,6 +201,15 @@ def prefill(model, T=PREFILL_T, chunk=PREFILL_CHUNK):
     return lambda: dec.prefill(ids)
 
 
+def decode_step(model, T=PREFILL_T):
+    """One static-cache decode step after a prefill (what the CUDA graph replays per token)."""
+    from models.fast_decode import FastDecoder
+    ids = torch.randint(0, 64, (1, T), generator=torch.Generator().manual_seed(0))
+    dec = FastDecoder(model, prefill_chunk=PREFILL_CHUNK, use_graph=False, max_len=4 * T)
+    dec.prefill(ids)
+    return lambda: dec.decode(1)
+
+
 def per_layer(recipe, workload, dtype=torch.float32) -> dict:
     """Kernels of one middle decoder layer (count with 3 layers minus count with 2)."""
     out = []
@@ -223,6 +232,10 @@ def report(compiled: bool = False) -> list[dict]:
     pf = per_layer("gdn-default", prefill, torch.bfloat16)
     pf = {k: (v / (PREFILL_T // PREFILL_CHUNK) if k != "ops" else v) for k, v in pf.items()}
     rows.append(dict(workload=f"prefill per {PREFILL_CHUNK}-token chunk" + tag, recipe="gdn-default", **pf))
+    if not compiled:
+        for recipe in (None, "gdn-default"):
+            rows.append(dict(workload="decode step", recipe=recipe or "full attention (static cache)",
+                             **per_layer(recipe, decode_step, torch.bfloat16)))
     return rows
 
 
@@ -233,7 +246,10 @@ def report(compiled: bool = False) -> list[dict]:
 #   prefill (bf16, 128-token chunks): gdn default recipe 153.5 per chunk (+2 FLA calls: GDN, window attention).
 # After: train gdn 207 (+2), hedgehog 167 (+2); prefill 95 per chunk (+1 FLA call; window+sinks is one SDPA).
 # With GOLINEAR_COMPILE=1 (inductor's fused kernels counted as one each): train 157, prefill 75.5 per chunk.
-BOUND = {"train_gdn": 210, "prefill_gdn": 96, "train_gdn_compiled": 165}
+# Decode step (what the CUDA graph replays per token), bf16: full attention on its static KV cache 47;
+# gdn default recipe 114 (+1 FLA call): the ~4.7 ms per token that the H200 sweep shows over full-static
+# at 1K (32 layers) is these extra launches.
+BOUND = {"train_gdn": 210, "prefill_gdn": 96, "train_gdn_compiled": 165, "decode_gdn": 114}
 
 
 def test_compiled_kernel_count(cuda_path, monkeypatch):
@@ -277,6 +293,15 @@ def test_prefill_kernel_count(cuda_path):
           f"FLA calls, {c['syncs'] / n} host syncs")
     assert c["fla"] == n  # one GDN chunk call per chunk; window + sinks run in one SDPA call
     assert c["kernels"] / n <= BOUND["prefill_gdn"], c
+
+
+def test_decode_step_kernel_count(cuda_path):
+    c = per_layer("gdn-default", decode_step, torch.bfloat16)
+    full = per_layer(None, decode_step, torch.bfloat16)
+    print(f"\ndecode step per layer: gdn default recipe {c['kernels']} kernels + {c['fla']} FLA call, "
+          f"full attention (static cache) {full['kernels']}")
+    assert c["fla"] == 1 and c["syncs"] == 0 and full["syncs"] == 0  # capturable: no host sync
+    assert full["kernels"] < c["kernels"] <= BOUND["decode_gdn"], (c, full)
 
 
 # ------------------------------------------------------------------------------------------- the new CUDA-path code, on CPU
