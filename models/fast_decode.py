@@ -6,7 +6,9 @@ linear-path inputs they fold into the state when they leave), and the short-conv
 full-attention layer of a hybrid a KV buffer of `max_len` slots. The decode step reads the position from
 a device tensor and selects ring slots / validity with device-side indexing, so it has no host sync and
 no data-dependent shapes: on CUDA it is captured once in a CUDA graph and replayed per token, and its
-cost does not depend on how long the prompt was.
+cost does not depend on how long the prompt was. Once the position reaches sinks + window (any prompt of
+that length), a leaner step is used: the sinks are complete and every window slot holds a real token, so
+it skips the sink writes, the masks and the validity checks (a graph is re-captured when the variant changes).
 
 The math is LinearizedAttention's (models/layers.py), reusing its modules and methods (`project`,
 `linear_inputs`, `_run`, `_query`, `_combine`); tests/test_latency.py checks the logits against the
@@ -14,8 +16,6 @@ model's own parallel forward. The prefill runs the prompt in chunks of `prefill_
 carrying state, window tail, sinks and conv state across chunks, which bounds activation memory.
 """
 from __future__ import annotations
-
-import math
 
 import torch
 
@@ -33,14 +33,17 @@ def decoder_layers(model):
     return inner.layers
 
 
-def masked_attention(q, keys, vals, allowed, scale):
-    """q [B,Tq,Hq,D], keys/vals [B,L,Hkv,D], allowed [Tq,L] bool -> out [B,Tq,Hq,D] (fp32 softmax)."""
-    B, Tq, Hq, D = q.shape
+def step_attention(q, keys, vals, allowed, scale):
+    """One decode query per sequence against a few keys, in one fused SDPA call: q [B,1,Hq,D], keys/vals
+    [B,L,Hkv,D], allowed [L] bool or None (all) -> out [B,1,Hq,D]. The G query heads of a KV head are G
+    query rows of that head, so keys are not expanded (as in _step_full)."""
+    B, _, Hq, D = q.shape
     Hkv = keys.shape[2]
-    s = torch.einsum("bqhgd,blhd->bqhgl", q.reshape(B, Tq, Hkv, Hq // Hkv, D), keys).float() * scale
-    s = s.masked_fill(~allowed[None, :, None, None, :], -math.inf)
-    p = torch.softmax(s, -1).to(vals.dtype)
-    return torch.einsum("bqhgl,blhd->bqhgd", p, vals).reshape(B, Tq, Hq, vals.shape[-1])
+    qg = q.reshape(B, Hkv, Hq // Hkv, D)
+    mask = None if allowed is None else allowed.view(1, 1, 1, -1)
+    o = torch.nn.functional.scaled_dot_product_attention(qg, keys.transpose(1, 2), vals.transpose(1, 2),
+                                                          attn_mask=mask, scale=scale)
+    return o.reshape(B, 1, Hq, vals.shape[-1])
 
 
 def _write(buf, idx, value, dim=1):
@@ -87,7 +90,12 @@ class FastDecoder:
         self.max_len = max_len
         self.linear = [isinstance(layer.self_attn, LinearizedAttention) for layer in self.layers]
         self.states: list = [None] * len(self.layers)
+        # from this position on, every sink and ring slot holds a real token and the token leaving the window
+        # is not a sink: the decode step then skips the sink writes, the masks and the validity checks
+        self.steady_from = max((layer.self_attn.sinks + layer.self_attn.window for layer, lin
+                                in zip(self.layers, self.linear) if lin), default=0)
         self.graph = None
+        self.graph_steady = None  # the step variant the captured graph replays
         self.io: dict[str, torch.Tensor] = {}
 
     # ------------------------------------------------------------------ public API
@@ -143,15 +151,20 @@ class FastDecoder:
         if capacity is not None and self.position + n > capacity:
             raise ValueError(f"decode({n}) after {self.position} tokens exceeds the full-attention KV buffer of "
                              f"{capacity} slots; construct FastDecoder with a larger max_len")
+        first = self.position
         self.position += n
         out = []
-        if self.use_graph and self.graph is None:
-            self._capture()
-        for _ in range(n):
+        if self.use_graph:
+            steady = first >= self.steady_from  # a steady graph only ever sees later positions: valid throughout
+            if self.graph is not None and self.graph_steady != steady:
+                self.graph = None
+            if self.graph is None:
+                self._capture(steady)
+        for i in range(n):
             if self.graph is not None:
                 self.graph.replay()
             else:
-                self._step()
+                self._step(steady=first + i >= self.steady_from)
             out.append(self.io["ids"].clone())
         return torch.cat(out, 1) if out else self.io["ids"].new_zeros(self.io["ids"].shape[0], 0)
 
@@ -160,7 +173,7 @@ class FastDecoder:
         if "ids" not in self.io:
             raise ValueError("capture() needs a prefill() first")
         if self.use_graph and self.graph is None:
-            self._capture()
+            self._capture(self.position >= self.steady_from)
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
         first = self.prefill(input_ids)
@@ -322,7 +335,7 @@ class FastDecoder:
         return _assign(st, "k", kb) | _assign(st, "v", vb)
 
     # ------------------------------------------------------------------ decode step (static shapes)
-    def _step(self):
+    def _step(self, steady: bool = False):
         io = self.io
         pos, pos_ids = io["pos"], io["pos_ids"]
         h = self.model.model.embed_tokens(io["ids"])
@@ -330,7 +343,7 @@ class FastDecoder:
         for i, layer in enumerate(self.layers):
             x = layer.input_layernorm(h)
             if self.linear[i]:
-                a = self._step_linear(layer.self_attn, self.states[i], x, pe, pos)
+                a = self._step_linear(layer.self_attn, self.states[i], x, pe, pos, steady)
             else:
                 a = self._step_full(layer.self_attn, self.states[i], x, pe, pos)
             h = h + a
@@ -341,29 +354,30 @@ class FastDecoder:
         pos.add_(1)
         pos_ids.add_(1)
 
-    def _step_linear(self, attn: LinearizedAttention, st: _LinearLayerState, x, pe, pos):
+    def _step_linear(self, attn: LinearizedAttention, st: _LinearLayerState, x, pe, pos, steady: bool = False):
+        """steady (pos >= sinks + window, known when the step is built): the sinks are written, every slot
+        is a real token and the leaving one is not a sink, so no sink write, mask or validity check."""
         B = x.shape[0]
         s, w = attn.sinks, attn.window
-        q, k, v, new_conv = attn.project(x, pe, st.conv or None)
+        qk, q, k, v, new_conv = attn._project(x, pe, st.conv or None)
         if new_conv:
             for key, val in new_conv.items():
                 st.conv[key].copy_(val)
         slot = (pos % w).view(1) if w > 0 else None
         lin_out = None
         if attn.lin is not None:
-            lin = attn.linear_inputs(x, q, k, v)
+            lin = attn.linear_inputs(x, q, k, v, qk=qk)
             qx = attn._query(lin)
             cur = {key: lin[key] for key in LIN_KEYS if key in lin}
             if w > 0:  # the token leaving the window (position pos - w) folds into the state
-                leaving_pos = st.buf["ring_pos"].index_select(0, slot)
                 leaving = {key: st.lin[key].index_select(1, slot) for key in cur}
                 for key, val in cur.items():
                     _write(st.lin[key], slot, val)
             else:
-                leaving_pos, leaving = pos.view(1), cur
-            valid = leaving_pos >= s  # [1]: a real token that is not a sink
-            leaving = {key: torch.where(valid.view(1, 1, *([1] * (val.dim() - 2))), val, torch.zeros_like(val))
-                       for key, val in leaving.items()}
+                leaving = cur
+            if not steady:  # a sink or an empty slot (zeros) leaves nothing in the state: zero its inputs
+                valid = st.buf["ring_pos"].index_select(0, slot) >= s if w > 0 else pos.view(1) >= s
+                leaving = {key: val * valid.view(1, 1, *([1] * (val.dim() - 2))) for key, val in leaving.items()}
             out, state = attn._run(leaving, qx, st.state, chunked=False)
             if isinstance(state, tuple):
                 st.state[0].copy_(state[0])
@@ -371,27 +385,29 @@ class FastDecoder:
             else:
                 st.state.copy_(state)
             lin_out = out
-        if w > 0:
+        if w > 0 and not steady:  # (read only by non-steady steps; a prefill rewrites it)
             _write(st.buf["ring_pos"], slot, pos.view(1), dim=0)
         swa = None
         if attn.has_softmax_path:
             keys, vals, allowed = [], [], []
-            if s > 0:
+            if s > 0 and not steady:
                 idx = pos.clamp(max=s - 1).view(1)
                 is_sink = (pos < s).view(1, 1, 1, 1)
                 _write(st.buf["sink_k"], idx, torch.where(is_sink, k, st.buf["sink_k"].index_select(1, idx)))
                 _write(st.buf["sink_v"], idx, torch.where(is_sink, v, st.buf["sink_v"].index_select(1, idx)))
+                allowed.append(torch.arange(s, device=x.device) <= pos)
+            if s > 0:
                 keys.append(st.buf["sink_k"])
                 vals.append(st.buf["sink_v"])
-                allowed.append(torch.arange(s, device=x.device) <= pos)
             if w > 0:
                 _write(st.buf["ring_k"], slot, k)
                 _write(st.buf["ring_v"], slot, v)
                 keys.append(st.buf["ring_k"])
                 vals.append(st.buf["ring_v"])
-                allowed.append(st.buf["ring_pos"] >= s)
-            swa = masked_attention(q, torch.cat(keys, 1), torch.cat(vals, 1), torch.cat(allowed).view(1, -1),
-                                   attn.scaling)
+                if not steady:
+                    allowed.append(st.buf["ring_pos"] >= s)
+            cat = lambda xs: xs[0] if len(xs) == 1 else torch.cat(xs, 1)  # noqa: E731
+            swa = step_attention(q, cat(keys), cat(vals), None if steady else torch.cat(allowed), attn.scaling)
         y = attn._combine(lin_out, swa, x.dtype)
         return attn.o_proj(y.reshape(B, 1, -1).to(x.dtype))
 
@@ -420,7 +436,7 @@ class FastDecoder:
                 out += list(st.values())
         return out
 
-    def _capture(self):
+    def _capture(self, steady: bool):
         """Warm up (Triton autotuning, cuBLAS handles) on a saved copy of the cache, then capture one step."""
         bufs = self._buffers()
         saved = [b.clone() for b in bufs]
@@ -428,14 +444,14 @@ class FastDecoder:
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):
-                self._step()
+                self._step(steady)
         torch.cuda.current_stream().wait_stream(side)
         for b, c in zip(bufs, saved):
             b.copy_(c)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self._step()
+            self._step(steady)
         for b, c in zip(bufs, saved):  # capture does not run kernels, but be exact about the state
             b.copy_(c)
         del saved
-        self.graph = graph
+        self.graph, self.graph_steady = graph, steady

@@ -37,6 +37,10 @@ CASES = [  # mechanism, window, sinks, short conv, full layers, prefill chunk
     ("none", 4, 2, False, None, 3),
     ("gdn", 6, 2, True, None, 0),
     ("gla", 20, 2, True, None, 4),  # window longer than the prompt
+    # sinks + window between the prompt (13) and its end after decoding (19): the decode step switches from
+    # the general form (masks, sink writes, validity) to the steady one mid-way
+    ("gdn", 12, 3, True, None, 5),
+    ("hedgehog", 14, 2, True, None, 4),
 ]
 
 
