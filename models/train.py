@@ -56,6 +56,8 @@ class TrainConfig:
     eval_sequences: int = 16          # held-out sequences of seq_len for the final losses
     time_budget_s: float | None = None  # fit the step count to this budget after measuring speed
     stop_after: int | None = None     # leave this invocation after this global step (resume later)
+    stop_at_s: float | None = None    # leave this invocation after this many seconds (resume later; unlike
+                                      # time_budget_s the schedule keeps the requested number of steps)
     bf16: bool | None = None          # autocast; None = on for CUDA
     cuda_graph: bool = False          # capture the step in a CUDA graph (one CUDA process, no FSDP)
 
@@ -450,12 +452,16 @@ class Trainer:
             value = self.acc.reduce(value, reduction="mean")
         return float(value)
 
-    def _past_deadline(self, now: float) -> bool:
-        flag = [now > self.deadline + self.hard_stop_slack_s]
-        if self.world > 1:  # every rank must stop at the same step
+    def _agreed(self, flag: bool) -> bool:
+        """Rank 0's answer on every rank: every rank must stop at the same step."""
+        flag = [flag]
+        if self.world > 1:
             from accelerate.utils import broadcast_object_list
             broadcast_object_list(flag, from_process=0)
         return flag[0]
+
+    def _past_deadline(self, now: float) -> bool:
+        return self._agreed(now > self.deadline + self.hard_stop_slack_s)
 
     def train(self) -> dict:
         from tqdm.auto import tqdm
@@ -541,6 +547,8 @@ class Trainer:
                         log_f.flush()
                 if cfg.save_every and self.step % cfg.save_every == 0 and self.step < self.total_steps:
                     self.save_state()
+                if cfg.stop_at_s is not None and self._agreed(self._run_elapsed() > cfg.stop_at_s):
+                    break  # the state is saved below: re-running the command resumes
         finally:
             bar.close()
             if log_f:
@@ -637,6 +645,8 @@ def add_arguments(p) -> None:
     g.add_argument("--time-budget-s", type=float, default=None,
                    help="fit the step count into this many seconds (measured after a few steps)")
     g.add_argument("--stop-after", type=int, default=None, help="leave after this global step (resume later)")
+    g.add_argument("--stop-at-s", type=float, default=None, help="leave after this many seconds of this run, "
+                   "saving a resumable state (the schedule is not shortened, unlike --time-budget-s)")
     g.add_argument("--keep-state", action="store_true", help="keep state.pt after a finished run")
     g.add_argument("--fsdp", action="store_true", help="shard backbone and new parameters over the processes "
                    "(FSDP2, one unit per decoder layer); also on with an accelerate FSDP config")
@@ -678,7 +688,8 @@ def train_config_from_args(args) -> TrainConfig:
                        lora_lr=args.lora_lr, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps,
                        min_lr_ratio=args.min_lr_ratio, grad_clip=args.grad_clip, seed=args.seed,
                        save_every=args.save_every, log_every=args.log_every, eval_sequences=args.eval_sequences,
-                       time_budget_s=args.time_budget_s, stop_after=args.stop_after, bf16=args.bf16,
+                       time_budget_s=args.time_budget_s, stop_after=args.stop_after, stop_at_s=args.stop_at_s,
+                       bf16=args.bf16,
                        cuda_graph=args.cuda_graph)
 
 

@@ -243,3 +243,20 @@ def test_cuda_graph_refused_off_cuda_and_states_cross_modes(tmp_path):
     graph_step.make_eager(opt)
     assert all(type(g["lr"]) is float and not g["capturable"] for g in opt.param_groups)
     assert all(s["step"].device.type == "cpu" and s["step"].dtype == torch.float32 for s in opt.state.values())
+
+
+def test_stop_at_seconds_keeps_the_schedule_and_resumes_exactly(tmp_path):
+    """--stop-at-s leaves early with a resumable state; unlike --time-budget-s the schedule keeps every
+    requested step, so the resumed run ends where an uninterrupted one does."""
+    model, tok = _stand_in()
+    seqs, _ = _sequences(tmp_path, tok)
+    full = train_mod.Trainer(model, seqs, _cfg(steps=12), tmp_path / "full")
+    full.train()
+    first = train_mod.Trainer(_stand_in()[0], seqs, _cfg(steps=12, stop_at_s=0.0), tmp_path / "s")
+    s1 = first.train()
+    assert not s1["finished"] and s1["step"] == 1 and s1["total_steps"] == 12
+    second = train_mod.Trainer(_stand_in()[0], seqs, _cfg(steps=12), tmp_path / "s")
+    assert second.try_resume() and second.step == 1
+    assert second.train()["finished"]
+    for name, p in full.named.items():
+        assert torch.equal(p, second.named[name]), name

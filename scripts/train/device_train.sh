@@ -3,7 +3,8 @@
 # SmolLM2 GGUF joined from its stashed/carried parts, conversion), train the default recipe alone (the speed figure), then the other recipes
 # concurrently on the same GPU until a common deadline, and tar the checkpoints (new params + log +
 # config + loss.png) into $OUT.
-# Env: GGUF_SHA (expected sha256), BUDGET and the phase knobs below,
+# Env: GGUF_SHA (expected sha256), BUDGET and the phase knobs below, BUDGET_FLAG (--time-budget-s: fit the
+# schedule to the budget, the default; --stop-at-s: keep the full schedule, stop at the budget, resume later),
 # RECIPES (recipe file, default scripts/train/recipes.txt), EXTRA_ARGS (appended to every `golinear train`; a CPU dry run uses e.g. "--seq-len 64 --steps 20").
 set -u
 T0=$(date +%s)
@@ -19,7 +20,9 @@ mkdir -p /tmp/ck /tmp/logs
 declare -A PIDS
 launch() {  # name, budget seconds, options...
   local name=$1 budget=$2; shift 2
-  python3 -m bench.cli train --base smollm2-135m --tokens $TOKENS --out /tmp/ck/$name --time-budget-s $budget \
+  # a run stopped in an earlier session resumes from its folder (state.pt + log), carried as .device/resume/<name>
+  [ -d .device/resume/$name ] && [ ! -d /tmp/ck/$name ] && cp -r .device/resume/$name /tmp/ck/ && echo "resuming $name"
+  python3 -m bench.cli train --base smollm2-135m --tokens $TOKENS --out /tmp/ck/$name ${BUDGET_FLAG:---time-budget-s} $budget \
     --note "$NOTE" "$@" ${EXTRA_ARGS:-} > /tmp/logs/$name.log 2>&1 &
   PIDS[$name]=$!
   echo "t=$(( $(date +%s) - T0 ))s launched $name (budget ${budget}s)"
