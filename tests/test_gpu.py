@@ -13,6 +13,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _gpu import DTYPES, TOL, errors_vs_reference, rel
 
 pytestmark = [
     pytest.mark.gpu,
@@ -21,14 +22,6 @@ pytestmark = [
 ]
 
 LENGTHS = [1, 15, 63, 65, 1000, 4096]
-TOL = {torch.float32: (5e-3, 1e-2), torch.bfloat16: (1.5e-2, 3e-2)}
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def rel(x, ref):
-    x, ref = x.double(), ref.double()
-    assert torch.isfinite(x).all(), "non-finite values"
-    return ((x - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 def _inputs(mech, B, T, H, D, dtype, seed=0):
@@ -152,18 +145,10 @@ def test_window_sink_attention(T, dtype, grad):
     B, Hq, Hkv, D, s, w = 2, 8, 2, 64, 8, 56
     q, k, v = (torch.randn(B, T, h, D, device="cuda", generator=g).to(dt).requires_grad_(grad)
                for h in (Hq, Hkv, Hkv))
-    with torch.set_grad_enabled(grad):
-        out, lse = fla_backend.window_sink_attention(q, k, v, s, w, D ** -0.5)
-    q32, k32, v32 = (t.detach().float().requires_grad_(grad) for t in (q, k, v))
-    with torch.set_grad_enabled(grad):
-        r_out, r_lse = reference.window_sink_attention(q32, k32, v32, s, w, D ** -0.5)
+    _, errs = errors_vs_reference(lambda *x: fla_backend.window_sink_attention(*x, s, w, D ** -0.5),
+                                  lambda *x: reference.window_sink_attention(*x, s, w, D ** -0.5),
+                                  (q, k, v), grad, g, names=("out", "lse"))
     tol_o, tol_g = TOL[dt]
-    errs = {"out": rel(out, r_out), "lse": rel(lse, r_lse)}
-    if grad:
-        cot = torch.randn(r_out.shape, device="cuda", generator=g)
-        gr = torch.autograd.grad((out.float() * cot).sum(), (q, k, v))
-        r_gr = torch.autograd.grad((r_out * cot).sum(), (q32, k32, v32))
-        errs.update({f"d{n}": rel(a, b) for n, a, b in zip("qkv", gr, r_gr)})
     print(f"window T={T} {dtype} grad={grad}: {errs}")
     assert all(v <= (tol_g if k.startswith("d") else tol_o) for k, v in errs.items()), errs
 

@@ -12,20 +12,13 @@ import importlib.util
 import pytest
 import torch
 import transformers
+from _gpu import DTYPES, TOL, errors_vs_reference, rel
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
     pytest.mark.skipif(importlib.util.find_spec("fla") is None, reason="needs flash-linear-attention"),
 ]
-TOL = {torch.float32: (5e-3, 1e-2), torch.bfloat16: (1.5e-2, 3e-2)}  # as tests/test_gpu.py
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def rel(x, ref):
-    x, ref = x.double(), ref.double()
-    assert torch.isfinite(x).all(), "non-finite values"
-    return ((x - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
@@ -37,18 +30,10 @@ def test_window_sink_softmax(T, dtype, grad):
     g = torch.Generator(device="cuda").manual_seed(2)
     B, Hq, Hkv, D, s, w = 2, 9, 3, 64, 8, 56
     q, k, v = (torch.randn(B, T, h, D, device="cuda", generator=g).to(dt).requires_grad_(grad) for h in (Hq, Hkv, Hkv))
-    with torch.set_grad_enabled(grad):
-        out = fla_backend.window_sink_softmax(q, k, v, s, w, D ** -0.5)
-    q32, k32, v32 = (t.detach().float().requires_grad_(grad) for t in (q, k, v))
-    with torch.set_grad_enabled(grad):
-        ref, _ = reference.window_sink_attention(q32, k32, v32, s, w, D ** -0.5)
+    (out,), errs = errors_vs_reference(lambda *x: (fla_backend.window_sink_softmax(*x, s, w, D ** -0.5),),
+                                       lambda *x: reference.window_sink_attention(*x, s, w, D ** -0.5),
+                                       (q, k, v), grad, g)
     tol_o, tol_g = TOL[dt]
-    errs = {"out": rel(out, ref)}
-    if grad:
-        cot = torch.randn(ref.shape, device="cuda", generator=g)
-        gr = torch.autograd.grad((out.float() * cot).sum(), (q, k, v))
-        r_gr = torch.autograd.grad((ref * cot).sum(), (q32, k32, v32))
-        errs.update({f"d{n}": rel(a, b) for n, a, b in zip("qkv", gr, r_gr)})
     print(f"window_sink_softmax T={T} {dtype} grad={grad}: {errs}")
     assert out.dtype == dt and all(e <= (tol_g if n.startswith("d") else tol_o) for n, e in errs.items()), errs
 
