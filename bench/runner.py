@@ -548,10 +548,16 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
             info = _jsonable(dict(getattr(lm, "golinear_info", {}) or {}))
             for c in group:
                 bar.set_postfix_str(f"{spec.label} / {c.entry.task}")
-                record = evaluate_cell(lm, c, tm, data_dir, bootstrap_iters, info, versions, git, world)
+                cache = store.request_cache(c.key, spec.label, _first(info, "checkpoint_fingerprint",
+                                                                     "backbone_fingerprint", "fingerprint"))
+                record = evaluate_cell(lm, c, tm, data_dir, bootstrap_iters, info, versions, git, world, cache)
                 if record is not None:  # rank 0 holds the merged result
                     store.put(record)
                     summary.evaluated += 1
+                if world > 1:
+                    import torch.distributed as dist
+                    dist.barrier()  # every rank is done with its request cache before it goes
+                Store.drop_request_cache(cache)
                 bar.update(1)
             del lm
         bar.close()
@@ -579,9 +585,26 @@ def _first(info: dict, *names):
     return None
 
 
-def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info, versions, git, world) -> dict | None:
+def cached_requests(cache: Path | None, rank: int) -> int:
+    """How many request results an earlier, killed attempt at this cell left in its request cache."""
+    db = Path(f"{cache}_rank{rank}.db") if cache else None
+    if db is None or not db.exists():
+        return 0
+    from sqlitedict import SqliteDict
+    with SqliteDict(str(db), flag="r") as d:
+        return len(d)
+
+
+def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info, versions, git, world,
+                  cache: Path | None = None) -> dict | None:
+    """One cell through lm-eval. With `cache`, lm-eval's CachingLM keeps each scored request there as it
+    goes, and requests an earlier, killed attempt already scored are read back instead of recomputed."""
     import lm_eval
     e, cfg = cell.entry, cell.config
+    resumed = 0
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        resumed = cached_requests(cache, getattr(lm, "rank", 0) or 0)
     if e.long:
         meta = {"max_seq_lengths": [cfg["context_length"]], "seed": cfg["seed"]}
         if cfg["num_samples"] is not None:
@@ -591,9 +614,16 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info, versions,
             meta["data_dir"] = data_dir
         tm = with_metadata(tm, meta)
     t0 = time.perf_counter()
-    res = lm_eval.simple_evaluate(model=lm, tasks=[e.task], task_manager=tm, num_fewshot=e.num_fewshot,
-                                  limit=cfg.get("limit"), bootstrap_iters=bootstrap_iters, log_samples=False,
-                                  **LM_EVAL_SEEDS)
+    try:
+        res = lm_eval.simple_evaluate(model=lm, tasks=[e.task], task_manager=tm, num_fewshot=e.num_fewshot,
+                                      limit=cfg.get("limit"), bootstrap_iters=bootstrap_iters, log_samples=False,
+                                      use_cache=str(cache) if cache is not None else None, **LM_EVAL_SEEDS)
+    finally:  # CachingLM hooked its sqlite file into the model: close it and unhook
+        hook = getattr(lm, "cache_hook", None)
+        if cache is not None and getattr(hook, "dbdict", None) is not None:
+            from lm_eval.api.model import CacheHook
+            hook.dbdict.close()
+            lm.set_cache_hook(CacheHook(None))
     wall = time.perf_counter() - t0
     if res is None:  # not rank 0
         return None
@@ -608,6 +638,8 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info, versions,
             "provenance": {"versions": versions, "git": git, "data": data_hashes(res, e, data_dir),
                            "seeds": LM_EVAL_SEEDS | ({"task_seed": cfg["seed"]} if e.long else {}),
                            "limit": cfg.get("limit"), "world_size": world, "hardware": hardware(lm),
+                           # wall_time_s counts this attempt only; these requests came from earlier ones
+                           **({"resumed_requests": resumed} if resumed else {}),
                            "model_fingerprint": _first(info, "backbone_fingerprint", "base_fingerprint",
                                                        "fingerprint"),
                            "checkpoint_fingerprint": info.get("checkpoint_fingerprint")}}

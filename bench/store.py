@@ -76,6 +76,18 @@ class Store:
         model_dir = slug(model_label or key.model, 48) + "-" + short_hash(key.model, 8)
         return self.cells_dir / model_dir / f"{slug(key.task, 60)}--{key.config_slug()}--{key.digest}.json"
 
+    def request_cache(self, key: CellKey, model_label: str | None, fingerprint: str | None) -> Path:
+        """Where an unfinished cell keeps the per-request results lm-eval has scored so far (its CachingLM
+        sqlite files, `<prefix>_rank<r>.db`), so a killed run resumes inside a long cell (5-shot MMLU is one
+        cell of 56k requests). Named by model fingerprint too: a changed model never reuses them."""
+        model_dir = self.path_for(key, model_label).parent.name
+        return self.root / "partial" / model_dir / f"{slug(key.task, 60)}--{key.digest}--{fingerprint or 'nofp'}"
+
+    @staticmethod
+    def drop_request_cache(prefix: Path) -> None:
+        for p in prefix.parent.glob(prefix.name + "_rank*.db*"):
+            p.unlink(missing_ok=True)
+
     def has(self, key: CellKey) -> bool:
         return self._find(key) is not None
 

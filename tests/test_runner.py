@@ -193,3 +193,41 @@ def test_data_parallel_two_ranks_merge_into_one_cell(tmp_path):
     assert two[0]["n"] == one[0]["n"] == 4
     for k, m in one[0]["metrics"].items():
         assert two[0]["metrics"][k]["value"] == pytest.approx(m["value"], rel=1e-5), k
+
+
+@pytest.mark.slow
+def test_killed_cell_resumes_from_its_request_cache(tmp_path, monkeypatch):
+    """A cell killed mid-way keeps the requests it scored (lm-eval's CachingLM, under <store>/partial); the
+    re-run scores only the rest, records how many it resumed, removes the cache, and equals a clean run."""
+    from bench import lm_backend
+    kw = dict(limit=3, batch_size=1, device="cpu", progress=False)
+    clean = run_matrix("full", "lambada", tmp_path / "clean", **kw).cells[0]
+    assert "resumed_requests" not in clean["provenance"]
+    assert not list((tmp_path / "clean").glob("partial/*/*.db"))  # finished: nothing left behind
+
+    real_call, calls = lm_backend.GolinearHF._model_call, []
+
+    def dies_on_third(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("killed")  # what a SIGINT does mid-cell
+        return real_call(self, *a, **k)
+
+    monkeypatch.setattr(lm_backend.GolinearHF, "_model_call", dies_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        run_matrix("full", "lambada", tmp_path / "killed", **kw)
+    assert Store(tmp_path / "killed").cells() == []  # no partial cell
+    assert len(list((tmp_path / "killed").glob("partial/*/*_rank0.db"))) == 1
+
+    def counted(self, *a, **k):
+        calls.append(1)
+        return real_call(self, *a, **k)
+
+    monkeypatch.setattr(lm_backend.GolinearHF, "_model_call", counted)
+    calls.clear()
+    resumed = run_matrix("full", "lambada", tmp_path / "killed", **kw).cells[0]
+    assert resumed["provenance"]["resumed_requests"] == 2 and len(calls) == 1  # only the unscored request
+    assert not list((tmp_path / "killed").glob("partial/*/*.db*"))
+    assert resumed["digest"] == clean["digest"] and resumed["n"] == clean["n"] == 3
+    for k, m in clean["metrics"].items():
+        assert resumed["metrics"][k]["value"] == pytest.approx(m["value"], rel=1e-6), k
