@@ -87,6 +87,9 @@ class Store:
     def drop_request_cache(prefix: Path) -> None:
         for p in prefix.parent.glob(prefix.name + "_rank*.db*"):
             p.unlink(missing_ok=True)
+        for d in (prefix.parent, prefix.parent.parent):  # no empty folders left behind
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
 
     def has(self, key: CellKey) -> bool:
         return self._find(key) is not None
