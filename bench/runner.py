@@ -370,6 +370,11 @@ def hardware(lm) -> dict:
 
 
 def git_state() -> dict:
+    """HEAD and whether bench/models/tasks differ from it. GOLINEAR_GIT_COMMIT overrides both where the
+    .git beside the code is not the tree's own (the GPU machine receives an older .git with a newer tree)."""
+    if os.environ.get("GOLINEAR_GIT_COMMIT"):
+        return {"commit": os.environ["GOLINEAR_GIT_COMMIT"], "dirty": False, "source": "GOLINEAR_GIT_COMMIT"}
+
     def git(*args):
         r = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True)
         return r.stdout.strip() if r.returncode == 0 else None

@@ -60,6 +60,7 @@ class GraphedTrainStep:
                     if not loss.requires_grad:
                         raise ValueError("no trainable parameter affects the loss (is seq_len <= window + sinks?)")
                     self.optimizer.zero_grad(set_to_none=True)
+                del loss  # its autograd graph would keep warm-up (side-stream) gradient nodes alive into capture
         finally:  # a failed warm-up leaves the run as it was
             torch.cuda.current_stream().wait_stream(side)
             self._restore(saved)

@@ -47,13 +47,53 @@ def _run(tmp_path, name, graph, **kw):
     return trainer, model
 
 
+@pytest.mark.parametrize("bf16", [True, False], ids=["bf16", "fp32"])
+def test_graph_replays_the_eager_step_exactly(bf16):
+    """The captured step against the same step run eagerly with the same math (capturable AdamW, tensor lr,
+    autocast without its cache): identical parameters and losses after 12 steps, up to the last bits."""
+    import copy
+
+    from models import graph_step
+
+    def run(model, graphed):
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=2e-3)
+        graph_step.make_capturable(opt, "cuda")
+        g = torch.Generator().manual_seed(0)
+        data = [torch.randint(0, 300, (1, 512), generator=g).cuda() for _ in range(12)]
+        step, losses = None, []
+        for ids in data:
+            if graphed:
+                step = step or graph_step.GraphedTrainStep(model, opt, params, 1.0, bf16, ids)
+                loss, _ = step(ids)
+            else:
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False):
+                    loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+        return dict(model.named_parameters()), losses
+
+    base = _model()
+    (pe, le), (pg, lg) = run(copy.deepcopy(base), False), run(copy.deepcopy(base), True)
+    assert lg == pytest.approx(le, rel=1e-6, abs=0)
+    for n, p in pe.items():
+        if p.requires_grad:
+            torch.testing.assert_close(pg[n], p, rtol=1e-6, atol=1e-7, msg=n)
+    assert any(not torch.equal(p, base.get_parameter(n)) for n, p in pe.items() if p.requires_grad)  # it moved
+
+
 def test_graphed_training_matches_eager(tmp_path):
+    """The trainer, graphed against eager, logs the same losses, learning rates and gradient norms. (Their
+    parameters are not compared: the eager trainer's AdamW (not capturable) rounds differently from the
+    capturable one the graph needs, and Adam turns that into differences of up to ~lr on weights whose
+    gradients are near zero; the graph's own exactness is the test above.)"""
     eager, _ = _run(tmp_path, "eager", False)
     graphed, _ = _run(tmp_path, "graphed", True)
     eager.train()
     assert graphed.train()["cuda_graph"], graphed.graph_error  # captured, not the eager fallback
-    for n, p in eager.named.items():
-        torch.testing.assert_close(graphed.named[n], p, rtol=2e-3, atol=2e-5, msg=n)
     le, lg = (train_mod.read_log(tmp_path / d / train_mod.LOG_FILE) for d in ("eager", "graphed"))
     assert [r["step"] for r in le] == [r["step"] for r in lg] == list(range(2, 13, 2))
     for a, b in zip(le, lg):
