@@ -59,7 +59,8 @@ class TrainConfig:
     stop_at_s: float | None = None    # leave this invocation after this many seconds (resume later; unlike
                                       # time_budget_s the schedule keeps the requested number of steps)
     bf16: bool | None = None          # autocast; None = on for CUDA
-    cuda_graph: bool = False          # capture the step in a CUDA graph (one CUDA process, no FSDP)
+    cuda_graph: bool | None = None    # capture the step in a CUDA graph; None = on for one CUDA process
+                                      # without FSDP (4.8x the eager speed on the H200), off otherwise
 
     def validate(self):
         for name in ("seq_len", "batch_size", "steps", "log_every", "eval_sequences"):
@@ -335,10 +336,11 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(param_groups(self.named, cfg), lr=cfg.lr, betas=tuple(cfg.betas),
                                            weight_decay=cfg.weight_decay)
         self.model = model if self.fsdp else self.acc.prepare(model)  # DDP wrapper when distributed
-        self.graphed, self._graph, self.graph_error = bool(cfg.cuda_graph), None, None
+        why = ("the device is not CUDA" if self.device.type != "cuda" else "FSDP shards the model"
+               if self.fsdp else f"{self.acc.num_processes} processes" if self.acc.num_processes > 1 else None)
+        self.graphed = cfg.cuda_graph if cfg.cuda_graph is not None else why is None
+        self._graph, self.graph_error = None, None
         if self.graphed:
-            why = ("the device is not CUDA" if self.device.type != "cuda" else "FSDP shards the model"
-                   if self.fsdp else f"{self.acc.num_processes} processes" if self.acc.num_processes > 1 else None)
             if why:
                 raise ValueError(f"--cuda-graph needs one CUDA process without FSDP; here {why}")
             graph_step.make_capturable(self.optimizer, self.device)
@@ -635,8 +637,9 @@ def add_arguments(p) -> None:
     g.add_argument("--grad-clip", type=float, default=d.grad_clip)
     g.add_argument("--seed", type=int, default=d.seed)
     g.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="autocast (default: on GPU)")
-    g.add_argument("--cuda-graph", action="store_true", help="capture the training step in a CUDA graph "
-                   "(one CUDA process, no FSDP): removes the CPU launch overhead that bounds small models")
+    g.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
+                   help="capture the training step in a CUDA graph, which removes the CPU launch overhead that "
+                        "bounds small models (default: on for one CUDA process without FSDP)")
     g = p.add_argument_group("run")
     g.add_argument("--out", default=None, help="run folder (default runs/train/<mechanism...>)")
     g.add_argument("--save-every", type=int, default=d.save_every, help="resume-state interval in steps")

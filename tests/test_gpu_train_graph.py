@@ -99,7 +99,9 @@ def test_graphed_training_matches_eager(tmp_path):
     for a, b in zip(le, lg):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-3) and b["lr"] == pytest.approx(a["lr"], rel=1e-6)
         assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-2)
-    assert le[-1]["loss"] < le[0]["loss"]  # it trains at all
+    # it trains at all: the parameters moved (uniform random tokens leave the loss near ln(300) for 12 steps)
+    init, _ = _run(tmp_path, "init", True)
+    assert any(not torch.equal(graphed.named[n], p) for n, p in init.named.items())
 
 
 def test_graphed_resume(tmp_path):

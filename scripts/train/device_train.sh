@@ -30,7 +30,7 @@ launch() {  # name, budget seconds, options...
 step_of() { local s; s=$(tail -1 /tmp/ck/$1/train_log.jsonl 2>/dev/null | grep -o '"step": [0-9]*' | grep -o '[0-9]*'); echo ${s:-0}; }
 # Phase 1: the default recipe (first line of the recipe file) alone on the GPU, for a clean speed figure.
 read -r FIRST FIRST_ARGS < <(grep -v '^#' ${RECIPES:-scripts/train/recipes.txt} | grep -v '^ *$' | head -1)
-NOTE=${NOTE1:-"H200 reference run; the default recipe trained first, alone on the GPU (the others start near its end)"}
+NOTE=${NOTE1:-"H200 reference run; the default recipe trained first, alone on the GPU"}
 launch $FIRST $DEFAULT_BUDGET $FIRST_ARGS
 # Phase 2: the other recipes start once the default is past PHASE2_AT steps (or done, or out of time),
 # all sharing the GPU until the common deadline.
