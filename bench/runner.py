@@ -561,8 +561,9 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
                     summary.evaluated += 1
                 if world > 1:
                     import torch.distributed as dist
-                    dist.barrier()  # every rank is done with its request cache before it goes
-                Store.drop_request_cache(cache)
+                    dist.barrier()  # every rank is done with its request cache before rank 0 removes them all
+                if rank == 0:
+                    Store.drop_request_cache(cache)
                 bar.update(1)
             del lm
         bar.close()

@@ -88,8 +88,10 @@ class Store:
         for p in prefix.parent.glob(prefix.name + "_rank*.db*"):
             p.unlink(missing_ok=True)
         for d in (prefix.parent, prefix.parent.parent):  # no empty folders left behind
-            if d.is_dir() and not any(d.iterdir()):
+            try:
                 d.rmdir()
+            except OSError:  # not empty (other cells' caches) or already gone
+                pass
 
     def has(self, key: CellKey) -> bool:
         return self._find(key) is not None

@@ -68,3 +68,12 @@ def write_tiny_backbone(folder: Path, layers: int = 2) -> Path:
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return Path(folder)
+
+
+def free_port() -> int:
+    """A TCP port free right now, for `accelerate launch --main_process_port`: a fixed 29500 can still be held by
+    the previous launch's processes when the next test starts (seen once as a setup error)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _tiny import free_port
 
 from bench import specs as S
 from bench.runner import plan_cells, resolve_suites, run_matrix
@@ -183,13 +184,14 @@ def test_data_parallel_two_ranks_merge_into_one_cell(tmp_path):
     single = _golinear("run", *common, "--store", str(tmp_path / "one"))
     assert single.returncode == 0, single.stderr[-3000:]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "-m", "bench.cli", "run", *common, "--store", str(tmp_path / "two")]
+           "--num_machines", "1", "--main_process_port", str(free_port()), "--mixed_precision", "no",
+           "--dynamo_backend", "no", "-m", "bench.cli", "run", *common, "--store", str(tmp_path / "two")]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     one, two = Store(tmp_path / "one").cells(), Store(tmp_path / "two").cells()
     assert len(one) == len(two) == 1 and one[0]["digest"] == two[0]["digest"]
     assert two[0]["provenance"]["world_size"] == 2 and one[0]["provenance"]["world_size"] == 1
+    assert not (tmp_path / "two" / "partial").exists()  # both ranks' request caches removed once the cell landed
     assert two[0]["n"] == one[0]["n"] == 4
     for k, m in one[0]["metrics"].items():
         assert two[0]["metrics"][k]["value"] == pytest.approx(m["value"], rel=1e-5), k

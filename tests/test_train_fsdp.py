@@ -17,6 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from _tiny import free_port
 from models import train as train_mod
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +36,8 @@ def _launch_fsdp(args: list[str], *launcher_args: str) -> None:
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}", CUDA_VISIBLE_DEVICES="",
                OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(ROOT / "examples" / "accelerate-fsdp.yaml"), "--num_processes", "2", *launcher_args, "-m", "bench.cli",
+           str(ROOT / "examples" / "accelerate-fsdp.yaml"), "--num_processes", "2", "--main_process_port",
+           str(free_port()), *launcher_args, "-m", "bench.cli",
            *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
