@@ -560,8 +560,7 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
                     store.put(record)
                     summary.evaluated += 1
                 if world > 1:
-                    import torch.distributed as dist
-                    dist.barrier()  # every rank is done with its request cache before rank 0 removes them all
+                    lm.barrier()  # every rank is done with its request cache before rank 0 removes them all
                 if rank == 0:
                     Store.drop_request_cache(cache)
                 bar.update(1)

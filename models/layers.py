@@ -97,7 +97,8 @@ class LinearizedAttention(nn.Module):
         no hooks); else the three projections, concatenated. One token at a time (decoding) also takes the
         three projections: concatenating the weights would copy them on every step."""
         mods = (self.q_proj, self.k_proj, self.v_proj)
-        plain = x.shape[1] > 1 and all(type(m) is nn.Linear and not m._forward_hooks and not m._forward_pre_hooks for m in mods)
+        plain = x.shape[1] > 1 and all(type(m) is nn.Linear and not m._forward_hooks and not m._forward_pre_hooks
+                                       for m in mods)
         biases = [m.bias for m in mods]
         if plain and (all(b is None for b in biases) or all(b is not None for b in biases)):
             bias = None if biases[0] is None else torch.cat(biases)
