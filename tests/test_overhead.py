@@ -502,7 +502,7 @@ if __name__ == "__main__":
 def test_compiled_step_matches_eager_on_cpu(monkeypatch):
     """GOLINEAR_COMPILE=1 on the PyTorch reference path, fp32: the same loss and gradients as eager up to
     reassociation. (On the H200 the same comparison differed by 1.6e-3, with FLA's GDN kernels in the chain,
-    whose fp32 dot products run in TF32; tests/test_gpu_overhead.py keeps that case, marked xfail.)"""
+    whose fp32 dot products run in TF32; tests/test_gpu_overhead.py keeps that case, and it fails there.)"""
     import warnings
 
     from models.linearize import LinearizeConfig, linearize
