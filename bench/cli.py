@@ -49,6 +49,20 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError) as e:  # bad input: one clear line, no traceback
         print(f"golinear {args.command}: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        end_process_group()
+
+
+def end_process_group() -> None:
+    """Destroy the process group a launcher run set up, before the interpreter shuts down.
+
+    Left to interpreter teardown, gloo's worker threads can outlive it and the process aborts with
+    "terminate called without an active exception" (SIGABRT) after its work is done (pytorch#190489);
+    it happened in CI to a rank of a finished `golinear train` under `accelerate launch`.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -75,6 +75,20 @@ def test_two_ranks_end_identical_and_match_one_process(tmp_path):
         assert torch.allclose(r0[name], single.named[name].detach(), atol=1e-5), name
 
 
+@pytest.mark.parametrize("argv", [["params"], ["train", "--base", "no-such-backbone", "--steps", "0"]])
+def test_every_command_destroys_the_process_group_it_ran_under(tmp_path, argv):
+    """A launched rank that leaves its gloo group to interpreter teardown can abort after its work is done."""
+    import torch.distributed as dist
+    from bench.cli import main as cli
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        cli(argv)
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 @pytest.mark.slow
 def test_cli_train_under_accelerate_launch(tmp_path):
     from _tiny import write_books, write_tiny_backbone
@@ -90,4 +104,6 @@ def test_cli_train_under_accelerate_launch(tmp_path):
 
 
 if __name__ == "__main__":
+    from bench.cli import end_process_group
     worker(Path(sys.argv[1]), Path(sys.argv[2]))
+    end_process_group()
