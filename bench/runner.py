@@ -590,16 +590,6 @@ def _first(info: dict, *names):
     return None
 
 
-def cached_requests(cache: Path | None, rank: int) -> int:
-    """How many request results an earlier, killed attempt at this cell left in its request cache."""
-    db = Path(f"{cache}_rank{rank}.db") if cache else None
-    if db is None or not db.exists():
-        return 0
-    from sqlitedict import SqliteDict
-    with SqliteDict(str(db), flag="r") as d:
-        return len(d)
-
-
 def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info, versions, git, world,
                   cache: Path | None = None) -> dict | None:
     """One cell through lm-eval. With `cache`, lm-eval's CachingLM keeps each scored request there as it
@@ -609,7 +599,7 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info, versions,
     resumed = 0
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        resumed = cached_requests(cache, getattr(lm, "rank", 0) or 0)
+        resumed = Store.cached_requests(cache, getattr(lm, "rank", 0) or 0)
     if e.long:
         meta = {"max_seq_lengths": [cfg["context_length"]], "seed": cfg["seed"]}
         if cfg["num_samples"] is not None:

@@ -35,6 +35,13 @@ def make_eager(optimizer) -> None:
             s["step"] = s["step"].detach().to("cpu", torch.float32)
 
 
+def require_trainable(loss) -> None:
+    """A loss no trainable parameter reaches cannot train: say why instead of failing inside backward."""
+    if not loss.requires_grad:
+        raise ValueError("no trainable parameter affects the loss (is seq_len <= window + sinks, "
+                         "leaving the linear path no tokens?)")
+
+
 def set_lr(group: dict, value: float) -> None:
     """Write a learning rate in place when it is a tensor (a captured graph holds that tensor)."""
     if torch.is_tensor(group["lr"]):
@@ -57,8 +64,7 @@ class GraphedTrainStep:
             with torch.cuda.stream(side):
                 for _ in range(warmup):
                     loss, _ = self._step()
-                    if not loss.requires_grad:
-                        raise ValueError("no trainable parameter affects the loss (is seq_len <= window + sinks?)")
+                    require_trainable(loss)
                     self.optimizer.zero_grad(set_to_none=True)
                 del loss  # its autograd graph would keep warm-up (side-stream) gradient nodes alive into capture
         finally:  # a failed warm-up leaves the run as it was

@@ -500,9 +500,7 @@ class Trainer:
                 else:
                     with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
                         loss = self.model(input_ids=ids, labels=ids, use_cache=False).loss
-                    if not loss.requires_grad:
-                        raise ValueError("no trainable parameter affects the loss (is seq_len <= window + sinks, "
-                                         "leaving the linear path no tokens?)")
+                    graph_step.require_trainable(loss)
                     self.acc.backward(loss)
                     grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(list(self.named.values()), cfg.grad_clip))
                     self.optimizer.step()

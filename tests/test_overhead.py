@@ -480,25 +480,6 @@ def test_compile_switch_is_validated(monkeypatch):
         ops.compile_enabled()
 
 
-if __name__ == "__main__":
-    mp = pytest.MonkeyPatch()
-    mp.setattr(ops, "backend_for", lambda x: fla_backend)
-    for name, fn in STAND_INS.items():
-        mp.setitem(fla_backend.kernels.__dict__, name, fn)
-    rows = report()
-    if _inductor_works():
-        import os
-        import torch._inductor.config as inductor_config
-        inductor_config.cpp.enable_kernel_profile = True
-        os.environ["GOLINEAR_COMPILE"] = "1"
-        rows += report(compiled=True)
-    for row in rows:
-        top = sorted(row["ops"].items(), key=lambda kv: -kv[1])[:12]
-        print(f"{row['workload']:39s} {row['recipe']:15s} kernels/layer {row['kernels']:7.1f}  FLA calls "
-              f"{row['fla']:4.1f}  syncs {row['syncs']:4.1f}")
-        print("    " + ", ".join(f"{k[6:]} {v}" for k, v in top))
-
-
 def test_compiled_step_matches_eager_on_cpu(monkeypatch):
     """GOLINEAR_COMPILE=1 on the PyTorch reference path, fp32: the same loss and gradients as eager up to
     reassociation. (On the H200 the same comparison differed by 1.6e-3, with FLA's GDN kernels in the chain,
@@ -533,3 +514,23 @@ def test_compiled_step_matches_eager_on_cpu(monkeypatch):
     assert g0.keys() == g1.keys() and len(g0) > 0
     for n in g0:
         assert ((g1[n] - g0[n]).norm() / g0[n].norm()).item() < 1e-5, n
+
+
+if __name__ == "__main__":
+    mp = pytest.MonkeyPatch()
+    mp.setattr(ops, "backend_for", lambda x: fla_backend)
+    for name, fn in STAND_INS.items():
+        mp.setitem(fla_backend.kernels.__dict__, name, fn)
+    rows = report()
+    if _inductor_works():
+        import os
+        import torch._inductor.config as inductor_config
+        inductor_config.cpp.enable_kernel_profile = True
+        os.environ["GOLINEAR_COMPILE"] = "1"
+        rows += report(compiled=True)
+    for row in rows:
+        top = sorted(row["ops"].items(), key=lambda kv: -kv[1])[:12]
+        print(f"{row['workload']:39s} {row['recipe']:15s} kernels/layer {row['kernels']:7.1f}  FLA calls "
+              f"{row['fla']:4.1f}  syncs {row['syncs']:4.1f}")
+        print("    " + ", ".join(f"{k[6:]} {v}" for k, v in top))
+
