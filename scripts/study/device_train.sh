@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Train a set of the study's checkpoints concurrently on one H200 (device `run`), resumable across calls.
+# Runs from the repository root. The code comes from a `git archive` snapshot in $SRC (default .device/src), so
+# edits in the working tree never reach a run. Carried: .whl (FLA + gguf wheels), the GGUF (stashed or
+# .gguf/<part>), .device/train/books-smollm2-10m.npz (`golinear train --prepare-only`), optionally
+# .device/triton-cache.tgz and .device/resume/<name>/ (an earlier call's unfinished run folder, state.pt included).
+# Env: NAMES (space-separated recipe names from scripts/study/recipes.txt), BUDGET (s from the start for every
+# run, default 540), GGUF_SHA, EXTRA_ARGS (appended to every `golinear train`; a CPU dry run: "--seq-len 64 --steps 20"). Out: $OUT/ck.tgz.part-?? (cat them; state.pt only
+# where a run is unfinished), logs.tgz, triton-cache.tgz (if < 12 MB).
+set -u
+T0=$(date +%s); ROOT=$PWD; SRC=${SRC:-.device/src}; BUDGET=${BUDGET:-540}
+cd $SRC || exit 2
+ln -sfn $ROOT/.whl .whl; ln -sfn $ROOT/.gguf .gguf; mkdir -p .device
+for d in train whl-eval triton-cache.tgz resume; do [ -e $ROOT/.device/$d ] && ln -sfn $ROOT/.device/$d .device/$d; done
+source scripts/gpu/device_setup.sh || exit $?
+echo "setup done after $(( $(date +%s) - T0 )) s"
+mkdir -p /tmp/ck /tmp/logs; PIDS=()
+for name in $NAMES; do
+  args=$(awk -v n=$name '$1 == n {$1=""; print}' scripts/study/recipes.txt)
+  [ -z "$args" ] && { echo "unknown recipe $name"; continue; }
+  [ -d .device/resume/$name ] && [ ! -d /tmp/ck/$name ] && cp -r .device/resume/$name /tmp/ck/ && echo "resuming $name"
+  left=$(( BUDGET - ($(date +%s) - T0) ))
+  python3 -m bench.cli train --base smollm2-135m --tokens .device/train/books-smollm2-10m.npz --out /tmp/ck/$name \
+    --stop-at-s $left --note "study run (scripts/study/recipes.txt), H200, $(echo $NAMES | wc -w) runs sharing the GPU" \
+    $args ${EXTRA_ARGS:-} > /tmp/logs/$name.log 2>&1 &
+  PIDS+=($!); echo "t=$(( $(date +%s) - T0 ))s launched $name ($left s)"
+done
+while [ -n "$(jobs -r)" ]; do
+  sleep 30; line="t=$(( $(date +%s) - T0 ))s $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader | tr -d ' ')"
+  for name in $NAMES; do line="$line $name:$(tail -1 /tmp/ck/$name/train_log.jsonl 2>/dev/null | grep -o '"step": [0-9]*' | grep -o '[0-9]*')"; done
+  echo "$line"
+done
+for name in $NAMES; do echo "== $name"; grep -E '^\{"out"|Error|error' /tmp/logs/$name.log | tail -3; done
+# every run folder in one archive (state.pt kept only where the run is unfinished), split into <= 15 MiB parts
+X=(); for name in $NAMES; do grep -qs '"finished": true' /tmp/ck/$name/train_config.json && X+=(--exclude=$name/state.pt); done
+tar czf - -C /tmp/ck "${X[@]}" $NAMES | split -b 15M - $OUT/ck.tgz.part-
+tar czf $OUT/logs.tgz -C /tmp/logs .
+tar czf /tmp/triton-cache.tgz -C /tmp/triton-cache . && [ $(stat -c %s /tmp/triton-cache.tgz) -lt 12000000 ] && cp /tmp/triton-cache.tgz $OUT/
+ls -l $OUT; echo "total $(( $(date +%s) - T0 )) s"
