@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Part B of the H200 reference-checkpoint run (NOTES.md): set up (scripts/gpu/device_setup.sh: wheels, the
+# The H200 reference-checkpoint run (docs/gpu.md): set up (scripts/gpu/device_setup.sh: wheels, the
 # SmolLM2 GGUF joined from its stashed/carried parts, conversion), train the default recipe alone (the speed figure), then the other recipes
 # concurrently on the same GPU until a common deadline, and tar the checkpoints (new params + log +
 # config + loss.png) into $OUT.
