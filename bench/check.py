@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import tempfile
 from pathlib import Path
+
+from models.atomic import atomic_write
 
 DEFAULT_SUITES = "cr,lambada"
 DEFAULT_LIMIT = 20
@@ -109,9 +110,7 @@ def run_check(model: str, baseline_path, update=False, suites=None, limit=None, 
                 "tolerance": {"z": z, "min_abs": min_abs},
                 "cells": [{k: r[k] for k in ("task", "metric", "display", "higher_is_better", "value", "stderr", "n")}
                           for r in current]}
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
         return 0, f"golinear check: baseline written to {path} ({len(current)} scores)"
     rows = compare(baseline, current, z, min_abs)
     bad = [r for r in rows if r["status"] in FAILING]

@@ -15,13 +15,12 @@ import base64
 import html
 import io
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
 from bench.store import Store
+from models.atomic import atomic_write
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "leaderboards" / "reference"
 CR_COLS = ["PIQA", "ARC-e", "ARC-c", "HellaSwag", "WinoGrande"]
@@ -329,10 +328,7 @@ def write_if_changed(path: Path, data: bytes | str) -> bool:
     data = data.encode() if isinstance(data, str) else data
     if path.exists() and path.read_bytes() == data:
         return False
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    atomic_write(path, data)
     return True
 
 
@@ -358,14 +354,18 @@ NOTES = {
 def render(store, out_dir, reference_dir=REFERENCE_DIR) -> list[Path]:
     """Write every leaderboard file; returns the paths that changed."""
     out_dir = Path(out_dir)
+    store = store if isinstance(store, Store) else Store(store)
+    if not store.root.exists():
+        raise FileNotFoundError(f"result store {str(store.root)!r} does not exist (run `golinear run` first)")
+    cells = store.cells()
+    if not cells:  # rendering would replace the tables with reference rows only
+        raise ValueError(f"result store {str(store.root)!r} holds no cells; nothing to render (run `golinear run` "
+                         "first, or point --store at a store with results)")
+    df = measured_frame(cells)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ValueError(f"output folder {str(out_dir)!r} is not writable: {e.strerror or e}") from None
-    store = store if isinstance(store, Store) else Store(store)
-    if not store.root.exists():
-        raise FileNotFoundError(f"result store {str(store.root)!r} does not exist (run `golinear run` first)")
-    df = measured_frame(store.cells())
     ref = load_reference(reference_dir)
     tables = {"standard": standard_table(df, ref["standard"]),
               "sniah": sniah_table(df, ref["sniah"]), "ruler": ruler_table(df, ref["ruler"])}

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bench import specs as S
 from bench.store import CellKey, Store, hash_data_paths
+from models.data_hashes import verify_files
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STANDARD_SUITES = ("cr", "mmlu", "lambada")
@@ -191,19 +192,52 @@ class Cell:
     model: S.ModelSpec
     entry: TaskEntry
     config: dict
+    data: dict | None = None  # {file: sha256} of the task's data and config files (part of the identity)
 
     @property
     def key(self) -> CellKey:
-        return CellKey(self.model.key, self.entry.task, self.config)
+        return CellKey(self.model.key, self.entry.task, self.config, self.data)
+
+
+def task_config_files(task: str) -> list[Path]:
+    """The lm-eval YAMLs that define a task: `<task>.yaml`, its subtasks' `<task>_*.yaml` (MMLU's subjects),
+    and the files they `include:`."""
+    tasks_dir = REPO_ROOT / "tasks"
+    own = sorted(p for p in tasks_dir.rglob("*.yaml") if p.stem == task or p.stem.startswith(task + "_"))
+    out = set(own)
+    for p in own:
+        for line in p.read_text(encoding="utf-8").splitlines():
+            if line.startswith("include:"):
+                inc = (p.parent / line.split(":", 1)[1].strip().strip("'\"")).resolve()
+                if inc.is_file():
+                    out.add(inc)
+    return sorted(out)
+
+
+def cell_data(entry: TaskEntry, data_dir: str | None) -> dict:
+    """{file: sha256} of everything a task reads: its data files (relative to the data folder, checked
+    against the folder's SHA256SUMS; a mismatch is an error naming the file) and its config files
+    (relative to the repository). With no local data folder (Hub datasets) only the config files."""
+    data = set(task_data_files(entry.task, entry.suite, data_dir))
+    if data_dir:
+        for d in entry.data:
+            p = Path(data_dir) / d
+            data |= set(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else ({p} if p.exists() else set())
+    out = verify_files(data, data_dir)
+    for p in task_config_files(entry.task):
+        out[os.path.relpath(p, REPO_ROOT)] = verify_files([p], None)[str(p.resolve())]
+    return dict(sorted(out.items()))
 
 
 def plan_cells(models, entries, *, budgets=None, sinks=8, limit=None, context_length=4096,
-               num_samples=None, seed=42) -> list[Cell]:
+               num_samples=None, seed=42, data: dict | None = None) -> list[Cell]:
     """The matrix: standard tasks on the models as given; long tasks on the budget sweep when asked.
 
     With budgets, every linearized model is evaluated at sinks + (budget - sinks) window, next to full
-    attention (budget inf) and the untrained window+sink attention at the same budgets.
+    attention (budget inf) and the untrained window+sink attention at the same budgets. `data`: task ->
+    {file: sha256} (cell_data), part of each cell's key.
     """
+    data = data or {}
     cells = []
     long_models = list(models)
     if budgets:
@@ -231,10 +265,10 @@ def plan_cells(models, entries, *, budgets=None, sinks=8, limit=None, context_le
         if e.long:
             n = num_samples if num_samples is not None else (limit if limit is not None else None)
             config = {"limit": limit, "context_length": context_length, "num_samples": n, "seed": seed}
-            cells += [Cell(m, e, config) for m in long_models]
+            cells += [Cell(m, e, config, data.get(e.task)) for m in long_models]
         else:
             config = {"limit": limit, "num_fewshot": e.num_fewshot}
-            cells += [Cell(m, e, config) for m in models]
+            cells += [Cell(m, e, config, data.get(e.task)) for m in models]
     return cells
 
 
@@ -252,15 +286,26 @@ def backend_and_args(spec: S.ModelSpec) -> tuple[str, dict]:
     return ("golinear-hf" if spec.is_full_attention else "linearized"), spec.model_args()
 
 
+LINEARIZE_KEYS = ("mechanism", "window", "sinks", "short_conv", "lora", "full_layers", "keep_full", "select")
+
+
 def validate_model(spec: S.ModelSpec, device: str) -> None:
-    """The backend's own argument check (names, dtype, device, checkpoint folder) without loading."""
+    """Every check that needs no weights: the backend's argument check (names, dtype, device, checkpoint
+    folder), the backbone's config (base) and the linearize options against it (models.spec)."""
+    from models.spec import backbone_config, check_linearize
     mod = _backend_module()
-    if mod is not None and hasattr(mod, "check_model_args"):
-        backend, args = backend_and_args(spec)
-        try:
+    a = spec.full
+    try:
+        if mod is not None and hasattr(mod, "check_model_args"):
+            backend, args = backend_and_args(spec)
             mod.check_model_args(backend, {**args, "device": device})
-        except ValueError as e:
-            raise ValueError(f"model {spec.label!r}: {e}") from None
+        if a["mechanism"] is not None and not a["checkpoint"]:
+            opts = {k: (list(a[k]) if isinstance(a[k], tuple) else a[k]) for k in LINEARIZE_KEYS}
+            check_linearize(opts, spec.base_name)
+        else:
+            backbone_config(spec.base_name)
+    except ValueError as e:
+        raise ValueError(f"model {spec.label!r}: {e}") from None
 
 
 def build_lm(spec: S.ModelSpec, batch_size=1, device="cpu"):
@@ -488,14 +533,44 @@ class RunSummary:
     cells: list = field(default_factory=list)  # the planned cells' store records (rank 0)
 
 
+def parse_batch_size(value):
+    """--batch-size: a positive integer, 'auto' or 'auto:N' (lm-eval's forms)."""
+    text = str(value).strip().lower()
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    if text == "auto" or (text.startswith("auto:") and text[5:].isdigit() and int(text[5:]) >= 1):
+        return text
+    raise ValueError(f"--batch-size {value!r}: allowed a positive integer, 'auto' or 'auto:N'")
+
+
+def check_run_values(*, limit, budgets, sinks, context_length, num_samples, seed, entries) -> None:
+    """The run's numeric options, each against its allowed range (one line naming the value)."""
+    def positive(name, v):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{name} {v!r}: expected a positive integer")
+    positive("--limit", limit)
+    positive("--num-samples", num_samples)
+    if not isinstance(sinks, int) or sinks < 0:
+        raise ValueError(f"--sinks {sinks!r}: expected a non-negative integer")
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"--seed {seed!r}: expected a non-negative integer")
+    for b in budgets or []:
+        if b <= sinks:
+            raise ValueError(f"cache budget {b} must exceed the {sinks} sink tokens")
+    if any(e.long for e in entries) and not 1024 <= int(context_length) <= 32768:
+        raise ValueError(f"--context-length {context_length}: allowed 1024..32768")
+
+
 def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, context_length=4096,
                num_samples=None, data_dir=None, batch_size=1, device="cpu", seed=42,
                bootstrap_iters=1000, include_path=None, extra_suites=None, task_manager=None,
-               progress=True) -> RunSummary:
+               progress=True, wait_s: float = 2.0) -> RunSummary:
     """Evaluate every missing cell of models x suites (x budgets) into `store`; returns a summary.
 
     `models`: spec strings or ModelSpecs; `suites`: names (cr, mmlu, lambada, sniah, ruler) or a
-    comma-separated string. All input is validated before any model is loaded.
+    comma-separated string. All input is validated before any model is loaded, and before anything is
+    written. Another run on the same store evaluates different cells: each cell is claimed first, and a
+    cell claimed by a live process is waited for (`wait_s` between looks) rather than evaluated twice.
     """
     from tqdm.auto import tqdm
     data_dir = check_data_dir(data_dir if data_dir is not None else default_data_dir())
@@ -508,25 +583,22 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     for m in models:
         check_checkpoint_base(m)
     entries = resolve_suites(suites, extra_suites)
-    if limit is not None and (int(limit) != limit or limit < 1):
-        raise ValueError(f"--limit {limit!r}: expected a positive integer")
+    batch_size = parse_batch_size(batch_size)
     budgets = sorted({int(b) for b in budgets}) if budgets else None
-    for b in budgets or []:
-        if b <= sinks:
-            raise ValueError(f"cache budget {b} must exceed the {sinks} sink tokens")
-    if any(e.long for e in entries) and not 1024 <= int(context_length) <= 32768:
-        raise ValueError(f"--context-length {context_length}: allowed 1024..32768")
+    check_run_values(limit=limit, budgets=budgets, sinks=sinks, context_length=context_length,
+                     num_samples=num_samples, seed=seed, entries=entries)
     check_task_data(entries, data_dir)
+    data = {e.task: cell_data(e, data_dir) for e in entries}  # SHA256SUMS checked here, once per run
     store = store if isinstance(store, Store) else Store(store)
     rank, world = distributed_context()
-    if rank == 0:
-        store.ensure_writable()
     cells = plan_cells(models, entries, budgets=budgets, sinks=sinks, limit=limit,
-                       context_length=context_length, num_samples=num_samples, seed=seed)
+                       context_length=context_length, num_samples=num_samples, seed=seed, data=data)
     for spec in {c.model.key: c.model for c in cells}.values():
         validate_model(spec, device)
     done = {c.key.digest for c in cells if store.has(c.key)}
     check_long_context_fits([c for c in cells if c.key.digest not in done], data_dir)
+    if rank == 0:
+        store.ensure_writable()  # the last check: nothing is written before every input passed
     if world > 1:
         import torch.distributed as dist
         box = [sorted(done)]
@@ -551,24 +623,64 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
             dev = f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}" if world > 1 and device.startswith("cuda") else device
             lm = attach_data_parallel(build_lm(spec, batch_size, dev), rank, world)
             info = _jsonable(dict(getattr(lm, "golinear_info", {}) or {}))
-            for c in group:
+            for c in claimed_in_turn(store, group, world, wait_s, summary):
                 bar.set_postfix_str(f"{spec.label} / {c.entry.task}")
-                cache = store.request_cache(c.key, spec.label, _first(info, "checkpoint_fingerprint",
-                                                                     "backbone_fingerprint", "fingerprint"))
-                record = evaluate_cell(lm, c, tm, data_dir, bootstrap_iters, info, versions, git, world, cache)
-                if record is not None:  # rank 0 holds the merged result
-                    store.put(record)
-                    summary.evaluated += 1
-                if world > 1:
-                    lm.barrier()  # every rank is done with its request cache before rank 0 removes them all
-                if rank == 0:
-                    Store.drop_request_cache(cache)
+                cache = store.request_cache(c.key, spec.label, model_fingerprint(info))
+                try:
+                    record = evaluate_cell(lm, c, tm, data_dir, bootstrap_iters, info, versions, git, world, cache)
+                    if record is not None:  # rank 0 holds the merged result
+                        store.put(record)
+                        summary.evaluated += 1
+                    if world > 1:
+                        lm.barrier()  # every rank is done with its request cache before rank 0 removes them all
+                    if rank == 0:
+                        Store.drop_request_cache(cache)
+                finally:
+                    if world == 1:
+                        store.release(c.key)
                 bar.update(1)
             del lm
         bar.close()
     if rank == 0:
         summary.cells = [store.get(c.key) for c in cells]
     return summary
+
+
+def claimed_in_turn(store: Store, group: list, world: int, wait_s: float, summary: RunSummary):
+    """Yield the cells of `group` this process should evaluate, each claimed (one process at a time).
+
+    A cell another live process holds is passed over and looked at again later; when it appears in the
+    store it counts as skipped. Under a launcher (world > 1) the ranks of one run share the work as
+    lm-eval splits it, so the to-do list is rank 0's and no claims are taken."""
+    if world > 1:
+        yield from group
+        return
+    pending = list(group)
+    while pending:
+        progressed = False
+        for c in list(pending):
+            if store.has(c.key):  # another run finished it meanwhile
+                pending.remove(c)
+                summary.skipped += 1
+                progressed = True
+            elif store.claim(c.key):
+                pending.remove(c)
+                if store.has(c.key):  # finished between our look and our claim
+                    store.release(c.key)
+                    summary.skipped += 1
+                else:
+                    yield c
+                progressed = True
+                break  # re-scan: cells may have finished while this one ran
+        if pending and not progressed:
+            time.sleep(wait_s)
+
+
+def model_fingerprint(info: dict) -> str | None:
+    """The evaluated weights' identity for the request cache: backbone fingerprint plus checkpoint's."""
+    base = _first(info, "base_fingerprint", "backbone_fingerprint", "fingerprint")
+    ckpt = info.get("checkpoint_fingerprint")
+    return "-".join(x for x in (base, ckpt) if x) or None
 
 
 def _jsonable(obj):
@@ -635,7 +747,7 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info, versions,
                            "limit": cfg.get("limit"), "world_size": world, "hardware": hardware(lm),
                            # wall_time_s counts this attempt only; these requests came from earlier ones
                            **({"resumed_requests": resumed} if resumed else {}),
-                           "model_fingerprint": _first(info, "backbone_fingerprint", "base_fingerprint",
+                           "model_fingerprint": _first(info, "base_fingerprint", "backbone_fingerprint",
                                                        "fingerprint"),
                            "checkpoint_fingerprint": info.get("checkpoint_fingerprint")}}
 
@@ -667,7 +779,7 @@ def add_arguments(p):
 
 
 def main(args) -> int:
-    bs = int(args.batch_size) if str(args.batch_size).isdigit() else args.batch_size
+    bs = parse_batch_size(args.batch_size)
     s = run_matrix(args.models, args.suites, args.store, limit=args.limit,
                    budgets=_int_list(args.budgets) if args.budgets else None, sinks=args.sinks,
                    context_length=args.context_length, num_samples=args.num_samples,

@@ -13,11 +13,11 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from models.spec import MECHANISMS, SELECTIONS, check_checkpoint_files  # one allowed set per value
+
 DEFAULTS = {"base": "smollm2-135m", "checkpoint": None, "mechanism": None, "window": 0, "sinks": 0,
             "short_conv": False, "lora": False, "full_layers": None, "keep_full": 0.0,
             "select": "uniform", "dtype": "float32"}
-MECHANISMS = ("gla", "kgla", "gdn", "hedgehog", "none")  # "none": window+sink softmax alone, no linear state
-SELECTIONS = ("uniform", "metrics")
 PRESETS = {
     "full": {},
     # The paper's final recipe (Sec. 5): GDN + SWA 56 + 8 sinks + short convolutions (cache 64).
@@ -70,6 +70,7 @@ def _parse_value(key: str, text: str):
         path = Path(text).expanduser()
         if not path.is_dir():
             raise FileNotFoundError(f"checkpoint folder {text!r} does not exist")
+        check_checkpoint_files(path)
         return str(path.resolve())
     return text if default is None or isinstance(default, str) else type(default)(text)
 
@@ -185,6 +186,7 @@ def parse_model_spec(text: str) -> ModelSpec:
         raise ValueError("empty model spec")
     if Path(text).expanduser().is_dir():
         path = Path(text).expanduser().resolve()
+        check_checkpoint_files(path)  # a folder that is not a (whole) checkpoint fails here, naming it
         label = path.name
         return ModelSpec({"checkpoint": str(path)}, label, label)
     args, preset = {}, None

@@ -1,23 +1,35 @@
-"""The result store: one JSON file per finished cell (model x task x configuration).
+"""The result store: one JSON file per finished cell (model x task x configuration x data).
 
-A cell is written atomically (temp file + os.replace) only once its evaluation has finished, so a
-killed run leaves either a whole cell or none; a re-run skips the cells already present. The store
-is a plain folder, so stores from several machines merge by copying folders together.
+A cell is written atomically (models.atomic) only once its evaluation has finished, so a killed run
+leaves either a whole cell or none; a re-run skips the cells already present. The store is a plain
+folder, so stores from several machines merge by copying folders together.
 
 Layout: ``<store>/cells/<model-slug>/<task>--<config-slug>--<hash>.json``. The hash covers the cell
-key (model key, task, configuration); the slugs are only there for people browsing the folder.
+key: model key, task, configuration and the sha256 of every data file the task reads (so a fixed data
+file makes a new cell, never a stale hit). Cells written before data hashes were part of the key
+(``leaderboards/store``) are still found, but only when the data hashes in their provenance equal the
+current files'. A cell that fails validation on read (unparsable, wrong schema, key or value) is moved
+to ``<store>/invalid/`` with a warning naming it, and counts as missing. Concurrent runs claim a cell
+(``<store>/claims/<hash>.claim``, created exclusively) before evaluating it.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
+import socket
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from models.atomic import atomic_write
+from models.data_hashes import file_sha256
+
 SCHEMA = 1
+log = logging.getLogger("golinear.store")
 
 
 def canonical_json(obj) -> str:
@@ -35,21 +47,78 @@ def slug(text: str, max_len: int = 60) -> str:
 
 @dataclass(frozen=True)
 class CellKey:
-    """What identifies a cell: which model (canonical spec string), which task, which configuration."""
+    """What identifies a cell: which model (canonical spec string), which task, which configuration, and
+    the data it reads ({file relative to the data folder: sha256}; None only in keys written before)."""
     model: str
     task: str
     config: dict = field(default_factory=dict)
+    data: dict | None = None
+
+    @classmethod
+    def from_dict(cls, k: dict) -> "CellKey":
+        return cls(k["model"], k["task"], k.get("config", {}), k.get("data"))
 
     def as_dict(self) -> dict:
-        return {"model": self.model, "task": self.task, "config": dict(sorted(self.config.items()))}
+        out = {"model": self.model, "task": self.task, "config": dict(sorted(self.config.items()))}
+        if self.data is not None:
+            out["data"] = dict(sorted(self.data.items()))
+        return out
 
     @property
     def digest(self) -> str:
         return short_hash(self.as_dict(), 16)
 
+    def without_data(self) -> "CellKey":
+        """The key as written before data hashes were part of it."""
+        return CellKey(self.model, self.task, self.config)
+
     def config_slug(self) -> str:
         parts = [f"{k}{v}" for k, v in sorted(self.config.items()) if v is not None]
         return slug("-".join(parts) or "default", 50)
+
+
+def _is_number_or_none(v) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) or v in ("inf", "-inf")
+
+
+def cell_problem(cell, path: Path | None = None) -> str | None:
+    """Why a cell read from disk cannot be trusted, or None when it is a well-formed finished cell."""
+    if not isinstance(cell, dict):
+        return f"expected a JSON object, found {type(cell).__name__}"
+    k = cell.get("key")
+    if not (isinstance(k, dict) and isinstance(k.get("model"), str) and isinstance(k.get("task"), str)
+            and isinstance(k.get("config", {}), dict) and isinstance(k.get("data") or {}, dict)):
+        return "no valid 'key' (model, task, config)"
+    digest = CellKey.from_dict(k).digest
+    if cell.get("digest") != digest:
+        return f"'digest' {cell.get('digest')!r} is not its key's hash {digest!r}"
+    if path is not None and not path.name.endswith(f"--{digest}.json"):
+        return f"file name does not end with its key's hash {digest!r}"
+    if cell.get("task") != k["task"] or not isinstance(cell.get("metric"), str) or not cell["metric"]:
+        return "'task' differs from the key's or 'metric' is missing"
+    for name in ("value", "stderr"):  # None: lm-eval reported NaN (a finished cell all the same)
+        if not _is_number_or_none(cell.get(name)):
+            return f"{name!r} {cell.get(name)!r} is not a number"
+    n = cell.get("n")
+    if not (isinstance(n, int) and not isinstance(n, bool) and n >= 0):
+        return f"'n' {n!r} is not a count of documents"
+    metrics = cell.get("metrics")
+    if not isinstance(metrics, dict) or not all(isinstance(m, dict) and _is_number_or_none(m.get("value"))
+                                                for m in metrics.values()):
+        return "'metrics' is not a mapping of {value, stderr}"
+    if not isinstance(cell.get("model"), dict):
+        return "'model' is missing"
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Store:
@@ -61,6 +130,14 @@ class Store:
     @property
     def cells_dir(self) -> Path:
         return self.root / "cells"
+
+    @property
+    def invalid_dir(self) -> Path:
+        return self.root / "invalid"
+
+    @property
+    def claims_dir(self) -> Path:
+        return self.root / "claims"
 
     def ensure_writable(self) -> None:
         """Create the store folder and prove we can write there (before any evaluation starts)."""
@@ -79,9 +156,13 @@ class Store:
     def request_cache(self, key: CellKey, model_label: str | None, fingerprint: str | None) -> Path:
         """Where an unfinished cell keeps the per-request results lm-eval has scored so far (its CachingLM
         sqlite files, `<prefix>_rank<r>.db`), so a killed run resumes inside a long cell (5-shot MMLU is one
-        cell of 56k requests). Named by model fingerprint too: a changed model never reuses them."""
+        cell of 56k requests). Named by model fingerprint too: a changed model never reuses them. Only the
+        holder of the cell's claim uses it, so two runs never share one."""
+        if not fingerprint:
+            raise ValueError(f"no model fingerprint for the request cache of {key.task!r} (the backend's "
+                             "golinear_info lacks base_fingerprint)")
         model_dir = self.path_for(key, model_label).parent.name
-        return self.root / "partial" / model_dir / f"{slug(key.task, 60)}--{key.digest}--{fingerprint or 'nofp'}"
+        return self.root / "partial" / model_dir / f"{slug(key.task, 60)}--{key.digest}--{fingerprint}"
 
     @staticmethod
     def cached_requests(prefix: Path | None, rank: int) -> int:
@@ -103,82 +184,137 @@ class Store:
             except OSError:  # not empty (other cells' caches) or already gone
                 pass
 
+    # -- claims: one process evaluates a cell at a time
+    def claim(self, key: CellKey) -> bool:
+        """Take the cell for this process (True), or False while a live process holds it. A claim left by
+        a dead process (same host) is taken over."""
+        self.claims_dir.mkdir(parents=True, exist_ok=True)
+        path = self.claims_dir / f"{key.digest}.claim"
+        me = {"pid": os.getpid(), "host": socket.gethostname()}
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                try:
+                    owner = json.loads(path.read_text() or "{}")
+                except (OSError, json.JSONDecodeError):
+                    owner = {}
+                if owner == me:
+                    return True
+                if owner.get("host") == me["host"] and isinstance(owner.get("pid"), int) \
+                        and not _pid_alive(owner["pid"]):
+                    path.unlink(missing_ok=True)  # its process was killed: take the claim over
+                    continue
+                if not owner and time.time() - path.stat().st_mtime > 60:
+                    path.unlink(missing_ok=True)  # an empty claim nobody finished writing
+                    continue
+                return False
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            return True
+        return False
+
+    def release(self, key: CellKey) -> None:
+        (self.claims_dir / f"{key.digest}.claim").unlink(missing_ok=True)
+        try:
+            self.claims_dir.rmdir()
+        except OSError:
+            pass
+
+    # -- lookups
     def has(self, key: CellKey) -> bool:
-        return self._find(key) is not None
+        return self.get(key) is not None
 
     def get(self, key: CellKey) -> dict | None:
-        path = self._find(key)
-        return json.loads(path.read_text()) if path else None
+        """The valid finished cell of `key`, or None. An invalid cell file is moved aside (see module doc)."""
+        found = self._find(key)
+        if found is None and key.data is not None:
+            found = self._find(key.without_data(), data=key.data)
+        return found[1] if found else None
 
-    def _find(self, key: CellKey) -> Path | None:
+    def _read(self, path: Path) -> tuple[dict | None, str | None]:
+        try:
+            cell = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            return None, f"unreadable JSON ({e})"
+        return cell, cell_problem(cell, path)
+
+    def _find(self, key: CellKey, data: dict | None = None) -> tuple[Path, dict] | None:
         # The folder name depends on the label, the file name only on the key: match on the file name.
         if not self.cells_dir.exists():
             return None
         suffix = f"--{key.digest}.json"
-        for d in self.cells_dir.iterdir():
-            if d.is_dir():
-                for p in d.glob(f"*{suffix}"):
-                    return p
+        for p in sorted(self.cells_dir.glob(f"*/*{suffix}")):
+            cell, problem = self._read(p)
+            if problem:
+                self.set_aside(p, problem)
+                continue
+            if data is not None and not legacy_data_matches(cell, data):
+                continue  # written before data hashes were in the key, from other data: not this cell
+            return p, cell
         return None
+
+    def set_aside(self, path: Path, problem: str) -> Path:
+        """Move an invalid cell file to <store>/invalid/ (kept for inspection, never counted as finished)."""
+        dest = self.invalid_dir / path.parent.name / f"{path.name}.{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(path, dest)
+        except FileNotFoundError:  # another run moved it first
+            return dest
+        log.warning("invalid cell file %s (%s): moved to %s; it will be re-evaluated", path, problem, dest)
+        print(f"golinear: invalid cell file {path} ({problem}); moved to {dest}, it will be re-evaluated",
+              flush=True)
+        return dest
 
     def put(self, cell: dict) -> Path:
         """Write one finished cell atomically. The cell must carry its key under "key"."""
-        k = cell["key"]
-        key = CellKey(k["model"], k["task"], k.get("config", {}))
+        key = CellKey.from_dict(cell["key"])
         cell = {"schema": SCHEMA, **cell, "key": key.as_dict(), "digest": key.digest}
-        existing = self._find(key)
-        path = existing or self.path_for(key, cell.get("model", {}).get("label"))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(cell, f, indent=1, sort_keys=True, default=str)
-                f.write("\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        problem = cell_problem(json.loads(json.dumps(cell, default=str)))
+        if problem:
+            raise ValueError(f"refusing to store an invalid cell for {key.task!r}: {problem}")
+        found = self._find(key)
+        path = found[0] if found else self.path_for(key, cell.get("model", {}).get("label"))
+        text = json.dumps(cell, indent=1, sort_keys=True, default=str) + "\n"
+        atomic_write(path, text)
         return path
 
     def cells(self) -> list[dict]:
-        """Every finished cell, in a stable order (by key digest). Half-written temp files are ignored."""
+        """Every finished cell, in a stable order (by key digest). Half-written temp files are ignored;
+        an invalid cell file is an error naming it (a leaderboard never silently drops a row)."""
         if not self.cells_dir.exists():
             return []
         out = []
         for p in sorted(self.cells_dir.glob("*/*.json")):
             if p.name.startswith("."):
                 continue
-            try:
-                out.append(json.loads(p.read_text()))
-            except json.JSONDecodeError as e:  # only possible if someone edited a cell by hand
-                raise ValueError(f"corrupt cell file {p}: {e}") from None
+            cell, problem = self._read(p)
+            if problem:
+                raise ValueError(f"corrupt cell file {p}: {problem}; `golinear run` moves it aside and "
+                                 "re-evaluates it, or delete it")
+            out.append(cell)
         return sorted(out, key=lambda c: c.get("digest", ""))
 
     def merge_from(self, other: "Store") -> int:
         """Copy the cells of another store that this one lacks; returns how many were added."""
         added = 0
         for cell in other.cells():
-            k = cell["key"]
-            key = CellKey(k["model"], k["task"], k.get("config", {}))
-            if not self.has(key):
+            if not self.has(CellKey.from_dict(cell["key"])):
                 self.put(cell)
                 added += 1
         return added
 
 
-def file_sha256(path: Path, _cache: dict = {}) -> str:  # noqa: B006 - process-wide memo by (path, size, mtime)
-    st = path.stat()
-    memo_key = (str(path), st.st_size, st.st_mtime_ns)
-    if memo_key not in _cache:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        _cache[memo_key] = h.hexdigest()
-    return _cache[memo_key]
+def legacy_data_matches(cell: dict, data: dict) -> bool:
+    """Whether a cell keyed without data hashes was measured on these files: every file its provenance
+    lists has the same sha256 now, and it lists every data file (configs it did not list, such as an
+    included template, are not held against it)."""
+    files = ((cell.get("provenance") or {}).get("data") or {}).get("files")
+    if not isinstance(files, dict) or not files or not data:
+        return False
+    same = all(data.get(k) == v for k, v in files.items())
+    return same and all(k in files for k in data if not k.startswith("tasks" + os.sep))
 
 
 def hash_data_paths(paths, skip_roots=()) -> dict[str, str]:

@@ -10,12 +10,12 @@ import hashlib
 import importlib.util
 import json
 import os
-import tempfile
-import shutil
 from pathlib import Path
 
 import torch
 import transformers
+
+from models.atomic import atomic_path
 
 DEFAULT_BACKBONE = "smollm2-135m"
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -85,14 +85,10 @@ def smollm2_path() -> Path:
     config = transformers.LlamaConfig.from_dict(cfg)
     plain = transformers.LlamaForCausalLM(config)
     plain.load_state_dict(model.state_dict())
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".smollm2-"))
-    plain.save_pretrained(tmp)
-    tok.clean_up_tokenization_spaces = False  # BPE: clean-up would strip spaces before punctuation
-    tok.save_pretrained(tmp)
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)  # atomic: a killed conversion leaves no half-written cache
+    with atomic_path(target, folder=True) as tmp:  # a killed conversion leaves no half-written cache
+        plain.save_pretrained(tmp)
+        tok.clean_up_tokenization_spaces = False  # BPE: clean-up would strip spaces before punctuation
+        tok.save_pretrained(tmp)
     return target
 
 

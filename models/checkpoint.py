@@ -8,12 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from models.atomic import atomic_path, atomic_write
 from models.backbone import fingerprint, load_backbone
 from models.linearize import LinearizeConfig, count_new_parameters, linearize, new_parameters
 
@@ -39,15 +39,10 @@ def save_checkpoint(model, folder: str | os.PathLike, extra: dict | None = None,
                          f"{sorted(names - set(tensors))[:5]}, unexpected {sorted(set(tensors) - names)[:5]}")
     config = {"format": FORMAT_VERSION, "base": info["base"], "base_fingerprint": info["base_fingerprint"],
               "linearize": info["linearize"], "new_parameters": count_new_parameters(model), **(extra or {})}
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
-    save_file(tensors, str(tmp / WEIGHTS))
-    (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    if folder.exists():
-        for f in (WEIGHTS, CONFIG):
-            os.replace(tmp / f, folder / f)
-        tmp.rmdir()
-    else:
-        os.replace(tmp, folder)
+    folder.mkdir(exist_ok=True)  # a run folder also holds the training log: replace our two files only
+    with atomic_path(folder / WEIGHTS) as tmp:
+        save_file(tensors, str(tmp))
+    atomic_write(folder / CONFIG, json.dumps(config, indent=2, sort_keys=True) + "\n")
     return folder
 
 

@@ -20,13 +20,14 @@ import hashlib
 import json
 import os
 import random
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
 import torch
+
+from models.atomic import atomic_path
 
 BOOKS_FOLDER = "corpus_classic_books"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -129,12 +130,9 @@ class TokenData:
 
     def save(self, path: str | os.PathLike) -> Path:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tokens-", suffix=".npz")
-        os.close(fd)
-        np.savez_compressed(tmp, train=self.train, heldout=self.heldout,
-                            meta=np.frombuffer(json.dumps(self.meta).encode("utf-8"), dtype=np.uint8))
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            np.savez_compressed(tmp, train=self.train, heldout=self.heldout,
+                                meta=np.frombuffer(json.dumps(self.meta).encode("utf-8"), dtype=np.uint8))
         return path
 
     @classmethod

@@ -17,9 +17,7 @@ import torch
 from models.backbone import DEFAULT_BACKBONE, check_architecture, fingerprint, load_backbone
 from models.cache import LinearCache
 from models.layers import LinearizedAttention
-from models.mechanisms import MECHANISMS
-
-SELECTIONS = ("uniform", "hardness")
+from models.spec import MECHANISMS, SELECTIONS  # the allowed sets live in one place
 
 
 @dataclasses.dataclass

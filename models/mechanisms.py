@@ -12,8 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from models.ops import compiled
-
-MECHANISMS = ("gla", "kgla", "gdn", "hedgehog", "none")
+from models.spec import MECHANISMS  # noqa: F401 - the allowed set lives in one place
 
 
 @compiled

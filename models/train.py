@@ -21,7 +21,6 @@ import math
 import os
 import platform
 import random
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -31,6 +30,7 @@ import torch
 
 from models import data as data_mod
 from models import graph_step
+from models.atomic import atomic_path, atomic_write
 
 STATE_FILE = "state.pt"
 LOG_FILE = "train_log.jsonl"
@@ -122,19 +122,13 @@ def seed_everything(seed: int) -> None:
 
 
 def atomic_write_bytes(path: Path, writer) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    os.close(fd)
-    try:
-        writer(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """`writer(tmp)` fills a temp file that then replaces `path` (models.atomic: umask mode, no half files)."""
+    with atomic_path(path) as tmp:
+        writer(str(tmp))
 
 
 def atomic_write_json(path: Path, obj) -> None:
-    atomic_write_bytes(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=2, default=str) + "\n"))
+    atomic_write(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
 @torch.no_grad()

@@ -33,7 +33,7 @@ def test_presets_overrides_and_key_value_specs():
     assert wider.full["window"] == 120 and wider.key != gdn.key and wider.label == "gdn-default,window=120"
     same = S.parse_model_spec("short_conv=true,sinks=8,mechanism=gdn,window=56")
     assert same.key == gdn.key  # canonical: order and spelling do not matter
-    hybrid = S.parse_model_spec("mechanism=gla,full_layers=3+7,keep_full=0.1,select=metrics")
+    hybrid = S.parse_model_spec("mechanism=gla,full_layers=3+7,keep_full=0.1,select=hardness")
     assert hybrid.model_args()["full_layers"] == [3, 7]
     assert [m.label for m in S.parse_models("full; gdn-default ;full")] == ["full", "gdn-default"]
 
@@ -52,13 +52,16 @@ def test_bad_specs_name_the_problem(text, err):
 
 
 def test_checkpoint_folder_spec(tmp_path):
+    import torch
+    from safetensors.torch import save_file
     (tmp_path / "ck").mkdir()
-    (tmp_path / "ck" / "config.json").write_text(json.dumps({"base": "smollm2-135m"}))
+    (tmp_path / "ck" / "config.json").write_text(json.dumps({"base": "smollm2-135m", "linearize": {}}))
+    save_file({"w": torch.zeros(3)}, str(tmp_path / "ck" / "new_params.safetensors"))
     spec = S.parse_model_spec(str(tmp_path / "ck"))
     assert spec.label == "ck" and not spec.is_full_attention and "base" not in spec.model_args()
     key = spec.key
     assert spec.base_name == "smollm2-135m" and "checkpoint_files=" in key
-    (tmp_path / "ck" / "new_params.safetensors").write_bytes(b"x")  # the folder changed: a new identity
+    save_file({"w": torch.ones(3)}, str(tmp_path / "ck" / "new_params.safetensors"))  # changed: a new identity
     assert S.parse_model_spec(str(tmp_path / "ck")).key != key
     import shutil
     shutil.copytree(tmp_path / "ck", tmp_path / "elsewhere" / "ck")  # a copy keeps its identity

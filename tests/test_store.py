@@ -9,7 +9,8 @@ from bench.store import CellKey, Store, hash_data_paths
 
 def cell(model="base=smollm2-135m", task="golinear_piqa", limit=4, value=0.5):
     return {"key": {"model": model, "task": task, "config": {"limit": limit, "seed": 1234}},
-            "model": {"label": "full"}, "task": task, "metric": "acc", "value": value, "stderr": 0.1, "n": limit}
+            "model": {"label": "full"}, "task": task, "metric": "acc", "value": value, "stderr": 0.1, "n": limit,
+            "metrics": {"acc,none": {"value": value, "stderr": 0.1}}}
 
 
 def test_put_get_has_roundtrip(tmp_path):

@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
+
+from models.atomic import atomic_write
 
 from .api import build_samples, data_files, resolve_task
 from .resources import resolve_data_dir
@@ -77,10 +78,6 @@ def cached_samples(task: str, tokenizer, max_seq_length, num_samples, seed, data
         rows = build_samples(spec.name, tok, max_seq_length=max_seq_length, num_samples=num_samples,
                              seed=seed, data_dir=data_path)
         if use_disk:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".jsonl")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.writelines(json.dumps(row) + "\n" for row in rows)
-            os.replace(tmp, path)
+            atomic_write(path, "".join(json.dumps(row) + "\n" for row in rows))
     _MEMO[key] = rows
     return rows
