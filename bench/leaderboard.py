@@ -30,7 +30,7 @@ REF_STANDARD = {"piqa": "PIQA", "arc_easy": "ARC-e", "arc_challenge": "ARC-c", "
 SNIAH_TASKS = ["S-NIAH-1", "S-NIAH-2", "S-NIAH-3"]
 RULER_COLS = ["MK", "MQ", "MV", "CWE", "FWE", "HQA", "SQA", "VT"]
 LOWER_IS_BETTER = {"LAMBADA ppl"}
-GAP_LABEL = "Gap with full attention, % (full - best linearized)"
+GAP_LABEL = "Gap with full attention, points (full - best linearized)"
 
 
 # ----------------------------------------------------------------------------- columns
