@@ -1,11 +1,13 @@
 """The `golinear` console command: one subcommand per module, imported lazily.
 
-Each module named in COMMANDS defines `add_arguments(parser)` and `main(args) -> int`.
+Each module named in COMMANDS defines `add_arguments(parser)` and `main(args) -> int`; only the chosen
+command's module is imported, so `golinear --help` answers without loading torch or lm-eval.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 COMMANDS = {
@@ -19,30 +21,40 @@ COMMANDS = {
     "diagnose": ("models.diagnostics", "approximation diagnostics: nMSE, key concentration, residuals"),
 }
 
+SAYS_DEFAULT = re.compile(r"(?<![\w-])default\b", re.IGNORECASE)  # "(default 8)", not "gdn-default"
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="golinear", description=__doc__.splitlines()[0])
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends each option's default to its help text, unless the text already says it or there is none
+    to say (an off switch, an unset option whose help says what happens without it)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or SAYS_DEFAULT.search(action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only the chosen command's module is imported (its options), so `--help` stays fast."""
+    parser = argparse.ArgumentParser(
+        prog="golinear", description="Benchmark suite for post hoc linearized transformers (arXiv 2607.07706).",
+        epilog="`golinear COMMAND --help` lists a command's options with their defaults; start with `golinear demo`.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter)
         p.set_defaults(_module=module)
-        try:
+        if name == command:
             importlib.import_module(module).add_arguments(p)
-        except ModuleNotFoundError as e:
-            if e.name != module:
-                raise
-            p.set_defaults(_missing=True)
     return parser
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
-        return 2
-    if getattr(args, "_missing", False):
-        print(f"golinear {args.command}: not available in this build", file=sys.stderr)
         return 2
     try:
         return int(importlib.import_module(args._module).main(args) or 0)

@@ -8,7 +8,8 @@ depend on trained values): `--model` names a configuration in models.backbone.NA
 `--weights real` the model is loaded (embedded SmolLM2, a folder or a hub id).
 
 Rows (one per model [weights, dtype], configuration, length, batch, device) are merged by that key into
-`<out-dir>/latency.csv`; `latency.md` and `latency.png` are rendered from the whole CSV. An
+`<out-dir>/latency.csv`; `latency.md` and `latency.png` are rendered from the whole CSV
+(bench/latency_render.py). An
 out-of-memory run is recorded with status OOM and the sweep goes on.
 """
 from __future__ import annotations
@@ -21,20 +22,24 @@ from pathlib import Path
 
 import torch
 
+from bench.latency_render import STATIC_FULL, render
+from models.atomic import atomic_path
+
 KEY = ["model", "weights", "dtype", "config", "length", "batch", "device"]  # weights/dtype: part of "model"
 COLUMNS = KEY + ["new_tokens", "prefill_s", "decode_ms_per_token", "e2e_s", "peak_gib",
                  "status", "prefill_chunk", "cuda_graph", "torch", "fla", "date", "note"]
 GPU_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768]
 CPU_LENGTHS = [64, 128, 256]
 DEFAULT_CONFIGS = "full;gdn-default"
-STATIC_FULL = "full-static"  # the backbone itself through models.fast_decode (static KV cache, CUDA graph)
 
 
 def add_arguments(p):
     p.add_argument("--model", default=None,
                    help="named configuration (llama-3.1-8b, qwen3-8b, smollm2-135m) or, with --weights real, a "
                         "backbone; default llama-3.1-8b on CUDA, smollm2-135m on CPU")
-    p.add_argument("--weights", choices=["random", "real"], default="random")
+    p.add_argument("--weights", choices=["random", "real"], default="random",
+                   help="random: a named configuration with random weights (speed does not depend on them); "
+                        "real: load --model's weights")
     p.add_argument("--configs", default=DEFAULT_CONFIGS,
                    help="';'-separated configuration specs (bench/specs.py), e.g. 'full;gdn-default;gla-default'; "
                         "'full-static' = full attention through the same static-cache + CUDA-graph decoder")
@@ -49,8 +54,8 @@ def add_arguments(p):
     p.add_argument("--no-graph", action="store_true", help="decode linearized models eagerly (no CUDA graph)")
     p.add_argument("--out-dir", default=None, help="folder for latency.csv/.md/.png (default: <repo>/leaderboards)")
     p.add_argument("--layers", type=int, default=None,
-                   help="keep only the first N decoder layers (quick speed-only runs; the row's model name says so)")
-    p.add_argument("--seed", type=int, default=0)
+                   help="keep only the first N decoder layers (quick speed-only runs; the row's model name says so; default: all)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompts")
     p.add_argument("--render-only", action="store_true",
                    help="measure nothing: re-render latency.md and latency.png from the existing latency.csv")
 
@@ -275,11 +280,6 @@ def _row_line(r: dict) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- outputs
-def _atomic_write(path: Path, write):
-    from models.train import atomic_write_bytes  # one atomic writer for the project's output files
-    atomic_write_bytes(path, write)
-
-
 def merge_rows(csv_path: Path, rows: list[dict]):
     """Existing CSV rows with the same key are replaced; the file is rewritten atomically."""
     import pandas as pd
@@ -290,104 +290,9 @@ def merge_rows(csv_path: Path, rows: list[dict]):
         old = old[[tuple(r) not in keys for r in old[KEY].astype(str).values.tolist()]]
         new = pd.concat([old, new], ignore_index=True)
     new = new.sort_values(["device", "model", "batch", "config", "length"]).reset_index(drop=True)
-    _atomic_write(csv_path, lambda p: new.to_csv(p, index=False, float_format="%.6g"))
+    with atomic_path(csv_path) as tmp:
+        new.to_csv(tmp, index=False, float_format="%.6g")
     return new
-
-
-def _targets(df) -> list[str]:
-    """Ratios against each full-attention baseline in the same group (model, device, batch): the issue's
-    targets. 'full' is HF's own eager decoding; 'full-static' decodes through the same static-cache +
-    CUDA-graph machinery as the linearized rows, so it isolates what the state update itself buys."""
-    lines = []
-    ok = df[df.status == "ok"]
-    for (model, device, batch, _, _), g in ok.groupby(["model", "device", "batch", "weights", "dtype"]):
-        for baseline in ("full", STATIC_FULL):
-            base = g[g.config == baseline].set_index("length")
-            if base.empty:
-                continue
-            for config, c in g[~g.config.isin(["full", baseline])].groupby("config"):
-                c = c.set_index("length")
-                common = sorted(set(c.index) & set(base.index))
-                if not common:
-                    continue
-                L = common[-1]
-                dec = c.decode_ms_per_token
-                lines.append(
-                    f"| {model} | {device} | {batch} | {config} | {baseline} | {L} | "
-                    f"{base.prefill_s[L] / c.prefill_s[L]:.2f}x | "
-                    f"{base.decode_ms_per_token[L] / c.decode_ms_per_token[L]:.2f}x | "
-                    f"{c.peak_gib[L] / base.peak_gib[L]:.2f}x | "
-                    f"{100 * (dec.max() / dec.min() - 1):.1f}% ({int(dec.index.min())}..{int(dec.index.max())}) |")
-    if not lines:
-        return []
-    return ["## Against full attention (same run), at the longest common length", "",
-            "| model | device | batch | config | against | length | prefill speed-up | decode speed-up "
-            "| peak memory ratio | decode spread over lengths (max/min - 1) |",
-            "|---|---|---:|---|---|---:|---:|---:|---:|---|", *lines, ""]
-
-
-def render_markdown(df, md_path: Path, png_name: str):
-    import pandas as pd
-    out = ["# Latency and memory against prompt length", "",
-           "Generated by `golinear latency` (bench/latency.py) from latency.csv. Prefill: the whole prompt "
-           "(logits of the last position); decode: per greedy token after the prefill; peak: "
-           "torch.cuda.max_memory_allocated over prefill + decode (weights included). `full` is HF's own model "
-           "(SDPA, dynamic KV cache, eager decoding); `full-static` is the same backbone through "
-           "models/fast_decode.py (static KV cache, CUDA-graph decoding), the decoder every linearized "
-           "configuration runs through (chunked prefill, static state, CUDA-graph decoding).", "",
-           f"![latency and memory]({png_name})", ""]
-    out += _targets(df)
-    for (model, device, batch, weights, dtype), g in df.groupby(["model", "device", "batch", "weights", "dtype"]):
-        out += [f"## {model} ({weights} weights, {dtype}), {device}, batch {batch}", ""]
-        table = g.pivot_table(index="length", columns="config", values=["prefill_s", "decode_ms_per_token",
-                                                                         "peak_gib"], aggfunc="first")
-        flat = pd.DataFrame(index=table.index)
-        for metric, label in (("prefill_s", "prefill s"), ("decode_ms_per_token", "decode ms/tok"),
-                              ("peak_gib", "peak GiB")):
-            if metric in table:
-                for config in table[metric].columns:
-                    flat[f"{config} {label}"] = table[metric][config]
-        oom = g[g.status != "ok"]
-        for _, r in oom.iterrows():
-            for label in ("prefill s", "decode ms/tok", "peak GiB"):
-                col = f"{r.config} {label}"
-                if col in flat:
-                    flat[col] = flat[col].astype(object)
-                    flat.loc[r.length, col] = r.status
-        flat.index = flat.index.astype(int).astype(str)  # keep lengths out of the float format
-        out += [flat.reset_index().to_markdown(index=False, floatfmt=".3g"), ""]
-        if "note" in g:
-            for _, r in g[g.note.notna() & (g.note.astype(str) != "")].iterrows():
-                out.append(f"- {r.config} at {int(r.length)}: {r.note}")
-            out.append("")
-    _atomic_write(md_path, lambda p: Path(p).write_text("\n".join(out)))
-
-
-def render_plot(df, png_path: Path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    ok = df[df.status == "ok"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    metrics = (("prefill_s", "prefill (s)"), ("decode_ms_per_token", "decode (ms / token)"),
-               ("peak_gib", "peak GPU memory (GiB)"))
-    for (model, device, batch, config), g in ok.groupby(["model", "device", "batch", "config"]):  # noqa: B007
-        g = g.sort_values("length")
-        label = f"{model} {config} ({device}, B={batch})"
-        for ax, (col, _) in zip(axes, metrics):
-            if g[col].notna().any():
-                ax.plot(g.length, g[col], marker="o", label=label)
-    for ax, (_, title) in zip(axes, metrics):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("prompt length (tokens)")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-    axes[0].set_yscale("log")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8)
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
-    _atomic_write(png_path, lambda p: fig.savefig(p, dpi=110, format="png"))
-    plt.close(fig)
 
 
 def main(args) -> int:
@@ -397,8 +302,7 @@ def main(args) -> int:
         if not (out_dir / "latency.csv").exists():
             raise FileNotFoundError(f"--render-only: no latency.csv in {out_dir}")
         df = pd.read_csv(out_dir / "latency.csv")
-        render_markdown(df, out_dir / "latency.md", "latency.png")
-        render_plot(df, out_dir / "latency.png")
+        render(df, out_dir)
         print(f"rendered {out_dir / 'latency.md'} and latency.png from {len(df)} rows")
         return 0
     if args.device is None:
@@ -418,15 +322,13 @@ def main(args) -> int:
     args.csv_path = out_dir / "latency.csv"
     rows = sweep(args)
     df = merge_rows(args.csv_path, rows)
-    render_markdown(df, out_dir / "latency.md", "latency.png")
-    render_plot(df, out_dir / "latency.png")
+    render(df, out_dir)
     print(f"wrote {out_dir / 'latency.csv'}, latency.md, latency.png ({len(rows)} new rows)")
     return 0
 
 
-if __name__ == "__main__":  # `python -m bench.latency` works without the other commands' dependencies
-    import argparse
+if __name__ == "__main__":  # `python -m bench.latency ...` (scripts/gpu/run_all.sh) = `golinear latency ...`
     import sys
-    parser = argparse.ArgumentParser(prog="golinear latency", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    sys.exit(main(parser.parse_args()))
+
+    from bench.cli import main as cli
+    sys.exit(cli(["latency", *sys.argv[1:]]))
