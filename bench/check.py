@@ -7,8 +7,13 @@ absolute floor), when n differs, or when a cell is missing. `--update` (re)write
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import shutil
+import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -17,21 +22,51 @@ from models.atomic import atomic_write
 DEFAULT_SUITES = "cr,lambada"
 DEFAULT_LIMIT = 20
 DEFAULT_Z = 2.0
+TMP_PREFIX = "golinear-check-"
+
+
+def remove_stale_temp_stores() -> None:
+    """Temp stores of `golinear check` runs whose process is gone (killed with SIGKILL: no cleanup ran)."""
+    for d in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
+        pid = d.name[len(TMP_PREFIX):].split("-", 1)[0]
+        if d.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def temp_store():
+    """A temp store removed on every exit path: errors, Ctrl-C, SIGTERM (turned into SystemExit here) and,
+    for SIGKILL, by the next check (the folder name carries the pid)."""
+    remove_stale_temp_stores()
+    previous = None
+    try:
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    except ValueError:  # not the main thread: leave signals alone
+        pass
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"{TMP_PREFIX}{os.getpid()}-") as d:
+            yield d
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def evaluate_subset(model: str, suites: str, limit: int, store_dir=None, **run_kwargs) -> list[dict]:
     """One row per (task, metric) reported by the suites, evaluated on `model` in a store of its own."""
     from bench.runner import resolve_suites, run_matrix
-    tmp = None
-    if store_dir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="golinear-check-")
-        store_dir = tmp.name
-    try:
-        summary = run_matrix([model], suites, store_dir, limit=limit, **run_kwargs)
+    with (temp_store() if store_dir is None else contextlib.nullcontext(store_dir)) as store:
+        summary = run_matrix([model], suites, store, limit=limit, **run_kwargs)
         cells = {c["task"]: c for c in summary.cells if c}
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
     rows = []
     for e in resolve_suites(suites):
         cell = cells.get(e.task)
@@ -40,6 +75,43 @@ def evaluate_subset(model: str, suites: str, limit: int, store_dir=None, **run_k
                      "value": None if m is None else m["value"], "stderr": None if m is None else m["stderr"],
                      "n": None if cell is None else cell["n"]})
     return rows
+
+
+def read_baseline(path: Path) -> dict:
+    """A baseline file, checked before any evaluation: one line naming the file and the problem otherwise."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"baseline {str(path)!r} is not readable JSON: {e}") from None
+    problem = baseline_problem(data)
+    if problem:
+        raise ValueError(f"baseline {str(path)!r}: {problem}; expected the form `golinear check --update` writes")
+    return data
+
+
+def _num(v, none_ok=False) -> bool:
+    return (v is None and none_ok) or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+
+
+def baseline_problem(data) -> str | None:
+    if not isinstance(data, dict):
+        return f"expected a JSON object, found {type(data).__name__}"
+    cells = data.get("cells")
+    if not isinstance(cells, list) or not cells:
+        return "no 'cells' list (task, metric, value, stderr, n per score)"
+    for i, c in enumerate(cells):
+        if not (isinstance(c, dict) and isinstance(c.get("task"), str) and isinstance(c.get("metric"), str)
+                and _num(c.get("value")) and _num(c.get("stderr"), none_ok=True)
+                and isinstance(c.get("n"), int) and not isinstance(c.get("n"), bool) and c["n"] >= 1):
+            return f"cells[{i}] lacks a task, metric, finite value, stderr or positive n"
+    subset = data.get("subset", {})
+    if not isinstance(subset, dict) or not isinstance(subset.get("suites", ""), str) \
+            or not (isinstance(subset.get("limit", 1), int) and subset.get("limit", 1) >= 1):
+        return "'subset' must hold suites (comma-separated) and a positive limit"
+    tol = data.get("tolerance", {})
+    if not isinstance(tol, dict) or not all(_num(tol.get(k, 0.0)) and tol.get(k, 0.0) >= 0 for k in ("z", "min_abs")):
+        return "'tolerance' must hold non-negative numbers z and min_abs"
+    return None
 
 
 def compare(baseline: dict, current: list[dict], z: float, min_abs: float = 0.0) -> list[dict]:
@@ -87,9 +159,14 @@ def run_check(model: str, baseline_path, update=False, suites=None, limit=None, 
               store_dir=None, **run_kwargs) -> tuple[int, str]:
     """(exit code, report). Exit 0: within tolerance (or baseline written); 1: regression."""
     path = Path(baseline_path)
-    baseline = json.loads(path.read_text()) if path.exists() else None
+    baseline = read_baseline(path) if path.exists() else None
     if baseline is None and not update:
         raise FileNotFoundError(f"baseline {str(path)!r} does not exist; create it with --update")
+    for name, v in (("--z", z), ("--min-abs", min_abs)):
+        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{name} {v!r}: expected a non-negative number")
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit {limit!r}: expected a positive integer")
     subset = (baseline or {}).get("subset", {})
     suites = suites or subset.get("suites") or DEFAULT_SUITES
     limit = limit or subset.get("limit") or DEFAULT_LIMIT
@@ -131,7 +208,7 @@ def add_arguments(p):
     p.add_argument("--min-abs", type=float, default=None, help="absolute tolerance added to z x stderr (default 0)")
     p.add_argument("--store", default=None, help="keep the evaluated cells in this store (default: a temp folder)")
     p.add_argument("--data-dir", default=None, help="local data folder (default $GOLINEAR_DATA or ../shared/data)")
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", default="8", help="positive integer, 'auto' or 'auto:N' (default 8)")
     p.add_argument("--device", default="cpu")
 
 

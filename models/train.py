@@ -52,6 +52,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     seed: int = 0
     save_every: int = 250             # resume-state interval (steps); 0 = only at the end / on stop
+    save_every_s: float = 300.0       # ... and at least this often in seconds (a kill loses <= 5 minutes)
     log_every: int = 10
     eval_sequences: int = 16          # held-out sequences of seq_len for the final losses
     time_budget_s: float | None = None  # fit the step count to this budget after measuring speed
@@ -72,6 +73,8 @@ class TrainConfig:
             raise ValueError(f"warmup_steps={self.warmup_steps}; allowed: 0..steps-1 ({self.steps - 1})")
         if self.save_every < 0:
             raise ValueError(f"save_every={self.save_every}; allowed: >= 0")
+        if not self.save_every_s > 0:
+            raise ValueError(f"save_every_s={self.save_every_s}; allowed: > 0")
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -146,9 +149,19 @@ def heldout_loss(model, sequences: torch.Tensor, device, bf16: bool) -> float:
 
 
 def read_log(path: Path) -> list[dict]:
+    """The training log; a last line cut short by a kill is dropped (every other line must parse)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise ValueError(f"training log {str(path)!r}: line {i + 1} is not JSON") from None
+    return out
 
 
 def plot_loss(log: list[dict], png: Path, title: str = "", heldout: dict | None = None) -> None:
@@ -396,15 +409,24 @@ class Trainer:
         self.acc.wait_for_everyone()
 
     def try_resume(self) -> bool:
+        """Continue from `state.pt` if there is one. Either way the log keeps only the steps up to where
+        training continues (the saved step, or none when starting over), so no step is ever logged twice."""
         path = self.out / STATE_FILE
-        if not path.exists():
-            return False
-        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
-        if self.acc.is_main_process:  # drop log lines written after the saved step
-            kept = [r for r in read_log(self.out / LOG_FILE) if r["step"] <= self.step]
-            atomic_write_bytes(self.out / LOG_FILE, lambda tmp: Path(tmp).write_text(
-                "".join(json.dumps(r) + "\n" for r in kept)))
-        return True
+        resumed = path.exists()
+        if resumed:
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=False)
+            except Exception as e:  # a damaged state file: name it rather than a pickle traceback
+                raise ValueError(f"resume state {str(path)!r} is unreadable ({type(e).__name__}); delete it to "
+                                 "start over") from None
+            self.load_state_dict(state)
+        log = self.out / LOG_FILE
+        if self.acc.is_main_process and log.exists():
+            records = read_log(log)
+            kept = [r for r in records if r["step"] <= self.step]
+            if kept != records:
+                atomic_write(log, "".join(json.dumps(r) + "\n" for r in kept))
+        return resumed
 
     # -- loop
     def _run_elapsed(self) -> float:
@@ -477,6 +499,7 @@ class Trainer:
         log_f = open(self.out / LOG_FILE, "a") if self.acc.is_main_process else None
         stop_after = cfg.stop_after if cfg.stop_after is not None else math.inf
         steady_t0 = steady_step0 = None
+        last_save = time.perf_counter()
         try:
             while self.step < self.total_steps and self.step < stop_after:
                 lr = self._set_lr()
@@ -539,8 +562,12 @@ class Trainer:
                     if log_f:
                         log_f.write(json.dumps(rec) + "\n")
                         log_f.flush()
-                if cfg.save_every and self.step % cfg.save_every == 0 and self.step < self.total_steps:
+                due = cfg.save_every and self.step % cfg.save_every == 0
+                if not due and self.step % 10 == 0:  # by time too: long steps must not risk hours of work
+                    due = self._agreed(time.perf_counter() - last_save > cfg.save_every_s)
+                if due and self.step < self.total_steps:
                     self.save_state()
+                    last_save = time.perf_counter()
                 if cfg.stop_at_s is not None and self._agreed(self._run_elapsed() > cfg.stop_at_s):
                     break  # the state is saved below: re-running the command resumes
         finally:
@@ -642,7 +669,11 @@ def add_arguments(p) -> None:
     g.add_argument("--stop-after", type=int, default=None, help="leave after this global step (resume later)")
     g.add_argument("--stop-at-s", type=float, default=None, help="leave after this many seconds of this run, "
                    "saving a resumable state (the schedule is not shortened, unlike --time-budget-s)")
+    g.add_argument("--save-every-s", type=float, default=d.save_every_s,
+                   help=f"also save the resume state at least this often, in seconds (default {d.save_every_s:g})")
     g.add_argument("--keep-state", action="store_true", help="keep state.pt after a finished run")
+    g.add_argument("--force", action="store_true", help="train again although --out holds a finished run "
+                   "(its checkpoint and log are replaced)")
     g.add_argument("--fsdp", action="store_true", help="shard backbone and new parameters over the processes "
                    "(FSDP2, one unit per decoder layer); also on with an accelerate FSDP config")
     g.add_argument("--note", default=None, help="free text stored in the config (e.g. why fewer tokens)")
@@ -660,7 +691,13 @@ def linearize_options(args) -> dict:
         path = Path(args.layer_scores)
         if not path.exists():
             raise FileNotFoundError(f"--layer-scores file {str(path)!r} does not exist")
-        scores = json.loads(path.read_text())["layer_scores"]
+        try:
+            scores = json.loads(path.read_text())["layer_scores"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"--layer-scores file {str(path)!r} is not a `golinear diagnose` layer_scores JSON "
+                             f"({type(e).__name__}: {e})") from None
+        if not (isinstance(scores, list) and all(isinstance(x, (int, float)) for x in scores)):
+            raise ValueError(f"--layer-scores file {str(path)!r}: 'layer_scores' must be a list of numbers")
     return dict(mechanism=args.mechanism, window=args.window, sinks=args.sinks, short_conv=args.short_conv,
                 lora=args.lora, full_layers=full, keep_full=args.keep_full, select=args.select, layer_scores=scores)
 
@@ -682,7 +719,7 @@ def train_config_from_args(args) -> TrainConfig:
     return TrainConfig(seq_len=args.seq_len, batch_size=args.batch_size, steps=args.steps, lr=args.lr,
                        lora_lr=args.lora_lr, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps,
                        min_lr_ratio=args.min_lr_ratio, grad_clip=args.grad_clip, seed=args.seed,
-                       save_every=args.save_every, log_every=args.log_every, eval_sequences=args.eval_sequences,
+                       save_every=args.save_every, save_every_s=args.save_every_s, log_every=args.log_every, eval_sequences=args.eval_sequences,
                        time_budget_s=args.time_budget_s, stop_after=args.stop_after, stop_at_s=args.stop_at_s,
                        bf16=args.bf16, cuda_graph=args.cuda_graph)
 
@@ -715,6 +752,10 @@ def main(args) -> int:
     cfg = train_config_from_args(args)
     cfg.validate()
     opts = linearize_options(args)
+    out = Path(args.out or Path("runs") / "train" / run_name(opts))
+    check_inputs(args, opts)  # before any data preparation, model loading or folder creation
+    if not args.prepare_only and finished_run(out, args, cfg, opts):
+        return 0
     acc = Accelerator(cpu=not torch.cuda.is_available())
     fsdp = fsdp_settings(getattr(args, "fsdp", False), acc.num_processes)
     if fsdp and acc.mixed_precision != "no":
@@ -733,8 +774,11 @@ def main(args) -> int:
     from models.checkpoint import save_checkpoint
     from models.linearize import LinearizeConfig, linearize
 
-    out = Path(args.out or Path("runs") / "train" / run_name(opts))
     out.mkdir(parents=True, exist_ok=True)
+    if args.force and acc.is_main_process:  # start over: the old state and log go, the checkpoint is replaced
+        (out / STATE_FILE).unlink(missing_ok=True)
+        (out / LOG_FILE).unlink(missing_ok=True)
+    acc.wait_for_everyone()
     lin_cfg = LinearizeConfig.from_dict(opts)
     if acc.is_main_process:  # the tokenizer-and-pack step runs once; other ranks read the token file
         td = load_token_data(args, load_tokenizer(args.base), train_tokens, heldout_tokens)
@@ -804,6 +848,47 @@ def main(args) -> int:
                           "train_wall_s": summary["train_wall_s"], "tokens_per_s": summary["tokens_per_s"]}))
     acc.wait_for_everyone()
     return 0
+
+
+def check_inputs(args, opts: dict) -> None:
+    """Everything checkable without weights: linearize options against the backbone's config, the token
+    file or the books corpus (present, matching the data folder's SHA256SUMS, gzip complete)."""
+    from models.data_hashes import verify_files
+    from models.spec import check_linearize
+    check_linearize(opts, args.base)
+    if args.tokens and Path(args.tokens).exists():
+        return
+    if args.dataset is None:
+        data_dir = data_mod.resolve_data_dir(args.data_dir)
+        verify_files(data_mod.book_files(data_dir), data_dir)
+
+
+def finished_run(out: Path, args, cfg: TrainConfig, opts: dict) -> bool:
+    """True (and says so) when `out` holds a finished run of these settings: re-running it is a no-op.
+
+    A finished run of other settings is an error (use another --out, or --force to replace it)."""
+    from models.linearize import LinearizeConfig
+    record_path = out / CONFIG_FILE
+    if args.force or (out / STATE_FILE).exists() or not record_path.exists():
+        return False
+    try:
+        record = json.loads(record_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ValueError(f"{str(record_path)!r} is not valid JSON; use --force to train this run again") from None
+    if not (record.get("summary") or {}).get("finished") or not (out / "new_params.safetensors").exists():
+        return False
+    want = {"base": args.base, "linearize": LinearizeConfig.from_dict(opts).to_dict(),
+            "steps": cfg.steps, "seq_len": cfg.seq_len, "batch_size": cfg.batch_size, "seed": cfg.seed}
+    have = {"base": record.get("base"), "linearize": record.get("linearize"),
+            **{k: (record.get("train") or {}).get(k) for k in ("steps", "seq_len", "batch_size", "seed")}}
+    diff = sorted(k for k in want if json.dumps(want[k], sort_keys=True) != json.dumps(have[k], sort_keys=True))
+    if diff:
+        raise ValueError(f"run folder {str(out)!r} holds a finished run with other settings ({', '.join(diff)}); "
+                         "choose another --out, or --force to replace it")
+    s = record["summary"]
+    print(f"golinear train: {out} already holds this finished run ({s.get('step')} steps, "
+          f"{s.get('tokens')} tokens); nothing to do (--force trains it again)")
+    return True
 
 
 def environment(acc, fsdp: dict | None = None) -> dict:
