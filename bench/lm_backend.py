@@ -2,9 +2,14 @@
 
 Both subclass lm-eval's HFLM (the pattern of lm_eval/models/mamba_lm.py): the model is built by
 `models.linearize.load_model` (so the embedded SmolLM2, hub ids and local folders work for both),
-and HFLM's batching, truncation and scoring are reused unchanged. Scoring pads on the right, which is
-causal-safe for recurrent layers too; generation with a linearized model runs one sequence at a time,
-because left padding would enter the recurrent state.
+and HFLM's batching and scoring are reused unchanged. Scoring pads on the right, which is causal-safe
+for recurrent layers too. Generation (`generation=` model arg):
+  - `batched` (linearized default; `golinear-hf` with it = full-static): HFLM's batches, left-padded, are
+    unpadded and generated together by models.batch_generate on the static-cache decoder (right-padded
+    prefill, per-row positions, per-row stop; CUDA graph on CUDA, eager on the CPU), see docs/generation.md;
+  - `hf` (golinear-hf default): lm-eval's own batched HF generate (left padding is exact for softmax);
+  - `sequential`: HF generate one sequence at a time without its padding (the old linearized path).
+A prompt longer than max_length - max_gen_toks is an error naming both lengths (HFLM would cut it on the left).
 
     import bench.lm_backend, lm_eval
     lm_eval.simple_evaluate(model="linearized", model_args="mechanism=gdn,window=64,sinks=4",
@@ -22,7 +27,8 @@ from lm_eval.models.utils import _add_special_kwargs, has_bos_prefix
 
 LINEAR_ARGS = ("checkpoint", "mechanism", "window", "sinks", "short_conv", "lora", "full_layers",
                "keep_full", "select")
-MODEL_ARGS = ("base", *LINEAR_ARGS, "dtype", "device", "batch_size", "max_length", "seed")
+MODEL_ARGS = ("base", *LINEAR_ARGS, "dtype", "device", "batch_size", "max_length", "seed", "generation")
+GENERATION = {"golinear-hf": ("hf", "batched", "sequential"), "linearized": ("batched", "sequential")}
 # HFLM options that still mean something for an already-built model (lm-eval's CLI passes some).
 HFLM_ARGS = ("max_batch_size", "truncation", "logits_cache", "add_bos_token", "prefix_token_id",
              "softmax_dtype", "mixed_precision_dtype", "think_end_token",
@@ -83,6 +89,12 @@ def check_model_args(backend: str, args: dict) -> dict:
     if backend == "golinear-hf" and linear:
         raise ValueError(f"golinear-hf is full attention; it takes no linearization args, got {sorted(linear)} "
                          f"(use model 'linearized')")
+    allowed = GENERATION[backend]
+    out["generation"] = out.get("generation") or allowed[0]
+    if out["generation"] not in allowed:
+        raise ValueError(f"generation={out['generation']!r} for {backend!r}; allowed: {list(allowed)} (left-padded HF "
+                         "generate would let padding into a linearized model's state)" if backend == "linearized"
+                         else f"generation={out['generation']!r} for {backend!r}; allowed: {list(allowed)}")
     if backend == "linearized" and not (out.get("checkpoint") or out.get("mechanism")):
         raise ValueError("model 'linearized' needs checkpoint=<folder> or mechanism=<name> "
                          "(full attention is model 'golinear-hf')")
@@ -129,6 +141,8 @@ class GolinearHF(HFLM):
 
     def __init__(self, base=None, dtype="float32", device=None, batch_size=1, max_length=None, seed=0, **kwargs):
         args = check_model_args(self.BACKEND, {"base": base, "dtype": dtype, "device": device, **kwargs})
+        self.generation = args.pop("generation")
+        self._decoder = None
         spec = {k: args.pop(k) for k in ("base", *LINEAR_ARGS, "dtype", "device") if k in args}
         if spec.get("base") is None:
             spec.pop("base", None)  # load_model's default, or the checkpoint's own base
@@ -182,6 +196,60 @@ class GolinearHF(HFLM):
                                              enabled=self.mixed_precision_dtype is not None):
             return self.model(inps, use_cache=False).logits
 
+    # ------------------------------------------------------------------ generation
+    def tok_batch_encode(self, strings, padding_side="left", left_truncate_len=None, truncation=False):
+        """HFLM's, except that a prompt longer than left_truncate_len (max_length - max_gen_toks) is an error
+        instead of a silent left cut."""
+        ids, mask = super().tok_batch_encode(strings, padding_side=padding_side, truncation=truncation)
+        if left_truncate_len and ids.shape[1] > left_truncate_len:
+            n = int(mask.sum(1).max())
+            raise ValueError(f"a prompt of {n} tokens is longer than the {left_truncate_len} this model allows "
+                             f"(max_length {self.max_length} - {self.max_length - left_truncate_len} tokens to "
+                             f"generate); shorten the prompt or raise max_length")
+        return ids, mask
+
+    def _model_generate(self, context, max_length, stop, **generation_kwargs):
+        """lm-eval's batched HF generate (`hf`), one sequence at a time (`sequential`), or the batched static-cache
+        decoder (`batched`). Returns [B, width + new tokens]: each row's left-padded context, then its new tokens
+        padded on the right (HFLM slices the continuation at the padded context width)."""
+        if self.generation == "hf":
+            return super()._model_generate(context, max_length, stop, **generation_kwargs)
+        mask = generation_kwargs.pop("attention_mask", None)
+        mask = torch.ones_like(context) if mask is None else mask
+        new_tokens = max_length - context.shape[1]
+        prompts = [ids[keep.bool()] for ids, keep in zip(context, mask)]
+        if self.generation == "sequential":
+            outs = [super(GolinearHF, self)._model_generate(
+                p[None], max_length=len(p) + new_tokens, stop=stop, attention_mask=torch.ones_like(p[None]),
+                **dict(generation_kwargs))[0, len(p):] for p in prompts]
+        else:
+            outs = self._generate_batched(prompts, new_tokens, stop, generation_kwargs)
+        rows = [torch.cat([ids, torch.as_tensor(out, dtype=ids.dtype, device=ids.device)]) for ids, out in zip(context, outs)]
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eot_token_id
+        return torch.stack([F.pad(r, (0, width - len(r)), value=pad) for r in rows])
+
+    def _generate_batched(self, prompts, new_tokens: int, stop, generation_kwargs) -> list[list[int]]:
+        from models.batch_generate import eos_ids, generate_batch
+        from models.fast_decode import FastDecoder
+        if generation_kwargs.get("do_sample") or generation_kwargs.get("num_beams", 1) != 1:
+            raise ValueError(f"generation=batched is greedy only; got do_sample={generation_kwargs.get('do_sample')}, "
+                             f"num_beams={generation_kwargs.get('num_beams', 1)} (use generation=sequential)")
+        if self._decoder is None:
+            self._decoder = FastDecoder(self.model)
+        # full-attention layers get a KV buffer rounded up to 1024 slots: batches of similar widths share a shape
+        # (and so one captured graph)
+        self._decoder.max_len = -(-(max(len(p) for p in prompts) + new_tokens) // 1024) * 1024
+        try:
+            return generate_batch(self._decoder, [p.tolist() for p in prompts], new_tokens,
+                                  eos=eos_ids(self.model, self.tokenizer), stop=list(stop),
+                                  decode=lambda t: self.tokenizer.decode(t, skip_special_tokens=False))
+        except torch.OutOfMemoryError:
+            self._decoder = None
+            raise ValueError(f"generation batch of {len(prompts)} prompts (longest {max(len(p) for p in prompts)} "
+                             f"tokens + {new_tokens} new) does not fit in {self.device} memory; use a smaller "
+                             f"batch_size or batch_size=auto") from None
+
     def get_model_info(self) -> dict:
         # HFLM's version asks the Hub for a model sha; ours is the golinear provenance instead
         return {"model_num_parameters": sum(p.numel() for p in self.model.parameters()),
@@ -203,25 +271,6 @@ class LinearizedLM(GolinearHF):
         if checkpoint is not None:  # the checkpoint's config says how it was linearized
             linear = {k: v for k, v in linear.items() if k == "checkpoint" or v not in (None, 0, False, "uniform")}
         super().__init__(base=base, **linear, **kwargs)
-
-    def _model_generate(self, context, max_length, stop, **generation_kwargs):
-        """Generate each sequence on its own, without its left padding, then re-pad on the right.
-
-        HFLM slices the continuation at the padded context width, so each row is returned as
-        (its padded context, its new tokens, right padding).
-        """
-        mask = generation_kwargs.pop("attention_mask", None)
-        mask = torch.ones_like(context) if mask is None else mask
-        new_tokens = max_length - context.shape[1]
-        rows = []
-        for ids, keep in zip(context, mask):
-            real = ids[keep.bool()][None]
-            out = super()._model_generate(real, max_length=real.shape[1] + new_tokens, stop=stop,
-                                          attention_mask=torch.ones_like(real), **dict(generation_kwargs))
-            rows.append(torch.cat([ids, out[0, real.shape[1]:]]))
-        width = max(len(r) for r in rows)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eot_token_id
-        return torch.stack([F.pad(r, (0, width - len(r)), value=pad) for r in rows])
 
 
 def make_lm(backend: str, **model_args):

@@ -14,6 +14,14 @@ The math is LinearizedAttention's (models/layers.py), reusing its modules and me
 `linear_inputs`, `_run`, `_query`, `_combine`); tests/test_latency.py checks the logits against the
 model's own parallel forward. The prefill runs the prompt in chunks of `prefill_chunk` positions,
 carrying state, window tail, sinks and conv state across chunks, which bounds activation memory.
+
+Variable-length batches: `prefill(ids, lengths)` takes prompts padded on the RIGHT. Every prefill op is
+causal, so a row's real tokens never see its padding; what remains per row is the end of its prompt: the
+tokens that enter the recurrent state stop at its own length - window (later ones are masked: zero key,
+value, beta, feature map and log decay, which leave the state unchanged), and its window ring, conv state
+and last logits are gathered at its own last token. Decoding then runs with one position per row (RoPE,
+ring slots, sink writes, masks and the full-attention KV slot are per row), so rows of different lengths
+share one static cache and one captured graph. A row's padding is never in any state.
 """
 from __future__ import annotations
 
@@ -35,20 +43,36 @@ def decoder_layers(model):
 
 def step_attention(q, keys, vals, allowed, scale):
     """One decode query per sequence against a few keys, in one fused SDPA call: q [B,1,Hq,D], keys/vals
-    [B,L,Hkv,D], allowed [L] bool or None (all) -> out [B,1,Hq,D]. The G query heads of a KV head are G
-    query rows of that head, so keys are not expanded (as in _step_full)."""
+    [B,L,Hkv,D], allowed [B, L] bool (per row) or None (all) -> out [B,1,Hq,D]. The G query heads of a KV
+    head are G query rows of that head, so keys are not expanded (as in _step_full)."""
     B, _, Hq, D = q.shape
     Hkv = keys.shape[2]
     qg = q.reshape(B, Hkv, Hq // Hkv, D)
-    mask = None if allowed is None else allowed.view(1, 1, 1, -1)
+    mask = None if allowed is None else allowed.view(B, 1, 1, -1)
     o = torch.nn.functional.scaled_dot_product_attention(qg, keys.transpose(1, 2), vals.transpose(1, 2),
                                                           attn_mask=mask, scale=scale)
     return o.reshape(B, 1, Hq, vals.shape[-1])
 
 
-def _write(buf, idx, value, dim=1):
-    """buf.index_copy_ along `dim` with a device index (no host sync)."""
-    buf.index_copy_(dim, idx, value.to(buf.dtype))
+def _put(buf, rows, idx, value):
+    """buf[rows[b], idx[b]] = value[b] for every row b, with device indices (no host sync)."""
+    buf.index_put_((rows, idx), value.to(buf.dtype))
+
+
+def check_lengths(lengths, B: int, T: int) -> list[int]:
+    """Real prompt lengths of a right-padded [B, T] batch (None: all T); ValueError naming a bad one."""
+    lens = [T] * B if lengths is None else [int(n) for n in lengths]
+    if len(lens) != B or any(not 1 <= n <= T for n in lens):
+        raise ValueError(f"lengths {lens} must give one length per row ({B} rows), each 1..{T} (the padded width)")
+    return lens
+
+
+def ring_index(length: int, w: int, origin: int) -> tuple[list[int], list[int]]:
+    """Which position sits in each of the w ring slots after a prompt of `length` tokens (slot = position % w):
+    (index of that position in a tensor whose entry 0 is position `origin` (clamped to 0 where none),
+    position or -1 where the slot is still empty)."""
+    pos = [length - w + (j - length) % w for j in range(w)]
+    return [max(p - origin, 0) for p in pos], [p if p >= 0 else -1 for p in pos]
 
 
 def _assign(holder: dict, name: str, value: torch.Tensor):
@@ -70,6 +94,52 @@ class _LinearLayerState:
         self.conv: dict[str, torch.Tensor] = {}
         self.state = None  # tensor or (S, Z)
 
+
+
+class _ChunkEnds:
+    """The rows of a right-padded batch whose prompt ends inside the prefill chunk [p0, p1)."""
+
+    def __init__(self, lens: list[int], p0: int, p1: int, device):
+        self.p0 = p0
+        self.rows = [b for b, n in enumerate(lens) if p0 < n <= p1]
+        self.rows_lengths = [lens[b] for b in self.rows]
+        self.index = torch.tensor(self.rows, device=device, dtype=torch.long)
+        self.last = torch.tensor([n - 1 for n in self.rows_lengths], device=device, dtype=torch.long)
+        self.short = any(n < p1 for n in lens)  # some row has padding in this chunk
+        self.lengths = torch.tensor(lens, device=device) if self.short else None
+        self.all = len(self.rows) == len(lens)
+        self._rings = {}
+
+    def ring(self, w: int, origin: int):
+        """(index [R, w] into a tensor starting at position `origin`, positions [R, w] (-1: empty slot),
+        whether any slot is empty) of these rows' rings; shared by every tensor and layer."""
+        if (w, origin) not in self._rings:
+            idx, pos = zip(*(ring_index(n, w, origin) for n in self.rows_lengths))
+            dev = self.index.device
+            self._rings[w, origin] = (torch.tensor(idx, device=dev), torch.tensor(pos, device=dev),
+                                      any(p < 0 for row in pos for p in row))
+        return self._rings[w, origin]
+
+
+def _scatter_rows(buf, index, val, B):
+    """buf[index] = val, buf [B, ...] made (zeros) on first use."""
+    if buf is None:
+        buf = val.new_zeros(B, *val.shape[1:])
+    buf[index] = val
+    return buf
+
+
+def _ring_ends(holder: dict, name: str, ext: torch.Tensor, origin: int, w: int, ends: _ChunkEnds, B: int):
+    """holder[name][b] = the ring of row b for the rows ending in this chunk (slot j: the one of its last w
+    positions p with p % w == j; zeros where the row has no such token); ext [B, L, ...] starts at position
+    `origin`. Returns those positions [R, w] (-1: empty slot)."""
+    idx, pos, empty = ends.ring(w, origin)
+    vals = ext[ends.index.unsqueeze(1), idx]  # [R, w, ...]
+    if empty:
+        filled = (pos >= 0).view(*pos.shape, *([1] * (vals.dim() - 2)))
+        vals = torch.where(filled, vals, torch.zeros((), dtype=vals.dtype, device=vals.device))
+    holder[name] = vals if ends.all else _scatter_rows(holder.get(name), ends.index, vals, B)
+    return pos
 
 class FastDecoder:
     """Greedy generation for a (linearized or hybrid) *ForCausalLM with a static cache and CUDA graphs.
@@ -100,46 +170,56 @@ class FastDecoder:
 
     # ------------------------------------------------------------------ public API
     @torch.no_grad()
-    def prefill(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def prefill(self, input_ids: torch.Tensor, lengths=None) -> torch.Tensor:
+        """Run the prompts, fill the static cache; returns each row's first generated token [B, 1].
+
+        input_ids [B, T] padded on the right; lengths: each row's real length (None: all T)."""
         B, T = input_ids.shape
         if T == 0:
             raise ValueError("prefill needs at least one prompt token")
+        lens = check_lengths(lengths, B, T)
         max_len = max(self.max_len or 0, T + 1)
         changed = False
         fresh = [_LinearLayerState() if lin else {} for lin in self.linear]
         chunk = self.prefill_chunk or T
         tails = [dict() for _ in self.layers]
-        logits = None
+        finals = [dict() for _ in self.layers]  # per-row ends of the prompts (ring, conv state), see _gather_ends
+        last_h = None
         for p0 in range(0, T, chunk):
             p1 = min(T, p0 + chunk)
             ids = input_ids[:, p0:p1]
             h = self.model.model.embed_tokens(ids)
             pos = torch.arange(p0, p1, device=ids.device).unsqueeze(0).expand(B, -1)
             pe = self.model.model.rotary_emb(h, pos)
+            ends = _ChunkEnds(lens, p0, p1, self.device)
             for i, layer in enumerate(self.layers):
                 x = layer.input_layernorm(h)
                 if self.linear[i]:
-                    a = self._prefill_linear(layer.self_attn, x, pe, p0, fresh[i], tails[i])
+                    a = self._prefill_linear(layer.self_attn, x, pe, p0, fresh[i], tails[i], ends, finals[i])
                 else:
                     a = self._prefill_full(layer.self_attn, x, pe, p0, tails[i])
                 h = h + a
                 h = h + layer.mlp(layer.post_attention_layernorm(h))
-            if p1 == T:
-                logits = self.model.lm_head(self.model.model.norm(h[:, -1:]))
+            if ends.rows:  # each row's last real token: the position its first new token is predicted from
+                last = h[ends.index, ends.last - p0].unsqueeze(1)
+                last_h = last if ends.all else _scatter_rows(last_h, ends.index, last, B)
+        logits = self.model.lm_head(self.model.model.norm(last_h))
         # move everything into the static buffers (reused across prompts so a captured graph stays valid)
         for i, layer in enumerate(self.layers):
             if self.linear[i]:
-                changed |= self._finish_linear(i, layer.self_attn, fresh[i], tails[i], T, B)
+                changed |= self._finish_linear(i, layer.self_attn, fresh[i], tails[i], finals[i], B)
             else:
                 changed |= self._finish_full(i, layer.self_attn, tails[i], T, B, max_len)
         nxt = logits.argmax(-1)
         changed |= _assign(self.io, "ids", nxt)
-        changed |= _assign(self.io, "pos", torch.tensor(T, device=self.device))
-        changed |= _assign(self.io, "pos_ids", torch.full((B, 1), T, device=self.device, dtype=torch.long))
+        pos = torch.tensor(lens, device=self.device)
+        changed |= _assign(self.io, "pos", pos)
+        changed |= _assign(self.io, "pos_ids", pos.view(B, 1))
+        changed |= _assign(self.io, "rows", torch.arange(B, device=self.device))
         changed |= _assign(self.io, "logits", logits.float())
         if changed:
             self.graph = None
-        self.position = T  # host-side copy of io["pos"], for the capacity check in decode()
+        self.positions = lens  # host-side copy of io["pos"], for the steady switch and the capacity check
         return nxt
 
     @torch.no_grad()
@@ -148,11 +228,11 @@ class FastDecoder:
         if "ids" not in self.io:
             raise ValueError("decode() needs a prefill() first")
         capacity = min((st["k"].shape[2] for st in self.states if isinstance(st, dict)), default=None)
-        if capacity is not None and self.position + n > capacity:
-            raise ValueError(f"decode({n}) after {self.position} tokens exceeds the full-attention KV buffer of "
+        if capacity is not None and max(self.positions) + n > capacity:
+            raise ValueError(f"decode({n}) after {max(self.positions)} tokens exceeds the full-attention KV buffer of "
                              f"{capacity} slots; construct FastDecoder with a larger max_len")
-        first = self.position
-        self.position += n
+        first = min(self.positions)  # the step variant is chosen by the row furthest behind
+        self.positions = [p + n for p in self.positions]
         out = []
         if self.use_graph:
             steady = first >= self.steady_from  # a steady graph only ever sees later positions: valid throughout
@@ -173,10 +253,11 @@ class FastDecoder:
         if "ids" not in self.io:
             raise ValueError("capture() needs a prefill() first")
         if self.use_graph and self.graph is None:
-            self._capture(self.position >= self.steady_from)
+            self._capture(min(self.positions) >= self.steady_from)
 
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
-        first = self.prefill(input_ids)
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, lengths=None) -> torch.Tensor:
+        """max_new_tokens greedy tokens per row [B, n] (input_ids right-padded to `lengths`, as in prefill)."""
+        first = self.prefill(input_ids, lengths)
         return torch.cat([first, self.decode(max_new_tokens - 1)], 1) if max_new_tokens > 0 else first[:, :0]
 
     @property
@@ -185,13 +266,17 @@ class FastDecoder:
         return self.io["logits"]
 
     # ------------------------------------------------------------------ prefill, linearized layers
-    def _prefill_linear(self, attn: LinearizedAttention, x, pe, p0: int, st: _LinearLayerState, tail: dict):
+    def _prefill_linear(self, attn: LinearizedAttention, x, pe, p0: int, st: _LinearLayerState, tail: dict,
+                        ends: "_ChunkEnds", final: dict):
         B, Tc = x.shape[:2]
         p1 = p0 + Tc
         s, w = attn.sinks, attn.window
-        qk, q, k, v, new_conv = attn._project(x, pe, tail.get("conv"))
+        prev_conv = tail.get("conv")
+        qk, q, k, v, new_conv = attn._project(x, pe, prev_conv)
         # tails are cloned: a view would keep the whole chunk's tensors alive (memory grows per layer)
         tail["conv"] = {key: val.clone() for key, val in new_conv.items()} if new_conv else None
+        if new_conv and ends.rows:
+            self._conv_ends(attn, x, prev_conv, tail["conv"]["qkv"], ends, final)
         swa = None
         if attn.has_softmax_path:
             if p0 < s:  # the first s keys overall are the sinks
@@ -209,6 +294,10 @@ class FastDecoder:
                 vals = torch.cat([tail["sink_v"], v_ext], 1) if n_sink else v_ext
                 swa = window_attention_blocked(q, keys, vals, w, attn.scaling, sinks=n_sink, base=n_sink + n_tail,
                                                lo=n_sink, q_pos0=p0).to(q.dtype)
+                if ends.rows:
+                    for name, val in (("ring_k", k_ext), ("ring_v", v_ext)):
+                        pos = _ring_ends(final, name, val, p0 - n_tail, w, ends, B)
+                    final["ring_pos"] = pos if ends.all else _scatter_rows(final.get("ring_pos"), ends.index, pos, B)
                 tail["win_k"], tail["win_v"] = k_ext[:, -w:].clone(), v_ext[:, -w:].clone()  # last w keys
             else:  # sinks only
                 q_pos = torch.arange(p0, p1, device=x.device)
@@ -229,15 +318,45 @@ class FastDecoder:
             n_sink = min(max(0, s - e0), max(n, 0))
             if n - n_sink > 0:
                 entering = {key: val[:, n_sink:n] for key, val in ext.items()}
+                if ends.short:  # a row's tokens from its length - window on never enter its state
+                    stop = (ends.lengths - w).view(B, 1)  # first position that must not enter
+                    keep = torch.arange(e0 + n_sink, e0 + n, device=x.device).view(1, -1) < stop
+                    entering = {key: torch.where(keep.view(*keep.shape, *([1] * (val.dim() - 2))), val,
+                                                 torch.zeros((), dtype=val.dtype, device=val.device))
+                                for key, val in entering.items()}
                 first = Tc - n + n_sink  # first query row reading a state (row of position e0 + n_sink + w)
                 lin_out, st.state = attn._run(entering, qx[:, first:], st.state, chunked=True)
             else:
                 lin_out = attn._zero_output(qx, lin)
+            if w > 0 and ends.rows:
+                for key, val in ext.items():
+                    _ring_ends(final.setdefault("lin", {}), key, val, e0, w, ends, B)
             tail["lin"] = {key: val[:, -w:].clone() for key, val in ext.items()} if w > 0 else None
         y = attn._combine(lin_out, swa, x.dtype, first)
         return attn.o_proj(y.reshape(B, Tc, -1).to(x.dtype))
 
-    def _finish_linear(self, i, attn, fresh: _LinearLayerState, tail: dict, T: int, B: int) -> bool:
+    def _conv_ends(self, attn, x, prev, new, ends: "_ChunkEnds", final: dict):
+        """The conv state of each row ending in this chunk: [q|k|v] before the conv of its last W-1 tokens.
+        A row ending at the chunk's end has it in `new` (the chunk's conv state); another row's is gathered
+        from the previous chunk's state `prev` (zeros before position 0) and recomputed from x."""
+        B, Tc = x.shape[:2]
+        p0, W1 = ends.p0, new.shape[-1]
+        if all(n == p0 + Tc for n in ends.rows_lengths):
+            final["conv"] = new if len(ends.rows) == B else _scatter_rows(final.get("conv"), ends.index, new[ends.index], B)
+            return
+        # entry i of [prev | x] is position p0 - W1 + i; a row of length n needs positions n - W1 .. n - 1
+        idx = torch.tensor([list(range(n - p0, n - p0 + W1)) for n in ends.rows_lengths], device=x.device)
+        rows = ends.index.unsqueeze(1)
+        from_x = attn._qkv(x[rows, (idx - W1).clamp(min=0)])  # [R, W1, D]
+        before = (idx < W1).unsqueeze(-1)
+        if prev is None:
+            from_prev = torch.zeros((), dtype=from_x.dtype, device=x.device)  # positions < 0 (first chunk)
+        else:
+            from_prev = prev["qkv"].transpose(1, 2)[rows, idx.clamp(max=W1 - 1)].to(from_x.dtype)
+        vals = torch.where(before, from_prev, from_x).transpose(1, 2)  # [R, D, W1]
+        final["conv"] = _scatter_rows(final.get("conv"), ends.index, vals.to(new.dtype), B)
+
+    def _finish_linear(self, i, attn, fresh: _LinearLayerState, tail: dict, final: dict, B: int) -> bool:
         st = self.states[i] if isinstance(self.states[i], _LinearLayerState) else _LinearLayerState()
         self.states[i] = st
         s, w = attn.sinks, attn.window
@@ -245,29 +364,19 @@ class FastDecoder:
         dt = attn.o_proj.weight.dtype
         dev = self.device
         changed = False
-        if s > 0:
+        if s > 0:  # a row shorter than s holds padding keys in its last sink slots: masked, then overwritten
             sk = torch.zeros(B, s, Hkv, D, dtype=dt, device=dev)
             sv = torch.zeros_like(sk)
             n = tail["sink_k"].shape[1]
             sk[:, :n], sv[:, :n] = tail["sink_k"], tail["sink_v"]
             changed |= _assign(st.buf, "sink_k", sk) | _assign(st.buf, "sink_v", sv)
         if w > 0:
-            first = max(0, T - w)
-            positions = torch.arange(first, T, device=dev)
-            slots = positions % w
-            ring_pos = torch.full((w,), -1, dtype=torch.long, device=dev)
-            ring_pos[slots] = positions
-            changed |= _assign(st.buf, "ring_pos", ring_pos)
+            changed |= _assign(st.buf, "ring_pos", final["ring_pos"])
             if attn.has_softmax_path:
-                rk = torch.zeros(B, w, Hkv, D, dtype=dt, device=dev)
-                rv = torch.zeros_like(rk)
-                rk[:, slots], rv[:, slots] = tail["win_k"][:, -(T - first):], tail["win_v"][:, -(T - first):]
-                changed |= _assign(st.buf, "ring_k", rk) | _assign(st.buf, "ring_v", rv)
+                changed |= _assign(st.buf, "ring_k", final["ring_k"].to(dt)) | _assign(st.buf, "ring_v", final["ring_v"].to(dt))
             if attn.lin is not None:
-                for key, val in tail["lin"].items():
-                    ring = torch.zeros(B, w, *val.shape[2:], dtype=val.dtype, device=dev)
-                    ring[:, slots] = val[:, -(T - first):]
-                    changed |= _assign(st.lin, key, ring)
+                for key, val in final["lin"].items():
+                    changed |= _assign(st.lin, key, val)
         if attn.lin is not None:
             state = fresh.state if fresh.state is not None else self._zero_state(attn, B)
             if isinstance(state, tuple):
@@ -279,9 +388,8 @@ class FastDecoder:
                 holder = {"S": st.state}
                 changed |= _assign(holder, "S", state.float())
                 st.state = holder["S"]
-        if tail.get("conv"):
-            for key, val in tail["conv"].items():
-                changed |= _assign(st.conv, key, val)
+        if attn.conv is not None:
+            changed |= _assign(st.conv, "qkv", final["conv"])
         return changed
 
     def _zero_state(self, attn, B):
@@ -355,29 +463,31 @@ class FastDecoder:
         pos_ids.add_(1)
 
     def _step_linear(self, attn: LinearizedAttention, st: _LinearLayerState, x, pe, pos, steady: bool = False):
-        """steady (pos >= sinks + window, known when the step is built): the sinks are written, every slot
-        is a real token and the leaving one is not a sink, so no sink write, mask or validity check."""
+        """One token per row at the row's own position pos [B] (ring slot pos % w, sink slot, masks per row).
+        steady (every row's pos >= sinks + window, known when the step is built): the sinks are written, every
+        slot is a real token and the leaving one is not a sink, so no sink write, mask or validity check."""
         B = x.shape[0]
         s, w = attn.sinks, attn.window
+        rows = self.io["rows"]
         qk, q, k, v, new_conv = attn._project(x, pe, st.conv or None)
         if new_conv:
             for key, val in new_conv.items():
                 st.conv[key].copy_(val)
-        slot = (pos % w).view(1) if w > 0 else None
+        slot = pos % w if w > 0 else None
         lin_out = None
         if attn.lin is not None:
             lin = attn.linear_inputs(x, q, k, v, qk=qk)
             qx = attn._query(lin)
             cur = {key: lin[key] for key in LIN_KEYS if key in lin}
             if w > 0:  # the token leaving the window (position pos - w) folds into the state
-                leaving = {key: st.lin[key].index_select(1, slot) for key in cur}
+                leaving = {key: st.lin[key][rows, slot].unsqueeze(1) for key in cur}
                 for key, val in cur.items():
-                    _write(st.lin[key], slot, val)
+                    _put(st.lin[key], rows, slot, val[:, 0])
             else:
                 leaving = cur
             if not steady:  # a sink or an empty slot (zeros) leaves nothing in the state: zero its inputs
-                valid = st.buf["ring_pos"].index_select(0, slot) >= s if w > 0 else pos.view(1) >= s
-                leaving = {key: val * valid.view(1, 1, *([1] * (val.dim() - 2))) for key, val in leaving.items()}
+                valid = st.buf["ring_pos"][rows, slot] >= s if w > 0 else pos >= s
+                leaving = {key: val * valid.view(B, 1, *([1] * (val.dim() - 2))) for key, val in leaving.items()}
             out, state = attn._run(leaving, qx, st.state, chunked=False)
             if isinstance(state, tuple):
                 st.state[0].copy_(state[0])
@@ -386,41 +496,43 @@ class FastDecoder:
                 st.state.copy_(state)
             lin_out = out
         if w > 0 and not steady:  # (read only by non-steady steps; a prefill rewrites it)
-            _write(st.buf["ring_pos"], slot, pos.view(1), dim=0)
+            _put(st.buf["ring_pos"], rows, slot, pos)
         swa = None
         if attn.has_softmax_path:
             keys, vals, allowed = [], [], []
-            if s > 0 and not steady:
-                idx = pos.clamp(max=s - 1).view(1)
-                is_sink = (pos < s).view(1, 1, 1, 1)
-                _write(st.buf["sink_k"], idx, torch.where(is_sink, k, st.buf["sink_k"].index_select(1, idx)))
-                _write(st.buf["sink_v"], idx, torch.where(is_sink, v, st.buf["sink_v"].index_select(1, idx)))
-                allowed.append(torch.arange(s, device=x.device) <= pos)
+            if s > 0 and not steady:  # a row still inside its first s tokens writes its sink slot
+                idx = pos.clamp(max=s - 1)
+                is_sink = (pos < s).view(B, 1, 1)
+                for name, new in (("sink_k", k), ("sink_v", v)):
+                    buf = st.buf[name]
+                    _put(buf, rows, idx, torch.where(is_sink, new[:, 0], buf[rows, idx]))
+                allowed.append(torch.arange(s, device=x.device).view(1, s) <= pos.view(B, 1))
             if s > 0:
                 keys.append(st.buf["sink_k"])
                 vals.append(st.buf["sink_v"])
             if w > 0:
-                _write(st.buf["ring_k"], slot, k)
-                _write(st.buf["ring_v"], slot, v)
+                _put(st.buf["ring_k"], rows, slot, k[:, 0])
+                _put(st.buf["ring_v"], rows, slot, v[:, 0])
                 keys.append(st.buf["ring_k"])
                 vals.append(st.buf["ring_v"])
                 if not steady:
                     allowed.append(st.buf["ring_pos"] >= s)
             cat = lambda xs: xs[0] if len(xs) == 1 else torch.cat(xs, 1)  # noqa: E731
-            swa = step_attention(q, cat(keys), cat(vals), None if steady else torch.cat(allowed), attn.scaling)
+            swa = step_attention(q, cat(keys), cat(vals), None if steady else cat(allowed), attn.scaling)
         y = attn._combine(lin_out, swa, x.dtype)
         return attn.o_proj(y.reshape(B, 1, -1).to(x.dtype))
 
     def _step_full(self, attn, st: dict, x, pe, pos):
-        """One query against the static KV buffer (slots > pos masked): SDPA with the query heads of a KV
-        head as G query rows, so no GQA expansion of the cache is needed."""
+        """One query per row against the static KV buffer, written at the row's position (slots > pos masked):
+        SDPA with the query heads of a KV head as G query rows, so no GQA expansion of the cache is needed."""
         B = x.shape[0]
         q, k, v = self._project_full(attn, x, pe)
-        _write(st["k"], pos.view(1), k.transpose(1, 2), dim=2)
-        _write(st["v"], pos.view(1), v.transpose(1, 2), dim=2)
+        rows = self.io["rows"]
+        st["k"][rows, :, pos] = k[:, 0].to(st["k"].dtype)  # [B, Hkv, D] at (row, :, pos[row])
+        st["v"][rows, :, pos] = v[:, 0].to(st["v"].dtype)
         Hkv, L = st["k"].shape[1], st["k"].shape[2]
         qg = q.reshape(B, Hkv, -1, q.shape[-1])  # [B, Hkv, G, D]: query head h*G+g -> row g of KV head h
-        allowed = (torch.arange(L, device=x.device) <= pos).view(1, 1, 1, L)
+        allowed = (torch.arange(L, device=x.device).view(1, L) <= pos.view(B, 1)).view(B, 1, 1, L)
         o = torch.nn.functional.scaled_dot_product_attention(qg, st["k"], st["v"], attn_mask=allowed,
                                                               scale=attn.scaling)
         return attn.o_proj(o.reshape(B, 1, -1).to(x.dtype))

@@ -1,0 +1,74 @@
+"""Greedy generation of a batch of prompts of different lengths on the static-cache decoder, with a per-row stop.
+
+The prompts are padded on the right and prefilled together (models.fast_decode: padding never reaches a
+state); each row then decodes from its own position. A row stops at its first EOS token or at the first
+token after which its continuation contains a stop string (lm-eval cuts the text there); the rows still
+running keep the batch going, and a stopped row's later tokens are dropped, so they change nothing. The host
+looks at the tokens every `check_every` steps (one device sync per check; every step on the CPU).
+"""
+from __future__ import annotations
+
+import torch
+
+from models.fast_decode import FastDecoder
+
+
+def eos_ids(model, tokenizer=None) -> set[int]:
+    """The token ids HF's generate stops a row at: the generation config's eos_token_id (an int or a list)."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None and tokenizer is not None:
+        eos = tokenizer.eos_token_id
+    return set() if eos is None else ({int(eos)} if isinstance(eos, int) else {int(e) for e in eos})
+
+
+class _Row:
+    """A row's new tokens and where it stopped (None while running)."""
+
+    def __init__(self):
+        self.tokens: list[int] = []
+        self.stop: int | None = None  # number of tokens kept
+
+    def check(self, new: list[int], eos: set[int], stop: list[str], decode):
+        start = len(self.tokens)
+        self.tokens.extend(new)
+        for i in range(start, len(self.tokens)):
+            if self.tokens[i] in eos:
+                self.stop = i + 1
+                break
+        if stop and decode is not None:
+            end = self.stop or len(self.tokens)
+            if any(s in decode(self.tokens[:end]) for s in stop):  # then find the first token that completes one
+                self.stop = next((i + 1 for i in range(start, end) if any(s in decode(self.tokens[:i + 1]) for s in stop)),
+                                 end)
+
+
+@torch.no_grad()
+def generate_batch(decoder: FastDecoder, prompts: list[list[int]], max_new_tokens: int, eos: set[int] = frozenset(),
+                   stop: list[str] = (), decode=None, check_every: int | None = None) -> list[list[int]]:
+    """Each prompt's greedy continuation (at most max_new_tokens, up to and including its stop token).
+
+    prompts: token id lists (at least one token each); eos: stop token ids; stop: stop strings, checked on
+    decode(tokens) (the tokenizer's decode) of the row's new tokens."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("generate_batch needs at least one prompt, each of at least one token")
+    if max_new_tokens <= 0:
+        return [[] for _ in prompts]
+    lens = [len(p) for p in prompts]
+    ids = torch.zeros(len(prompts), max(lens), dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, :len(p)] = torch.as_tensor(p, dtype=torch.long)
+    every = check_every or (16 if decoder.use_graph else 1)
+    rows = [_Row() for _ in prompts]
+    new = decoder.prefill(ids.to(decoder.device), lens)
+    made = 1
+    stop = [s for s in stop if s]
+    while True:
+        for row, toks in zip(rows, new.tolist()):
+            if row.stop is None:
+                row.check(toks, eos, stop, decode)
+        if made >= max_new_tokens or all(r.stop is not None for r in rows):
+            break
+        n = min(every, max_new_tokens - made)
+        new = decoder.decode(n)
+        made += n
+    return [r.tokens[:r.stop] if r.stop is not None else r.tokens for r in rows]
