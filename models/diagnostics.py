@@ -341,6 +341,15 @@ def main(args) -> int:
     from models.linearize import LinearizeConfig, linearize
     from models.train import atomic_write_json, seed_everything
 
+    from models.spec import check_checkpoint_files, check_linearize
+    # every value is checked before any model loads or any file is written
+    if args.sequences < 1 or args.seq_len < 2:
+        raise ValueError(f"--sequences {args.sequences} / --seq-len {args.seq_len}: need >= 1 and >= 2")
+    fresh = {spec: _parse_fresh(spec) for spec in args.fresh}
+    for cfg in fresh.values():
+        check_linearize(cfg, args.base)
+    for folder in args.checkpoint:
+        check_checkpoint_files(folder)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -373,8 +382,7 @@ def main(args) -> int:
         runs[Path(folder).name] = {"checkpoint": str(folder), "linearize": config["linearize"], "seed": seed,
                                    "before": before, "after": after}
         del model
-    for spec in args.fresh:
-        cfg = _parse_fresh(spec)
+    for spec, cfg in fresh.items():
         seed = args.seed if args.seed is not None else 0
         runs[f"{spec} (untrained)"] = {"linearize": cfg, "seed": seed,
                                        "before": summarize_nmse(collect(fresh_model(cfg, seed).to(device), seqs,

@@ -1,0 +1,88 @@
+"""Issue #18: every check that can run before a model loads does, as one line with exit code 2 and
+nothing written (the rows of the issue's hostile-user table that end in an error)."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench import runner as R
+from bench.cli import main as golinear
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(R.default_data_dir() or "/nonexistent")
+CKPT = ROOT / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
+
+
+def one_line_error(capsys, argv, expect):
+    code = golinear(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert err and err[-1].startswith(f"golinear {argv[0]}: error:") and expect in err[-1], err
+    assert not any("Traceback" in line for line in err)
+
+
+def damaged_checkpoint(tmp_path):
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    shutil.copy(CKPT / "config.json", ck / "config.json")
+    (ck / "new_params.safetensors").write_bytes((CKPT / "new_params.safetensors").read_bytes()[:100_000])
+    return ck
+
+
+def damaged_data(tmp_path):
+    copy = tmp_path / "data"
+    for sub in ("arc", "piqa", "hellaswag", "winogrande"):
+        shutil.copytree(DATA / sub, copy / sub)
+    shutil.copy(DATA / "SHA256SUMS", copy / "SHA256SUMS")
+    easy = copy / "arc" / "ARC-Easy-test.jsonl"
+    lines = easy.read_text().splitlines()
+    row = json.loads(lines[0])
+    row["answerKey"] = "B" if row["answerKey"] == "A" else "A"
+    easy.write_text("\n".join([json.dumps(row)] + lines[1:]) + "\n")
+    return copy
+
+
+RUN_ROWS = [
+    (["--models", "gdn-default", "--suites", "sniah", "--budgets", "128", "--sinks", "-1"], "--sinks -1"),
+    (["--models", "gdn-default,window=100000", "--suites", "cr"], "window=100000 exceeds"),
+    (["--models", "full", "--suites", "sniah", "--num-samples", "0"], "--num-samples 0"),
+    (["--models", "full", "--suites", "cr", "--batch-size", "abc"], "--batch-size 'abc'"),
+    (["--models", "full", "--suites", "cr", "--batch-size", "0"], "--batch-size '0'"),
+    (["--models", "full,base=../../etc", "--suites", "cr"], "base '../../etc'"),
+    (["--models", "mechanism=gdn,keep_full=0.5,select=metrics", "--suites", "cr"], "unknown layer selection"),
+    (["--models", "NOTCKPT", "--suites", "cr"], "not a golinear checkpoint"),
+    (["--models", "TRUNCATED", "--suites", "cr"], "new_params.safetensors' are unreadable"),
+    (["--models", "full", "--suites", "cr", "--data-dir", "DAMAGED"], "ARC-Easy-test.jsonl' does not match"),
+]
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
+@pytest.mark.parametrize("args,expect", RUN_ROWS, ids=[r[1] for r in RUN_ROWS])
+def test_run_rejects_before_loading_and_writes_nothing(tmp_path, capsys, args, expect):
+    subs = {"NOTCKPT": tmp_path / "folder", "TRUNCATED": None, "DAMAGED": None}
+    (tmp_path / "folder").mkdir()
+    args = [str(damaged_checkpoint(tmp_path)) if a == "TRUNCATED" else str(damaged_data(tmp_path))
+            if a == "DAMAGED" else str(subs[a]) if a in subs else a for a in args]
+    one_line_error(capsys, ["run", *args, "--store", str(tmp_path / "store")], expect)
+    assert not (tmp_path / "store").exists()
+
+
+def test_train_rejects_a_bad_mechanism_before_data_and_folder(tmp_path, capsys):
+    one_line_error(capsys, ["train", "--mechanism", "bogus", "--out", str(tmp_path / "run")], "unknown mechanism 'bogus'")
+    one_line_error(capsys, ["train", "--sinks", "-2", "--out", str(tmp_path / "run")], "sinks must be")
+    assert not (tmp_path / "run").exists()
+
+
+def test_diagnose_rejects_before_writing(tmp_path, capsys):
+    one_line_error(capsys, ["diagnose", "--fresh", "gdn:bad", "--out", str(tmp_path / "d")], "--fresh 'gdn:bad'")
+    one_line_error(capsys, ["diagnose", "--fresh", "bogus", "--out", str(tmp_path / "d")], "unknown mechanism")
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("content,expect", [("{}", "no 'cells' list"), ("[]", "found list"),
+                                            ('{"cells": [', "not readable JSON"),
+                                            ('{"cells": [{"task": "x"}]}', "cells[0] lacks")])
+def test_check_rejects_a_malformed_baseline_before_evaluating(tmp_path, capsys, content, expect):
+    (tmp_path / "b.json").write_text(content)
+    one_line_error(capsys, ["check", "--model", "full", "--baseline", str(tmp_path / "b.json")], expect)

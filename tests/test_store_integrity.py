@@ -1,0 +1,182 @@
+"""Issue #18: a number in the store is the number of the data and model it names.
+
+Data-aware cell keys (and the committed store still found), SHA256SUMS and truncated-gzip checks,
+invalid cell files set aside and re-evaluated, exclusive cell claims, umask file modes, an empty
+store refused by the leaderboard."""
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import leaderboard as L
+from bench import runner as R
+from bench import specs as S
+from bench.store import CellKey, Store
+from models.atomic import atomic_write
+from models.data_hashes import verify_files
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(R.default_data_dir() or "/nonexistent")
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
+
+
+def cell(task="golinear_piqa", data=None, value=0.5, provenance_files=None):
+    key = {"model": "base=smollm2-135m", "task": task, "config": {"limit": 4, "num_fewshot": 0}}
+    if data is not None:
+        key["data"] = data
+    c = {"key": key, "model": {"label": "full"}, "task": task, "metric": "acc", "value": value, "stderr": 0.1,
+         "n": 4, "metrics": {"acc,none": {"value": value, "stderr": 0.1}}}
+    if provenance_files is not None:
+        c["provenance"] = {"data": {"files": provenance_files}}
+    return c
+
+
+# ----------------------------------------------------------------------------- data in the key
+def test_data_hashes_are_part_of_the_key(tmp_path):
+    store = Store(tmp_path)
+    good, bad = {"arc/e.jsonl": "a" * 64}, {"arc/e.jsonl": "b" * 64}
+    store.put(cell(data=bad, value=0.0))
+    k_good = CellKey("base=smollm2-135m", "golinear_piqa", {"limit": 4, "num_fewshot": 0}, good)
+    k_bad = CellKey("base=smollm2-135m", "golinear_piqa", {"limit": 4, "num_fewshot": 0}, bad)
+    assert k_good.digest != k_bad.digest
+    assert store.has(k_bad) and not store.has(k_good)  # the fixed data is a new cell, not a stale hit
+    store.put(cell(data=good, value=0.5))
+    assert {c["value"] for c in store.cells()} == {0.0, 0.5}  # merging keeps both apart
+
+
+def test_old_cells_without_data_in_the_key_are_used_only_for_their_own_data(tmp_path):
+    store = Store(tmp_path)
+    files = {"piqa/valid.jsonl": "a" * 64, "tasks/standard/golinear_piqa.yaml": "c" * 64}
+    store.put(cell(provenance_files=files))  # the form of leaderboards/store (key without data)
+    key = CellKey("base=smollm2-135m", "golinear_piqa", {"limit": 4, "num_fewshot": 0},
+                  {**files, "tasks/standard/_template_yaml": "d" * 64})
+    assert store.has(key)  # same data: used (an extra config file it did not list is not held against it)
+    edited = CellKey(key.model, key.task, key.config, {**key.data, "piqa/valid.jsonl": "b" * 64})
+    assert not store.has(edited)
+
+
+@needs_data
+def test_committed_store_cells_are_still_found():
+    entries = R.resolve_suites("cr,mmlu,lambada")
+    data = {e.task: R.cell_data(e, str(DATA)) for e in entries}
+    store = Store(ROOT / "leaderboards" / "store")
+    for model in ("full", str(ROOT / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc")):
+        cells = R.plan_cells([S.parse_model_spec(model)], entries, data=data)
+        assert len(cells) == 7 and all(store.has(c.key) for c in cells), model
+
+
+@needs_data
+def test_sha256sums_mismatch_and_truncated_gzip_name_the_file(tmp_path):
+    copy = tmp_path / "data"
+    (copy / "arc").mkdir(parents=True)
+    easy = copy / "arc" / "ARC-Easy-test.jsonl"
+    easy.write_bytes((DATA / "arc" / "ARC-Easy-test.jsonl").read_bytes())
+    (copy / "SHA256SUMS").write_text((DATA / "SHA256SUMS").read_text())
+    assert verify_files([easy], copy)  # an exact copy passes
+    lines = easy.read_text().splitlines()
+    row = json.loads(lines[0])
+    row["answerKey"] = "B" if row["answerKey"] == "A" else "A"
+    easy.write_text("\n".join([json.dumps(row)] + lines[1:]) + "\n")
+    with pytest.raises(ValueError, match="ARC-Easy-test.jsonl' does not match .*SHA256SUMS"):
+        verify_files([easy], copy)
+    gz = copy / "x.jsonl.gz"
+    gz.write_bytes(gzip.compress(b'{"a": 1}\n' * 5000)[:-40])  # not listed in SHA256SUMS
+    with pytest.raises(ValueError, match="x.jsonl.gz' is a damaged or truncated gzip"):
+        verify_files([gz], copy)
+
+
+# ----------------------------------------------------------------------------- invalid cells
+@pytest.mark.parametrize("content", ["", "{trunc", "null", "{}", "[]", "\x00\xff garbage"])
+def test_invalid_cell_is_set_aside_and_counts_as_missing(tmp_path, capsys, content):
+    store = Store(tmp_path)
+    path = store.put(cell())
+    key = CellKey.from_dict(json.loads(path.read_text())["key"])
+    with pytest.raises(ValueError, match=f"corrupt cell file {path}"):  # the leaderboard names it, no traceback
+        path.write_text(content, errors="surrogateescape")
+        store.cells()
+    assert not store.has(key)  # never counted as finished
+    kept = list((tmp_path / "invalid").rglob("*"))
+    assert not path.exists() and any(p.is_file() for p in kept)  # kept aside, not deleted
+    assert str(path) in capsys.readouterr().out
+    store.put(cell())  # and re-evaluated into its place
+    assert store.has(key) and len(store.cells()) == 1
+
+
+def test_a_cell_whose_content_does_not_match_its_name_is_invalid(tmp_path):
+    store = Store(tmp_path)
+    path = store.put(cell())
+    c = json.loads(path.read_text())
+    c["key"]["task"] = "golinear_arc_easy"  # digest no longer matches the key
+    path.write_text(json.dumps(c))
+    assert not store.has(CellKey.from_dict(cell()["key"]))
+    c2 = json.loads(json.dumps(cell()))
+    with pytest.raises(ValueError, match="invalid cell"):
+        store.put({**c2, "value": "high"})
+
+
+# ----------------------------------------------------------------------------- claims
+def test_claims_are_exclusive_and_taken_over_from_dead_processes(tmp_path):
+    store = Store(tmp_path)
+    key = CellKey("m", "t", {})
+    assert store.claim(key) and store.claim(key)  # ours: idempotent
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.path.insert(0, '.');"
+                              "from bench.store import Store, CellKey;"
+                              f"print(Store({str(tmp_path)!r}).claim(CellKey('m', 't', {{}})))"],
+                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert other.communicate(timeout=60)[0].strip() == "False"  # a live holder: refused
+    store.release(key)
+    dead = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, '.');"
+                           "from bench.store import Store, CellKey;"
+                           f"print(Store({str(tmp_path)!r}).claim(CellKey('m', 't', {{}})))"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert dead.stdout.strip() == "True"  # it claimed and exited without releasing (as a kill -9 would)
+    assert store.claim(key)  # its dead claim is taken over
+
+
+# ----------------------------------------------------------------------------- files and modes
+def test_atomic_write_uses_the_umask_and_leaves_nothing_on_failure(tmp_path):
+    old = os.umask(0o027)
+    try:
+        p = atomic_write(tmp_path / "a.json", "{}")
+        assert (p.stat().st_mode & 0o777) == 0o640
+    finally:
+        os.umask(old)
+    p = atomic_write(tmp_path / "b.json", "{}")
+    assert (p.stat().st_mode & 0o777) == 0o666 & ~old
+    from models.atomic import atomic_path
+    with pytest.raises(RuntimeError):
+        with atomic_path(tmp_path / "b.json") as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("killed")
+    assert (tmp_path / "b.json").read_text() == "{}" and sorted(os.listdir(tmp_path)) == ["a.json", "b.json"]
+
+
+def test_store_cells_are_written_with_the_users_mode(tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = Store(tmp_path).put(cell())
+    finally:
+        os.umask(old)
+    assert (path.stat().st_mode & 0o777) == 0o644
+
+
+# ----------------------------------------------------------------------------- leaderboard
+def test_leaderboard_refuses_an_empty_or_missing_store(tmp_path):
+    (tmp_path / "empty" / "cells").mkdir(parents=True)
+    with pytest.raises(ValueError, match="holds no cells"):
+        L.render(tmp_path / "empty", tmp_path / "out")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        L.render(tmp_path / "missing", tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # nothing rewritten with reference rows only
+
+
+def test_leaderboard_cli_names_a_null_cell(tmp_path):
+    path = Store(tmp_path / "s").put(cell())
+    path.write_text("null")
+    proc = subprocess.run([sys.executable, "-m", "bench.cli", "leaderboard", "--store", str(tmp_path / "s"),
+                           "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and str(path) in proc.stderr and "Traceback" not in proc.stderr
