@@ -260,3 +260,58 @@ def test_stop_at_seconds_keeps_the_schedule_and_resumes_exactly(tmp_path):
     assert second.train()["finished"]
     for name, p in full.named.items():
         assert torch.equal(p, second.named[name]), name
+
+
+# ------------------------------------------------------------------------------------- re-run semantics (#18)
+def test_restart_without_state_drops_the_killed_attempts_log(tmp_path):
+    """Killed before the first state save: the re-run starts at step 0 and its log holds each step once."""
+    model, tok = _stand_in()
+    seqs, _ = _sequences(tmp_path, tok)
+    train_mod.Trainer(model, seqs, _cfg(steps=20, log_every=1, stop_after=6), tmp_path / "r").train()
+    (tmp_path / "r" / train_mod.STATE_FILE).unlink()  # what a kill before the first save leaves
+    with open(tmp_path / "r" / train_mod.LOG_FILE, "a") as f:
+        f.write('{"step": 7, "lo')  # and a line cut short by the kill
+    t = train_mod.Trainer(_stand_in()[0], seqs, _cfg(steps=20, log_every=1), tmp_path / "r")
+    assert not t.try_resume()
+    t.train()
+    steps = [r["step"] for r in train_mod.read_log(tmp_path / "r" / train_mod.LOG_FILE)]
+    assert steps == list(range(1, 21))
+
+
+def test_state_is_saved_by_time_as_well_as_by_steps(tmp_path, monkeypatch):
+    model, tok = _stand_in()
+    seqs, _ = _sequences(tmp_path, tok)
+    saves = []
+    t = train_mod.Trainer(model, seqs, _cfg(steps=30, save_every=0, save_every_s=1e-9), tmp_path / "r")
+    monkeypatch.setattr(t, "save_state", lambda: saves.append(t.step))
+    t.train()
+    assert saves[:2] == [10, 20]  # checked every 10 steps; save_every=0 alone would save only at the end
+    with pytest.raises(ValueError, match="save_every_s"):
+        _cfg(save_every_s=0).validate()
+
+
+def _cli_train(tmp_path, *extra):
+    from bench.cli import main as golinear
+    base = tmp_path / "base"
+    if not base.exists():
+        write_tiny_backbone(base)
+        write_books(tmp_path / "data")
+    return golinear(["train", "--base", str(base), "--data-dir", str(tmp_path / "data"), "--seq-len", "32",
+                     "--eval-sequences", "1", "--heldout-docs", "2", "--log-every", "1", "--window", "8",
+                     "--sinks", "2", "--out", str(tmp_path / "run"), *extra])
+
+
+def test_rerunning_a_finished_train_command_does_not_retrain(tmp_path, capsys):
+    assert _cli_train(tmp_path, "--steps", "6") == 0
+    weights = tmp_path / "run" / "new_params.safetensors"
+    before = (weights.read_bytes(), weights.stat().st_mtime_ns)
+    capsys.readouterr()
+    assert _cli_train(tmp_path, "--steps", "6") == 0
+    assert "already holds this finished run" in capsys.readouterr().out
+    assert (weights.read_bytes(), weights.stat().st_mtime_ns) == before  # not retrained, not rewritten
+    assert _cli_train(tmp_path, "--steps", "8") == 2  # other settings into a finished folder: refused
+    assert "holds a finished run with other settings (steps)" in capsys.readouterr().err
+    assert _cli_train(tmp_path, "--steps", "6", "--force") == 0  # asked for: trained again, log restarted
+    assert weights.stat().st_mtime_ns != before[1]
+    steps = [r["step"] for r in train_mod.read_log(tmp_path / "run" / train_mod.LOG_FILE)]
+    assert steps == [1, 2, 3, 4, 5, 6]
