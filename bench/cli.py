@@ -10,6 +10,8 @@ import importlib
 import re
 import sys
 
+from bench import quiet
+
 COMMANDS = {
     "demo": ("bench.demo", "main job: evaluate the embedded default (full attention and the default recipe)"),
     "params": ("bench.params", "new-parameter counts per mechanism on named configurations"),
@@ -17,6 +19,7 @@ COMMANDS = {
     "leaderboard": ("bench.leaderboard", "render leaderboards/*.md|csv|html from the result store"),
     "check": ("bench.check", "regression check against a committed baseline"),
     "latency": ("bench.latency", "latency/memory sweep over prompt lengths against full attention"),
+    "generation": ("bench.generation", "generation throughput on S-NIAH-1: full attention vs batched linearized"),
     "train": ("models.train", "train the new parameters of a linearized model (frozen backbone)"),
     "diagnose": ("models.diagnostics", "approximation diagnostics: nMSE, key concentration, residuals"),
 }
@@ -56,6 +59,7 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    quiet.install()
     try:
         return int(importlib.import_module(args._module).main(args) or 0)
     except (ValueError, FileNotFoundError) as e:  # bad input: one clear line, no traceback

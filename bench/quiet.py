@@ -1,0 +1,37 @@
+"""Log filters for lm-eval messages a golinear user cannot act on (installed by the `golinear` command).
+
+- "Overwriting default num_fewshot of T from 5 to 5": lm-eval logs it for every task and group it is given
+  a shot count for, even when the count does not change (126 lines for 5-shot MMLU); a real change (from
+  0 to 5) still shows.
+- HFLM's warnings about an already-initialised model ("... Please do not launch via accelerate ...",
+  "Passed an already-initialized model ..."): golinear's backends always hand lm-eval their own model, and
+  `golinear run` sets up data parallelism itself (bench.runner.attach_data_parallel).
+"""
+from __future__ import annotations
+
+import logging
+
+FEWSHOT_MESSAGE = "Overwriting default num_fewshot of %s from %s to %s"
+INITIALISED_MODEL = ("`pretrained` model kwarg is not of type `str`", "Passed an already-initialized model")
+
+
+class DropUnchangedFewshot(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (record.msg == FEWSHOT_MESSAGE and len(args) == 3 and str(args[1]) == str(args[2]))
+
+
+class DropInitialisedModelWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(INITIALISED_MODEL)
+
+
+FILTERS = {"lm_eval.evaluator": DropUnchangedFewshot, "lm_eval.models.huggingface": DropInitialisedModelWarning}
+
+
+def install() -> None:
+    """Attach each filter to its logger once (idempotent)."""
+    for name, kind in FILTERS.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, kind) for f in logger.filters):
+            logger.addFilter(kind())

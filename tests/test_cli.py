@@ -1,0 +1,64 @@
+"""The `golinear` command itself: a fast top-level help, and lm-eval's noise filtered (bench/quiet.py)."""
+from __future__ import annotations
+
+import io
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import quiet
+from bench.cli import COMMANDS, build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_top_level_help_imports_no_command_module():
+    """`golinear --help` must not pay for torch / lm-eval: only the chosen command's module is imported."""
+    code = ("import sys; from bench.cli import build_parser; build_parser().format_help(); "
+            "print(sorted(m for m in ('torch', 'lm_eval', 'transformers', 'bench.runner') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_help_lists_every_command_and_a_chosen_command_gets_its_options():
+    text = build_parser().format_help()
+    assert all(name in text for name in COMMANDS)
+    sub = build_parser("params")._subparsers._group_actions[0].choices["params"]
+    text = " ".join(sub.format_help().split())
+    assert "--configs" in text and "(default: llama-3.1-8b,qwen3-8b,smollm2-135m)" in text
+
+
+def _logged(logger_name: str, *args) -> str:
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    logger = logging.getLogger(logger_name)
+    logger.addHandler(handler)
+    try:
+        logger.warning(*args)
+    finally:
+        logger.removeHandler(handler)
+    return buf.getvalue()
+
+
+def test_lm_eval_noise_is_dropped_and_real_changes_still_show():
+    quiet.install()
+    quiet.install()  # idempotent
+    assert sum(isinstance(f, quiet.DropUnchangedFewshot) for f in logging.getLogger("lm_eval.evaluator").filters) == 1
+    assert _logged("lm_eval.evaluator", quiet.FEWSHOT_MESSAGE, "golinear_mmlu_anatomy", 5, 5) == ""
+    assert "from 0 to 5" in _logged("lm_eval.evaluator", quiet.FEWSHOT_MESSAGE, "golinear_piqa", 0, 5)
+    warning = ("`pretrained` model kwarg is not of type `str`. Many other model arguments may be ignored. Please do "
+               "not launch via accelerate or use `parallelize=True` if passing an existing model this way.")
+    assert _logged("lm_eval.models.huggingface", warning) == ""
+    assert "other" in _logged("lm_eval.models.huggingface", "some other warning")
+
+
+def test_the_filtered_messages_are_lm_evals_own():
+    """The filters match lm-eval's exact strings (an lm-eval upgrade that rewords them fails here)."""
+    import inspect
+
+    import lm_eval.evaluator
+    import lm_eval.models.huggingface
+    assert f'"{quiet.FEWSHOT_MESSAGE}"' in inspect.getsource(lm_eval.evaluator)
+    src = inspect.getsource(lm_eval.models.huggingface)
+    assert all(text in src for text in quiet.INITIALISED_MODEL)
