@@ -618,7 +618,20 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
         by_model: dict[str, list[Cell]] = {}
         for c in todo:
             by_model.setdefault(c.model.key, []).append(c)
-        for group in by_model.values():
+        queue, deferred = list(by_model.values()), set()
+        while queue:
+            group = queue.pop(0)
+            if world == 1:
+                left = [c for c in group if not store.has(c.key)]  # another run may have finished some
+                summary.skipped += len(group) - len(left)
+                bar.update(len(group) - len(left))
+                group = left
+                if not group:
+                    continue
+                if group[0].model.key not in deferred and all(store.claimed_elsewhere(c.key) for c in group):
+                    deferred.add(group[0].model.key)  # another run is on all of them: other models first
+                    queue.append(group)
+                    continue
             spec = group[0].model
             dev = f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}" if world > 1 and device.startswith("cuda") else device
             lm = attach_data_parallel(build_lm(spec, batch_size, dev), rank, world)

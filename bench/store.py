@@ -214,6 +214,18 @@ class Store:
             return True
         return False
 
+    def claimed_elsewhere(self, key: CellKey) -> bool:
+        """Whether another live process holds this cell's claim (a look only; nothing is taken)."""
+        path = self.claims_dir / f"{key.digest}.claim"
+        try:
+            owner = json.loads(path.read_text() or "{}")
+        except (OSError, json.JSONDecodeError):
+            return path.exists()
+        if owner == {"pid": os.getpid(), "host": socket.gethostname()}:
+            return False
+        return not (owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int)
+                    and not _pid_alive(owner["pid"]))
+
     def release(self, key: CellKey) -> None:
         (self.claims_dir / f"{key.digest}.claim").unlink(missing_ok=True)
         try:

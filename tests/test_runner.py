@@ -5,6 +5,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from _tiny import free_port
 
+from bench import runner as R
 from bench import specs as S
 from bench.runner import plan_cells, resolve_suites, run_matrix
 from bench.store import Store
@@ -222,7 +224,10 @@ def test_killed_cell_resumes_from_its_request_cache(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run_matrix("full", "lambada", tmp_path / "killed", **kw)
     assert Store(tmp_path / "killed").cells() == []  # no partial cell
-    assert len(list((tmp_path / "killed").glob("partial/*/*_rank0.db"))) == 1
+    partial = list((tmp_path / "killed").glob("partial/*/*_rank0.db"))
+    assert len(partial) == 1
+    fp = clean["model"]["info"]["base_fingerprint"]
+    assert partial[0].name.endswith(f"--{fp}_rank0.db")  # keyed by the model's weights (was '--nofp' for all)
 
     def counted(self, *a, **k):
         calls.append(1)
@@ -236,3 +241,45 @@ def test_killed_cell_resumes_from_its_request_cache(tmp_path, monkeypatch):
     assert resumed["digest"] == clean["digest"] and resumed["n"] == clean["n"] == 3
     for k, m in clean["metrics"].items():
         assert resumed["metrics"][k]["value"] == pytest.approx(m["value"], rel=1e-6), k
+
+
+# ----------------------------------------------------------------------------- issue #18 (slow, real runs)
+@pytest.mark.slow
+def test_two_identical_runs_at_once_both_finish_and_share_the_work(tmp_path):
+    """Two identical `golinear run`s on one store: both exit 0, every cell is evaluated once (claims), and
+    no claim or request cache is left behind."""
+    store = tmp_path / "store"
+    args = [sys.executable, "-m", "bench.cli", "run", "--models", "full;swa-sink", "--suites", "lambada",
+            "--limit", "3", "--store", str(store), "--batch-size", "4"]
+    procs = [subprocess.Popen(args, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+        assert "2 cells planned" in out
+    evaluated = sum(int(re.search(r"(\d+) evaluated", out).group(1)) for out, _ in outs)
+    assert evaluated == 2  # no cell evaluated twice
+    cells = Store(store).cells()
+    assert sorted(c["model"]["label"] for c in cells) == ["full", "swa-sink"]
+    assert not (store / "claims").exists() and not list(store.glob("partial/**/*.db*"))
+
+
+@pytest.mark.slow
+def test_fixed_data_file_makes_a_new_cell_not_a_stale_hit(tmp_path):
+    """The issue's first row: a cell measured on an edited data copy (no SHA256SUMS to catch it) is not
+    reused once the data is right: the data hashes are part of the key."""
+    data = tmp_path / "data"
+    shutil.copytree(Path(R.default_data_dir()) / "lambada_openai", data / "lambada_openai")
+    f = data / "lambada_openai" / "lambada_test.jsonl"
+    lines = f.read_text().splitlines()
+    row = json.loads(lines[0])
+    row["text"] = row["text"].rsplit(" ", 1)[0] + " zebra"  # a different target word
+    f.write_text("\n".join([json.dumps(row)] + lines[1:]) + "\n")
+    args = ["run", "--models", "full", "--suites", "lambada", "--limit", "3", "--store", str(tmp_path / "s")]
+    damaged = _golinear(*args, "--data-dir", str(data))
+    assert damaged.returncode == 0, damaged.stderr[-3000:]
+    fixed = _golinear(*args, "--data-dir", R.default_data_dir())
+    assert fixed.returncode == 0 and "0 already in" in fixed.stdout and "1 evaluated" in fixed.stdout
+    cells = Store(tmp_path / "s").cells()
+    assert len(cells) == 2 and cells[0]["key"]["data"] != cells[1]["key"]["data"]
+    assert cells[0]["metrics"]["perplexity,none"] != cells[1]["metrics"]["perplexity,none"]

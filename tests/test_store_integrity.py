@@ -180,3 +180,13 @@ def test_leaderboard_cli_names_a_null_cell(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bench.cli", "leaderboard", "--store", str(tmp_path / "s"),
                            "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and str(path) in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_request_cache_is_keyed_by_the_models_weights(tmp_path):
+    store, key = Store(tmp_path), CellKey("m", "golinear_piqa", {})
+    full = R.model_fingerprint({"base_fingerprint": "bd29", "checkpoint_fingerprint": None})
+    ckpt = R.model_fingerprint({"base_fingerprint": "bd29", "checkpoint_fingerprint": "77aa"})
+    assert (full, ckpt) == ("bd29", "bd29-77aa")
+    assert store.request_cache(key, "x", full) != store.request_cache(key, "x", ckpt)
+    with pytest.raises(ValueError, match="no model fingerprint"):
+        store.request_cache(key, "x", R.model_fingerprint({}))
