@@ -5,7 +5,7 @@
 # .gguf/<part>), .device/train/books-smollm2-10m.npz (`golinear train --prepare-only`), optionally
 # .device/triton-cache.tgz and .device/resume/<name>/ (an earlier call's unfinished run folder, state.pt included).
 # Env: NAMES (space-separated recipe names from scripts/study/recipes.txt), BUDGET (s from the start for every
-# run, default 540), GGUF_SHA, EXTRA_ARGS (appended to every `golinear train`; a CPU dry run: "--seq-len 64 --steps 20"). Out: $OUT/ck.tgz.part-?? (cat them; state.pt only
+# run, default 540; keep it ~40 s under the call's limit), STARTUP_S (default 200), GGUF_SHA, EXTRA_ARGS (appended to every `golinear train`; a CPU dry run: "--seq-len 64 --steps 20"). Out: $OUT/ck.tgz.part-?? (cat them; state.pt only
 # where a run is unfinished), logs.tgz, triton-cache.tgz (if < 12 MB).
 set -u
 T0=$(date +%s); ROOT=$PWD; SRC=${SRC:-.device/src}; BUDGET=${BUDGET:-540}
@@ -21,15 +21,18 @@ for name in $NAMES; do
   [ -d .device/resume/$name ] && [ ! -d /tmp/ck/$name ] && cp -r .device/resume/$name /tmp/ck/ && echo "resuming $name"
   left=$(( BUDGET - ($(date +%s) - T0) ))
   python3 -m bench.cli train --base smollm2-135m --tokens .device/train/books-smollm2-10m.npz --out /tmp/ck/$name \
-    --stop-at-s $left --note "study run (scripts/study/recipes.txt), H200, $(echo $NAMES | wc -w) runs sharing the GPU" \
+    --stop-at-s $(( left - ${STARTUP_S:-200} )) --save-every 100 --note "study run (scripts/study/recipes.txt), H200, $(echo $NAMES | wc -w) runs sharing the GPU" \
     $args ${EXTRA_ARGS:-} > /tmp/logs/$name.log 2>&1 &
   PIDS+=($!); echo "t=$(( $(date +%s) - T0 ))s launched $name ($left s)"
 done
-while [ -n "$(jobs -r)" ]; do
+# --stop-at-s counts training seconds only (model load, compilation and the first evaluation, ~150 s with 8 runs,
+# come before): runs still going at the deadline are killed and resume from their last state (every 100 steps).
+while [ -n "$(jobs -r)" ] && [ $(( $(date +%s) - T0 )) -lt $BUDGET ]; do
   sleep 30; line="t=$(( $(date +%s) - T0 ))s $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader | tr -d ' ')"
   for name in $NAMES; do line="$line $name:$(tail -1 /tmp/ck/$name/train_log.jsonl 2>/dev/null | grep -o '"step": [0-9]*' | grep -o '[0-9]*')"; done
   echo "$line"
 done
+for p in "${PIDS[@]}"; do kill $p 2>/dev/null && echo "killed pid $p at the deadline"; done; sleep 3
 for name in $NAMES; do echo "== $name"; grep -E '^\{"out"|Error|error' /tmp/logs/$name.log | tail -3; done
 # every run folder in one archive (state.pt kept only where the run is unfinished), split into <= 15 MiB parts
 X=(); for name in $NAMES; do grep -qs '"finished": true' /tmp/ck/$name/train_config.json && X+=(--exclude=$name/state.pt); done
