@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import re
 import socket
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -29,7 +29,6 @@ from models.atomic import atomic_write
 from models.data_hashes import file_sha256
 
 SCHEMA = 1
-log = logging.getLogger("golinear.store")
 
 
 def canonical_json(obj) -> str:
@@ -274,9 +273,8 @@ class Store:
             os.replace(path, dest)
         except FileNotFoundError:  # another run moved it first
             return dest
-        log.warning("invalid cell file %s (%s): moved to %s; it will be re-evaluated", path, problem, dest)
         print(f"golinear: invalid cell file {path} ({problem}); moved to {dest}, it will be re-evaluated",
-              flush=True)
+              file=sys.stderr, flush=True)
         return dest
 
     def put(self, cell: dict) -> Path:

@@ -1,6 +1,7 @@
 """`golinear check`: the comparison rules on hand-made rows, and (slow) a real SmolLM2 baseline that the
 same model passes and a deliberately damaged copy of its weights fails."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -116,3 +117,25 @@ def test_shipped_checkpoint_passes_and_a_damaged_copy_fails(tmp_path):
                           timeout=1200)
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
     assert "DROP" in proc.stdout
+
+
+def test_temp_store_is_removed_on_sigterm_and_swept_after_sigkill(tmp_path):
+    """A killed `golinear check` leaves no temp store (#18): SIGTERM unwinds; SIGKILL's is swept next time."""
+    import signal
+    code = ("import sys, time; sys.path.insert(0, '.'); from bench.check import temp_store\n"
+            "with temp_store() as d:\n    print(d, flush=True)\n    time.sleep(60)\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    root = Path(__file__).resolve().parent.parent
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        p = subprocess.Popen([sys.executable, "-c", code], cwd=root, env=env, stdout=subprocess.PIPE, text=True)
+        folder = Path(p.stdout.readline().strip())
+        assert folder.is_dir() and folder.parent == tmp_path
+        p.send_signal(sig)
+        p.wait(timeout=30)
+        if sig == signal.SIGTERM:
+            assert p.returncode == 128 + signal.SIGTERM and not folder.exists()
+        else:
+            assert folder.exists()  # nothing can run on SIGKILL ...
+            done = subprocess.run([sys.executable, "-c", code.replace("time.sleep(60)", "pass")], cwd=root,
+                                  env=env, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0 and not folder.exists()  # ... so the next check removes it

@@ -101,7 +101,7 @@ def test_invalid_cell_is_set_aside_and_counts_as_missing(tmp_path, capsys, conte
     assert not store.has(key)  # never counted as finished
     kept = list((tmp_path / "invalid").rglob("*"))
     assert not path.exists() and any(p.is_file() for p in kept)  # kept aside, not deleted
-    assert str(path) in capsys.readouterr().out
+    assert str(path) in capsys.readouterr().err
     store.put(cell())  # and re-evaluated into its place
     assert store.has(key) and len(store.cells()) == 1
 
