@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from models.spec import MECHANISMS, SELECTIONS, check_checkpoint_files  # one allowed set per value
+from models.spec import MECHANISMS, SELECTIONS, check_checkpoint_files, parse_full_layers  # one allowed set per value
 
 DEFAULTS = {"base": "smollm2-135m", "checkpoint": None, "mechanism": None, "window": 0, "sinks": 0,
             "short_conv": False, "lora": False, "full_layers": None, "keep_full": 0.0,
@@ -46,16 +46,16 @@ def _parse_value(key: str, text: str):
         if not low.isdigit():
             raise ValueError(f"{key}={text!r}: expected a non-negative integer")
         return int(low)
-    if key == "keep_full":
-        v = float(low)
-        if not 0.0 <= v <= 1.0:
-            raise ValueError(f"keep_full={text!r}: expected a fraction in [0, 1]")
+    if key == "keep_full":  # models.linearize.validate's range: keeping every layer would linearize none
+        try:
+            v = float(low)
+        except ValueError:
+            v = math.nan
+        if not 0.0 <= v < 1.0:
+            raise ValueError(f"keep_full={text!r}: expected a fraction in [0, 1)")
         return v
     if key == "full_layers":  # layer indices joined by '+' (commas separate keys): full_layers=3+7+11
-        try:
-            return tuple(int(x) for x in low.replace(":", "+").split("+") if x != "")
-        except ValueError:
-            raise ValueError(f"full_layers={text!r}: expected layer indices joined by '+', e.g. 3+7+11") from None
+        return parse_full_layers(text)
     if key == "mechanism":
         if low in ("", "full"):
             return None

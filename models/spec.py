@@ -9,10 +9,23 @@ This module imports no torch at import time (the CLI builds its parser from it).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 MECHANISMS = ("gla", "kgla", "gdn", "hedgehog", "none")  # "none": window+sink softmax alone, no linear state
 SELECTIONS = ("uniform", "hardness")  # how keep_full picks its full-attention layers
+
+
+def parse_full_layers(text) -> tuple[int, ...]:
+    """full_layers as text: indices joined by '+' (model specs and model_args, where commas separate keys),
+    ',' (`golinear train --full-layers`), ':', ';' or '|'. One parser for every front end."""
+    if isinstance(text, (list, tuple)):
+        return tuple(int(x) for x in text)
+    parts = re.split(r"[+,:;|]", str(text).strip())
+    try:
+        return tuple(int(x) for x in parts if x.strip() != "")
+    except ValueError:
+        raise ValueError(f"full_layers={text!r}: expected layer indices joined by '+', e.g. 3+7+11") from None
 
 
 def backbone_config(base: str):

@@ -680,12 +680,8 @@ def add_arguments(p) -> None:
 
 
 def linearize_options(args) -> dict:
-    full = None
-    if args.full_layers:
-        try:
-            full = [int(x) for x in str(args.full_layers).split(",") if x.strip()]
-        except ValueError:
-            raise ValueError(f"--full-layers {args.full_layers!r}: expected comma-separated integers")
+    from models.spec import parse_full_layers
+    full = list(parse_full_layers(args.full_layers)) if args.full_layers else None
     scores = None
     if args.layer_scores:
         path = Path(args.layer_scores)
