@@ -333,10 +333,9 @@ def check_checkpoint_base(spec: S.ModelSpec) -> None:
     ckpt, base = spec.full["checkpoint"], spec.args.get("base")
     if not ckpt or not base:
         return
-    cfg = Path(ckpt) / "config.json"
-    if cfg.exists():
-        import json
-        meta = json.loads(cfg.read_text())
+    if (Path(ckpt) / "config.json").exists():
+        from models.checkpoint import read_config
+        meta = read_config(ckpt)  # names the file when its JSON is broken
         ck_base = meta.get("base") or meta.get("base_model")
         if ck_base and ck_base != base:
             raise ValueError(f"checkpoint {ckpt!r} was trained on {ck_base!r}, not on base {base!r}")

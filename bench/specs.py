@@ -8,7 +8,6 @@ model's identity in the result store.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -140,9 +139,9 @@ class ModelSpec:
         """The backbone: given explicitly, else the one a checkpoint's config.json names, else the default."""
         a = self.full
         if "base" not in self.args and a["checkpoint"]:
-            cfg = Path(a["checkpoint"]) / "config.json"
-            if cfg.exists():
-                return json.loads(cfg.read_text()).get("base") or a["base"]
+            if (Path(a["checkpoint"]) / "config.json").exists():
+                from models.checkpoint import read_config
+                return read_config(a["checkpoint"]).get("base") or a["base"]
         return a["base"]
 
     def with_budget(self, budget: int, sinks: int, family: str | None = None, **changes) -> "ModelSpec":

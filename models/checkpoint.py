@@ -50,7 +50,13 @@ def read_config(folder: str | os.PathLike) -> dict:
     folder = Path(folder)
     if not (folder / CONFIG).exists() or not (folder / WEIGHTS).exists():
         raise FileNotFoundError(f"not a golinear checkpoint: {folder} (needs {CONFIG} and {WEIGHTS})")
-    return json.loads((folder / CONFIG).read_text())
+    try:
+        config = json.loads((folder / CONFIG).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"checkpoint config {str(folder / CONFIG)!r} is not valid JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"checkpoint config {str(folder / CONFIG)!r} is not a JSON object")
+    return config
 
 
 def checkpoint_fingerprint(folder: str | os.PathLike) -> str:

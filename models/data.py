@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import random
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -54,10 +55,14 @@ def read_jsonl_docs(files: Iterable[Path], id_field: str = "id", text_field: str
     for path in files:
         opener = gzip.open if str(path).endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8") as f:
-            for line in f:
+            for n, line in enumerate(f, 1):
                 if line.strip():
-                    rec = json.loads(line)
-                    yield str(rec[id_field]), rec[text_field]
+                    try:
+                        rec = json.loads(line)
+                        yield str(rec[id_field]), rec[text_field]
+                    except (json.JSONDecodeError, KeyError, TypeError) as e:
+                        raise ValueError(f"{str(path)!r} line {n}: not a JSON object with {id_field!r} and "
+                                         f"{text_field!r} ({type(e).__name__}: {e})") from None
 
 
 def _hash_unit(text: str) -> float:
@@ -141,9 +146,13 @@ class TokenData:
         if not path.exists():
             raise FileNotFoundError(f"token file {str(path)!r} does not exist (make one with `golinear train "
                                     f"--prepare-only --tokens FILE`)")
-        with np.load(path) as z:
-            meta = json.loads(bytes(z["meta"]).decode("utf-8"))
-            return cls(train=z["train"], heldout=z["heldout"], meta=meta)
+        try:
+            with np.load(path) as z:
+                meta = json.loads(bytes(z["meta"]).decode("utf-8"))
+                return cls(train=z["train"], heldout=z["heldout"], meta=meta)
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+            raise ValueError(f"token file {str(path)!r} is damaged or not a golinear token file "
+                             f"({type(e).__name__}: {e})") from None
 
 
 def prepare_books(tokenizer, data_dir=None, train_tokens: int | None = None, heldout_docs: int = 8,

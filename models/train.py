@@ -148,6 +148,17 @@ def heldout_loss(model, sequences: torch.Tensor, device, bf16: bool) -> float:
     return total / count
 
 
+def read_json(path: Path) -> dict:
+    """A JSON object from the run folder, or a one-line error naming the file."""
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{str(path)!r} is not valid JSON ({e}); delete it or use --force") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{str(path)!r} is not a JSON object; delete it or use --force")
+    return data
+
+
 def read_log(path: Path) -> list[dict]:
     """The training log; a last line cut short by a kill is dropped (every other line must parse)."""
     if not path.exists():
@@ -715,7 +726,8 @@ def train_config_from_args(args) -> TrainConfig:
     return TrainConfig(seq_len=args.seq_len, batch_size=args.batch_size, steps=args.steps, lr=args.lr,
                        lora_lr=args.lora_lr, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps,
                        min_lr_ratio=args.min_lr_ratio, grad_clip=args.grad_clip, seed=args.seed,
-                       save_every=args.save_every, save_every_s=args.save_every_s, log_every=args.log_every, eval_sequences=args.eval_sequences,
+                       save_every=args.save_every, save_every_s=args.save_every_s, log_every=args.log_every,
+                       eval_sequences=args.eval_sequences,
                        time_budget_s=args.time_budget_s, stop_after=args.stop_after, stop_at_s=args.stop_at_s,
                        bf16=args.bf16, cuda_graph=args.cuda_graph)
 
@@ -786,7 +798,7 @@ def main(args) -> int:
 
     bf16 = cfg.bf16 if cfg.bf16 is not None else acc.device.type == "cuda"
     resuming = (out / STATE_FILE).exists()
-    previous = json.loads((out / CONFIG_FILE).read_text()) if resuming and (out / CONFIG_FILE).exists() else {}
+    previous = read_json(out / CONFIG_FILE) if resuming and (out / CONFIG_FILE).exists() else {}
     full_loss = previous.get("results", {}).get("heldout_loss_full_attention")
     if fsdp:
         model, attention_modules = load_sharded(args.base, lin_cfg, cfg.seed, acc, fsdp)
@@ -867,10 +879,7 @@ def finished_run(out: Path, args, cfg: TrainConfig, opts: dict) -> bool:
     record_path = out / CONFIG_FILE
     if args.force or (out / STATE_FILE).exists() or not record_path.exists():
         return False
-    try:
-        record = json.loads(record_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ValueError(f"{str(record_path)!r} is not valid JSON; use --force to train this run again") from None
+    record = read_json(record_path)
     if not (record.get("summary") or {}).get("finished") or not (out / "new_params.safetensors").exists():
         return False
     want = {"base": args.base, "linearize": LinearizeConfig.from_dict(opts).to_dict(),
