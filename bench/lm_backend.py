@@ -239,11 +239,13 @@ class GolinearHF(HFLM):
             self._decoder = FastDecoder(self.model)
         # full-attention layers get a KV buffer rounded up to 1024 slots: batches of similar widths share a shape
         # (and so one captured graph)
-        self._decoder.max_len = -(-(max(len(p) for p in prompts) + new_tokens) // 1024) * 1024
+        pad_to = 64 if self.device.type == "cuda" else 1
+        width = -(-max(len(p) for p in prompts) // pad_to) * pad_to
+        self._decoder.max_len = -(-(width + new_tokens) // 1024) * 1024
         try:
             return generate_batch(self._decoder, [p.tolist() for p in prompts], new_tokens,
                                   eos=eos_ids(self.model, self.tokenizer), stop=list(stop),
-                                  decode=lambda t: self.tokenizer.decode(t, skip_special_tokens=False))
+                                  decode=lambda t: self.tokenizer.decode(t, skip_special_tokens=False), pad_to=pad_to)
         except torch.OutOfMemoryError:
             self._decoder = None
             raise ValueError(f"generation batch of {len(prompts)} prompts (longest {max(len(p) for p in prompts)} "

@@ -44,17 +44,18 @@ class _Row:
 
 @torch.no_grad()
 def generate_batch(decoder: FastDecoder, prompts: list[list[int]], max_new_tokens: int, eos: set[int] = frozenset(),
-                   stop: list[str] = (), decode=None, check_every: int | None = None) -> list[list[int]]:
+                   stop: list[str] = (), decode=None, check_every: int | None = None, pad_to: int = 1) -> list[list[int]]:
     """Each prompt's greedy continuation (at most max_new_tokens, up to and including its stop token).
 
     prompts: token id lists (at least one token each); eos: stop token ids; stop: stop strings, checked on
-    decode(tokens) (the tokenizer's decode) of the row's new tokens."""
+    decode(tokens) (the tokenizer's decode) of the row's new tokens; pad_to: the padded width is a multiple of
+    it (fewer distinct prefill shapes: kernels compile and masks are built once)."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate_batch needs at least one prompt, each of at least one token")
     if max_new_tokens <= 0:
         return [[] for _ in prompts]
     lens = [len(p) for p in prompts]
-    ids = torch.zeros(len(prompts), max(lens), dtype=torch.long)
+    ids = torch.zeros(len(prompts), -(-max(lens) // pad_to) * pad_to, dtype=torch.long)
     for b, p in enumerate(prompts):
         ids[b, :len(p)] = torch.as_tensor(p, dtype=torch.long)
     every = check_every or (16 if decoder.use_graph else 1)

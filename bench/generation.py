@@ -1,0 +1,262 @@
+"""`golinear generation`: generation throughput on real S-NIAH-1 prompts, full attention against a linearized model.
+
+The prompts are the suite's own (tasks/ruler, S-NIAH-1 at --context-length tokens, --samples of them, the
+task's greedy settings: max_gen_toks 128, no stop string but EOS); every row runs them through the lm-eval
+backend's `generate_until` (HFLM's batching by length, tokenization, post-processing), in one process:
+  - full:             SmolLM2 full attention, lm-eval's own batched HF generate (left padding);
+  - full-static:      the same backbone through the static-cache decoder (models/fast_decode.py), batched;
+  - <linear>:         the linearized model (default: the shipped default recipe), batched on that decoder;
+  - <linear>-sequential: the old path, HF generate one prompt at a time (--sequential-samples of them).
+Each row is timed after an untimed warm-up batch (kernel compilation, graph capture). tokens_per_s counts the
+returned text re-tokenized. --parity N also compares, on the first N samples, the batched outputs of the linear
+model with each prompt generated alone (batch size 1, same decoder): the fraction of identical generations;
+the sequential row's outputs are compared with the batched ones too.
+
+Rows merge by key into <out-dir>/generation.csv (parity into generation_parity.csv); generation.md is rendered
+from both.
+"""
+from __future__ import annotations
+
+import gc
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+TASK = "golinear_sniah_1"
+KEY = ["model", "config", "device", "dtype", "context_length", "batch_size"]
+COLUMNS = KEY + ["generation", "samples", "samples_per_s", "tokens_per_s", "wall_s", "new_tokens", "score",
+                 "status", "commit", "date", "note"]
+PARITY_KEY = ["model", "reference", "device", "dtype", "context_length", "batch_size"]
+PARITY_COLUMNS = PARITY_KEY + ["samples", "identical", "fraction", "commit", "date"]
+DEFAULT_LINEAR = "checkpoints/smollm2-135m/gdn-w56-s8-sc-10m"  # the default recipe, trained (10M tokens)
+ROWS = ("full", "full-static", "linear", "linear-sequential")
+
+
+def add_arguments(p):
+    p.add_argument("--context-length", type=int, default=None, help="S-NIAH-1 length in tokens (prompt + 128 "
+                   "generated); default 4096 on CUDA, 2048 on CPU")
+    p.add_argument("--samples", type=int, default=None, help="prompts per row; default 200 on CUDA, 20 on CPU")
+    p.add_argument("--sequential-samples", type=int, default=None,
+                   help="prompts for the slow one-at-a-time row (its own cap, stated in the table); default 20 on "
+                        "CUDA, 5 on CPU; 0 skips the row")
+    p.add_argument("--batch-size", default=None, help="generation batch size (a number or auto); default 32 on CUDA, "
+                   "4 on CPU")
+    p.add_argument("--linear", default=DEFAULT_LINEAR,
+                   help="the linearized model: a checkpoint folder or a spec (bench/specs.py), e.g. gdn-default")
+    p.add_argument("--rows", default=";".join(ROWS),
+                   help=f"';'-separated rows to run, of {list(ROWS)} (linear = the --linear model)")
+    p.add_argument("--parity", type=int, default=0, help="compare batched vs alone on this many samples (0: off)")
+    p.add_argument("--dtype", default=None, help="bfloat16 (default on CUDA) or float32 (default on CPU)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--data-dir", default=None, help="RULER data folder (default $GOLINEAR_DATA or ../shared/data)")
+    p.add_argument("--out-dir", default=None, help="folder for generation.csv/.md (default: <repo>/leaderboards)")
+    p.add_argument("--seed", type=int, default=42, help="RULER sample seed (the suite's default 42)")
+
+
+def _repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def _check(args):
+    """Fill the device-dependent defaults and validate every option before any loading."""
+    from bench.lm_backend import check_device, default_device
+    from tasks.ruler import check_seq_length
+    args.device = check_device(args.device or default_device())
+    cuda = args.device.startswith("cuda")
+    args.dtype = args.dtype or ("bfloat16" if cuda else "float32")
+    if args.dtype not in ("bfloat16", "float32", "float16"):
+        raise ValueError(f"--dtype {args.dtype!r}; allowed: bfloat16, float32, float16")
+    args.context_length = check_seq_length(args.context_length or (4096 if cuda else 2048))
+    args.samples = args.samples if args.samples is not None else (200 if cuda else 20)
+    args.sequential_samples = (args.sequential_samples if args.sequential_samples is not None else (20 if cuda else 5))
+    if args.samples < 1 or args.sequential_samples < 0 or args.parity < 0:
+        raise ValueError(f"--samples {args.samples} must be >= 1, --sequential-samples {args.sequential_samples} and "
+                         f"--parity {args.parity} >= 0")
+    bs = str(args.batch_size or (32 if cuda else 4))
+    if bs != "auto" and not (bs.isdigit() and int(bs) >= 1):
+        raise ValueError(f"--batch-size {args.batch_size!r}; allowed: a positive integer or auto")
+    args.batch_size = bs if bs == "auto" else int(bs)
+    args.rows = [r.strip() for r in args.rows.split(";") if r.strip()]
+    bad = [r for r in args.rows if r not in ROWS]
+    if bad or not args.rows:
+        raise ValueError(f"--rows {bad or args.rows}: allowed {list(ROWS)}")
+    from bench.specs import parse_model_spec
+    args.linear_spec = parse_model_spec(args.linear)
+    if args.linear_spec.is_full_attention:
+        raise ValueError(f"--linear {args.linear!r} is full attention; give a linearized spec or checkpoint")
+    if args.data_dir is not None and not Path(args.data_dir).is_dir():
+        raise FileNotFoundError(f"--data-dir {args.data_dir!r} does not exist")
+
+
+def _requests(args, tokenizer):
+    from lm_eval.api.instance import Instance
+    from tasks.ruler.cache import cached_samples
+    rows = cached_samples(TASK, tokenizer, max_seq_length=args.context_length, num_samples=args.samples,
+                          seed=args.seed, data_dir=args.data_dir)
+    reqs = [Instance("generate_until", row, (row["prompt"], {"until": [], "max_gen_toks": row["max_gen_toks"],
+                                                             "do_sample": False, "temperature": 0.0}), i)
+            for i, row in enumerate(rows)]
+    return rows, reqs
+
+
+def _sync(device: str):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _timed(lm, reqs, device):
+    _sync(device)
+    t0 = time.perf_counter()
+    outs = lm.generate_until(reqs, disable_tqdm=True)
+    _sync(device)
+    return outs, time.perf_counter() - t0
+
+
+def _warm(lm, reqs, device):
+    """One untimed batch with a few new tokens: compiles the kernels and captures the decode graph of this shape."""
+    from lm_eval.api.instance import Instance
+    bs = lm.batch_size if isinstance(lm.batch_size, int) else 1
+    warm = [Instance("generate_until", r.doc, (r.args[0], {**r.args[1], "max_gen_toks": 4}), r.idx)
+            for r in reqs[:bs]]
+    _timed(lm, warm, device)
+
+
+def _plan(args):
+    """(row label, backend, model args, samples) per requested row."""
+    lin = args.linear_spec
+    name = lin.label or Path(args.linear).name
+    if args.linear == DEFAULT_LINEAR:
+        name = f"gdn-default ({name})"
+    plan = {"full": ("full", "golinear-hf", {"generation": "hf"}, args.samples),
+            "full-static": ("full-static", "golinear-hf", {"generation": "batched"}, args.samples),
+            "linear": (name, "linearized", {**lin.model_args(), "generation": "batched"}, args.samples),
+            "linear-sequential": (f"{name}-sequential", "linearized", {**lin.model_args(), "generation": "sequential"},
+                                  min(args.sequential_samples, args.samples))}
+    return [plan[r] for r in args.rows if plan[r][3] > 0]
+
+
+def run(args) -> tuple[list[dict], list[dict]]:
+    from bench.lm_backend import make_lm
+    from bench.runner import git_state
+    from tasks.ruler import score
+    commit = git_state().get("commit") or ""
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    device_label = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
+    rows, parity, batched = [], [], {}
+    data_rows = reqs = None
+    for label, backend, margs, n in _plan(args):
+        lm = make_lm(backend, **margs, dtype=args.dtype, device=args.device, batch_size=args.batch_size)
+        if reqs is None:
+            data_rows, reqs = _requests(args, lm.tokenizer)
+        row = dict(model="smollm2-135m", config=label, device=device_label, dtype=args.dtype,
+                   context_length=args.context_length, batch_size=args.batch_size, generation=margs["generation"],
+                   samples=n, commit=commit, date=date,
+                   note="one prompt at a time (old path), own sample cap" if margs["generation"] == "sequential" else "")
+        try:
+            _warm(lm, reqs, args.device)
+            outs, wall = _timed(lm, reqs[:n], args.device)
+        except (torch.OutOfMemoryError, ValueError) as e:  # a batch that does not fit: recorded, the rest goes on
+            row.update(status=f"failed: {str(e).splitlines()[0][:200]}")
+            rows.append(row)
+            print(f"{label}: {row['status']}", flush=True)
+            del lm
+            _free(args.device)
+            continue
+        tokens = sum(len(lm.tokenizer(o, add_special_tokens=False)["input_ids"]) for o in outs)
+        row.update(samples_per_s=n / wall, tokens_per_s=tokens / wall, wall_s=wall, new_tokens=tokens,
+                   score=score(TASK, outs, [r["outputs"] for r in data_rows[:n]]), status="ok")
+        rows.append(row)
+        print(f"{label}: {n} samples in {wall:.1f} s ({n / wall:.2f} samples/s, {tokens / wall:.1f} tokens/s), "
+              f"score {row['score']}", flush=True)
+        batched[margs["generation"], backend] = outs
+        if backend == "linearized" and margs["generation"] == "batched" and args.parity:
+            m = min(args.parity, n)
+            lm.batch_size_per_gpu = 1  # each prompt alone, same decoder
+            alone, _ = _timed(lm, reqs[:m], args.device)
+            parity.append(_parity_row(row, f"batch size 1 (same decoder), {m} samples", outs[:m], alone))
+        if margs["generation"] == "sequential" and ("batched", "linearized") in batched:
+            parity.append(_parity_row(row, "one at a time (old path: HF generate)",
+                                      batched["batched", "linearized"][:n], outs))
+        del lm
+        _free(args.device)
+    return rows, parity
+
+
+def _parity_row(row, reference, got, want) -> dict:
+    same = sum(a == b for a, b in zip(got, want))
+    out = {k: row[k] for k in ("model", "device", "dtype", "context_length", "batch_size", "commit", "date")}
+    print(f"parity vs {reference}: {same}/{len(got)} identical", flush=True)
+    return dict(out, reference=reference, samples=len(got), identical=same, fraction=same / len(got))
+
+
+def _free(device):
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
+# ----------------------------------------------------------------------------------------------- outputs
+def merge(csv_path: Path, rows: list[dict], columns: list[str], key: list[str]):
+    """Existing rows with the same key are replaced; the file is written whole (temp file, then rename)."""
+    import pandas as pd
+    new = pd.DataFrame(rows, columns=columns)
+    if csv_path.exists():
+        old = pd.read_csv(csv_path)
+        keys = set(map(tuple, new[key].astype(str).values))
+        old = old[[tuple(r) not in keys for r in old[key].astype(str).values]]
+        new = pd.concat([old, new], ignore_index=True)
+    tmp = csv_path.with_suffix(".tmp")
+    new.to_csv(tmp, index=False)
+    tmp.replace(csv_path)
+    return new
+
+
+def render(df, parity) -> str:
+    """Markdown: one table per (device, dtype, context length), speed-ups of the linear row over the others."""
+    lines = ["# Generation throughput (S-NIAH-1, `golinear generation`)", "",
+             "Real S-NIAH-1 prompts through the lm-eval backends' `generate_until` (greedy, 128 new tokens at most, "
+             "stop at EOS), timed after a warm-up batch. `full`: lm-eval's batched HF generate; `full-static`: the "
+             "backbone through the static-cache decoder (models/fast_decode.py); the linear rows: batched on that "
+             "decoder, or one prompt at a time through HF generate (`-sequential`, its own sample cap). "
+             "tokens/s counts the returned text re-tokenized. Produced by `golinear generation`; see "
+             "docs/generation.md.", ""]
+    for (device, dtype, ctx), g in df.groupby(["device", "dtype", "context_length"], sort=False):
+        ok = g[g.status == "ok"]
+        lin = ok[~ok.config.str.endswith("-sequential") & ~ok.config.str.startswith("full")]
+        base = lin.samples_per_s.iloc[-1] if len(lin) else None
+        lines += [f"## {device}, {dtype}, {ctx} tokens", "",
+                  "| config | generation | batch | samples | samples/s | tokens/s | wall s | score | linear speed-up | status | commit |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+        for _, r in g.iterrows():
+            up = f"{base / r.samples_per_s:.2f}x" if base and r.status == "ok" and r.samples_per_s > 0 else ""
+            num = (lambda v, f: "" if v != v else format(v, f))  # noqa: E731  (NaN -> blank)
+            lines.append(f"| {r.config} | {r.generation} | {r.batch_size} | {r.samples} | {num(r.samples_per_s, '.3f')} "
+                         f"| {num(r.tokens_per_s, '.1f')} | {num(r.wall_s, '.1f')} | {num(r.score, '.2f')} | {up} | "
+                         f"{r.status} | {str(r.commit)[:7]} |")
+        lines.append("")
+    if parity is not None and len(parity):
+        lines += ["## Parity: batched vs each prompt alone (identical generated text)", "",
+                  "| device | dtype | context | batch | reference | samples | identical | fraction | commit |",
+                  "|---|---|---:|---:|---|---:|---:|---:|---|"]
+        for _, r in parity.iterrows():  # (r["dtype"]: a Series' .dtype is its own)
+            lines.append(f"| {r['device']} | {r['dtype']} | {r['context_length']} | {r['batch_size']} | {r['reference']} "
+                         f"| {r['samples']} | {r['identical']} | {r['fraction']:.3f} | {str(r['commit'])[:7]} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    _check(args)
+    out_dir = Path(args.out_dir) if args.out_dir else _repo_root() / "leaderboards"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows, parity = run(args)
+    df = merge(out_dir / "generation.csv", rows, COLUMNS, KEY)
+    par = merge(out_dir / "generation_parity.csv", parity, PARITY_COLUMNS, PARITY_KEY) if parity else None
+    if par is None and (out_dir / "generation_parity.csv").exists():
+        import pandas as pd
+        par = pd.read_csv(out_dir / "generation_parity.csv")
+    (out_dir / "generation.md").write_text(render(df, par))
+    print(f"wrote {out_dir / 'generation.csv'} and generation.md", flush=True)
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
