@@ -95,19 +95,35 @@ def test_lm_eval_python_api_by_name(backend_runs, manager):
 
 
 @pytest.mark.slow
-def test_linearized_generation_ignores_padding(backend_runs):
-    """Each sequence is generated without its left padding: batched output = one-at-a-time output."""
+def test_batched_generation_equals_one_at_a_time(backend_runs):
+    """lm-eval's generate_until on prompts of different lengths (left-padded by HFLM): the batched static-cache
+    decoder gives, for each prompt, the text HF generate gives it alone (the old path), stop strings included."""
     name, lm, _ = backend_runs
-    if name != "linearized":
-        pytest.skip("full attention uses HFLM's padded batch generation")
-    contexts = ["Once upon a time, in a small village by the sea, there lived an", "1, 2, 3, 4,"]
-    reqs = [Instance("generate_until", {}, (c, {"until": ["\n"], "max_gen_toks": 3, "do_sample": False}), i)
+    contexts = ["Once upon a time, in a small village by the sea, there lived an", "1, 2, 3, 4,",
+                "The capital of France is Paris. The capital of Italy is"]
+    reqs = [Instance("generate_until", {}, (c, {"until": ["\n", " and"], "max_gen_toks": 12, "do_sample": False}), i)
             for i, c in enumerate(contexts)]
     outs = {}
-    for bs in (1, 2):  # batch size 1 = HF greedy decoding of each unpadded context
-        lm.batch_size_per_gpu = bs
-        outs[bs] = lm.generate_until(reqs, disable_tqdm=True)
-    assert outs[1] == outs[2] and any(outs[1])
+    lm.batch_size_per_gpu = 3
+    for mode in ("sequential", "batched"):
+        lm.generation = mode
+        outs[mode] = lm.generate_until(reqs, disable_tqdm=True)
+    lm.generation = B.GENERATION[name][0]
+    assert outs["batched"] == outs["sequential"] and all(outs["batched"])
+
+
+@pytest.mark.slow
+def test_prompt_longer_than_max_length_is_an_error(backend_runs):
+    """No silent left cut: the error names the prompt's length and the limit."""
+    name, lm, _ = backend_runs
+    lm._max_length, old = 24, lm._max_length
+    try:
+        req = Instance("generate_until", {}, ("word " * 40, {"until": ["\n"], "max_gen_toks": 8}), 0)
+        with pytest.raises(ValueError, match=r"prompt of \d+ tokens is longer than the 16 this model allows "
+                                             r"\(max_length 24 - 8 tokens to generate\)"):
+            lm.generate_until([req], disable_tqdm=True)
+    finally:
+        lm._max_length = old
 
 
 # ------------------------------------------------------------------ bad input, before any evaluation
@@ -121,6 +137,8 @@ def test_linearized_generation_ignores_padding(backend_runs):
     ("golinear-hf", {"mechanism": "gdn"}, ValueError, "golinear-hf is full attention"),
     ("linearized", {"checkpoint": "/no/such/ckpt"}, FileNotFoundError, "/no/such/ckpt"),
     ("linearized", {"mechanism": "gdn", "full_layers": "1+x"}, ValueError, "full_layers"),
+    ("linearized", {"mechanism": "gdn", "generation": "hf"}, ValueError, r"generation='hf' for 'linearized'; allowed"),
+    ("golinear-hf", {"generation": "beam"}, ValueError, r"generation='beam' for 'golinear-hf'; allowed"),
 ])
 def test_bad_model_input(backend, args, error, match):
     with pytest.raises(error, match=match):
