@@ -877,7 +877,7 @@ def finished_run(out: Path, args, cfg: TrainConfig, opts: dict) -> bool:
     A finished run of other settings is an error (use another --out, or --force to replace it)."""
     from models.linearize import LinearizeConfig
     record_path = out / CONFIG_FILE
-    if args.force or (out / STATE_FILE).exists() or not record_path.exists():
+    if args.force or not record_path.exists():
         return False
     record = read_json(record_path)
     if not (record.get("summary") or {}).get("finished") or not (out / "new_params.safetensors").exists():

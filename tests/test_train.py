@@ -315,3 +315,11 @@ def test_rerunning_a_finished_train_command_does_not_retrain(tmp_path, capsys):
     assert weights.stat().st_mtime_ns != before[1]
     steps = [r["step"] for r in train_mod.read_log(tmp_path / "run" / train_mod.LOG_FILE)]
     assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_finished_run_kept_with_its_state_is_still_finished(tmp_path, capsys):
+    assert _cli_train(tmp_path, "--steps", "4", "--keep-state") == 0
+    weights = tmp_path / "run" / "new_params.safetensors"
+    mtime = weights.stat().st_mtime_ns
+    assert _cli_train(tmp_path, "--steps", "4", "--keep-state") == 0
+    assert "already holds this finished run" in capsys.readouterr().out and weights.stat().st_mtime_ns == mtime
