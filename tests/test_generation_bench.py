@@ -1,0 +1,38 @@
+"""`golinear generation` (bench/generation.py): bad input fails in one line before any model or data is loaded;
+rows merge by key. (The full CPU run, 20 S-NIAH-1 samples at 2K on the real SmolLM2, takes ~30 min on 2 cores:
+its rows are in leaderboards/generation.csv; scripts/gpu/generation_bench.sh runs it on the H200.)"""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from bench import generation
+from bench.cli import main as cli
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--context-length", "100"], "--context-length 100: max_seq_length 100 not allowed; use an integer from 1024 to 32768"),
+    (["--samples", "0"], "--samples 0 must be >= 1"),
+    (["--batch-size", "big"], "--batch-size 'big'; allowed: a positive integer or auto"),
+    (["--rows", "full;fast"], "--rows ['fast']: allowed"),
+    (["--linear", "full"], "--linear 'full' is full attention"),
+    (["--dtype", "int8"], "--dtype 'int8'; allowed"),
+    (["--data-dir", "/no/such/folder"], "--data-dir '/no/such/folder' does not exist"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, needle, tmp_path, capsys):
+    assert cli(["generation", "--device", "cpu", "--out-dir", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_rows_merge_by_key(tmp_path):
+    path = tmp_path / "generation.csv"
+    row = dict(model="m", config="full", device="cpu", dtype="float32", context_length=2048, batch_size=4,
+               generation="hf", samples=20, samples_per_s=1.0, status="ok")
+    generation.merge(path, [row, dict(row, config="full-static")], generation.COLUMNS, generation.KEY)
+    df = generation.merge(path, [dict(row, samples_per_s=2.0)], generation.COLUMNS, generation.KEY)
+    assert len(pd.read_csv(path)) == 2 == len(df)
+    assert df.set_index("config").samples_per_s.to_dict() == {"full-static": 1.0, "full": 2.0}
+    md = generation.render(df, None)
+    assert "| full | hf | 4 | 20 | 2.000 |" in md
