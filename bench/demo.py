@@ -4,7 +4,9 @@
    8 sinks + short conv): new parameters, cache budget, decode-cache memory, and perplexity on a held-out
    passage of the books corpus (the recipe is labelled untrained unless a checkpoint is given).
 2. Evaluates both on a quick subset of every suite (`golinear run` cells in `--store`) and renders the
-   leaderboard into `--out`.
+   leaderboard into `--out`. The subset is sized for a 2-core CPU (minutes, < 3 GB): a few documents per
+   standard task, one MMLU category (one question per subject, 5-shot), one long-context sample per task
+   at 1K tokens, skipping the tasks whose documents cannot fit that length (RULER's QA needs 2K).
 """
 from __future__ import annotations
 
@@ -69,48 +71,124 @@ def summary_rows(checkpoint: str | None, n_tokens: int, data_dir=None) -> list[d
     return rows
 
 
+MMLU_CATEGORIES = ("social_sciences", "humanities", "other", "stem", "all")
+
+
 def add_arguments(p):
     p.add_argument("--checkpoint", default=None,
                    help="trained checkpoint of the default recipe (default: the shipped one if present, "
                         "else an untrained conversion)")
     p.add_argument("--tokens", type=int, default=512, help="held-out passage length for perplexity")
-    p.add_argument("--limit", type=int, default=8, help="documents per standard task (MMLU: per subject, 1)")
-    p.add_argument("--long-samples", type=int, default=2, help="samples per S-NIAH/RULER task")
-    p.add_argument("--context-length", type=int, default=2048,
-                   help="S-NIAH/RULER context length (HQA needs >= 2048 with SmolLM2)")
-    p.add_argument("--suites", default="cr,mmlu,lambada,sniah,ruler")
-    p.add_argument("--store", default="runs/demo/store")
-    p.add_argument("--out", default="runs/demo/leaderboards")
-    p.add_argument("--data-dir", default=None)
-    p.add_argument("--batch-size", type=int, default=8, help="lm-eval batch size (scores do not depend on it)")
+    p.add_argument("--limit", type=int, default=4, help="documents per standard task (CR, LAMBADA)")
+    p.add_argument("--mmlu", choices=MMLU_CATEGORIES, default="social_sciences",
+                   help="MMLU subjects evaluated (one question each, 5-shot): one category (12-19 subjects) "
+                        "or all 57")
+    p.add_argument("--long-samples", type=int, default=1, help="samples per S-NIAH/RULER task")
+    p.add_argument("--context-length", type=int, default=1024,
+                   help="S-NIAH/RULER context length; tasks that cannot fit it are skipped with a note "
+                        "(RULER's HQA/SQA need >= 2048 with SmolLM2)")
+    p.add_argument("--suites", default="cr,mmlu,lambada,sniah,ruler",
+                   help="comma-separated suites to evaluate, from cr, mmlu, lambada, sniah, ruler")
+    p.add_argument("--store", default="runs/demo/store", help="result store folder (finished cells are skipped)")
+    p.add_argument("--out", default="runs/demo/leaderboards", help="folder for the rendered leaderboard")
+    p.add_argument("--data-dir", default=None,
+                   help="local data folder (default: $GOLINEAR_DATA, else ../shared/data if it exists, else the Hub)")
+    p.add_argument("--batch-size", type=int, default=1,
+                   help="lm-eval batch size (scores do not depend on it; memory grows with it: 5-shot MMLU "
+                        "logits are batch x prompt length x 49,152 floats)")
     p.add_argument("--skip-eval", action="store_true", help="only the model summary (step 1)")
+
+
+def mmlu_entry(category: str) -> dict:
+    """The MMLU column's task: the whole benchmark or one category's group (still shown as MMLU)."""
+    task = "golinear_mmlu" if category == "all" else f"golinear_mmlu_{category}"
+    return {"task": task, "metric": "acc", "display": "MMLU", "num_fewshot": 5}
+
+
+def fitting_long_tasks(suite: str, context_length: int, data_dir) -> tuple[list[str], list[str]]:
+    """(tasks of a long-context suite whose samples fit the length, tasks that do not), by building one
+    sample each as the runner would (cached, so the evaluation reuses it)."""
+    from tasks.ruler import SUITES, build_samples
+    fit, skipped = [], []
+    for task in SUITES[suite]:
+        try:
+            build_samples(task, "smollm2-135m", max_seq_length=context_length, num_samples=1, seed=42,
+                          data_dir=data_dir)
+            fit.append(task)
+        except ValueError as e:
+            skipped.append(f"{task} ({str(e).splitlines()[0]})")
+    return fit, skipped
+
+
+def jobs(args, suites: list[str]) -> list[tuple[str, list[str], dict]]:
+    """(what, suites, run_matrix keywords) for each evaluation the demo runs."""
+    from bench import runner
+    data_dir = runner.check_data_dir(args.data_dir if args.data_dir is not None else runner.default_data_dir())
+    out = []
+    standard = [s for s in suites if s in ("cr", "lambada")]
+    if standard:
+        out.append((f"{'+'.join(standard)}: {args.limit} documents per task", standard, {"limit": args.limit}))
+    if "mmlu" in suites:
+        out.append((f"mmlu ({args.mmlu.replace('_', ' ')}): 1 question per subject, 5-shot", ["mmlu"],
+                    {"limit": 1, "extra_suites": {"mmlu": [mmlu_entry(args.mmlu)]}}))
+    long = [s for s in suites if s in runner.LONG_SUITES]
+    extra, skipped = {}, []
+    for suite in long:
+        fit, skip = fitting_long_tasks(suite, args.context_length, data_dir)
+        extra[suite], skipped = fit, skipped + skip
+    for task in skipped:
+        print(f"skipped at --context-length {args.context_length}: {task}")
+    long = [s for s in long if extra[s]]
+    if long:
+        out.append((f"{'+'.join(long)}: {args.long_samples} sample(s) per task at {args.context_length} tokens", long,
+                    {"limit": args.long_samples, "num_samples": args.long_samples,
+                     "context_length": args.context_length, "extra_suites": {s: extra[s] for s in long}}))
+    return out
+
+
+def quiet_progress_bars():
+    """Weight-loading and dataset-mapping bars say nothing a demo user needs; the cell and request bars stay."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
 
 
 def main(args) -> int:
     checkpoint = args.checkpoint
     if checkpoint is None and (DEFAULT_CHECKPOINT / "config.json").exists():
         checkpoint = str(DEFAULT_CHECKPOINT)
-    if args.tokens < 2:
-        raise ValueError(f"--tokens {args.tokens}: need at least 2 tokens")
+    for name in ("tokens", "limit", "long_samples", "batch_size"):
+        if getattr(args, name) < (2 if name == "tokens" else 1):
+            raise ValueError(f"--{name.replace('_', '-')} {getattr(args, name)}: "
+                             f"need at least {2 if name == 'tokens' else 1}")
+    from tasks.ruler import check_seq_length
+    try:
+        check_seq_length(args.context_length)
+    except ValueError as e:
+        raise ValueError(f"--context-length {args.context_length}: {e}") from None
+    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    from bench import leaderboard, runner
+    bad = [s for s in suites if s not in runner.ALL_SUITES]
+    if bad or not suites:
+        raise ValueError(f"--suites {args.suites!r}; allowed: {', '.join(runner.ALL_SUITES)}")
+    quiet_progress_bars()
     print(tabulate(summary_rows(checkpoint, args.tokens, args.data_dir), headers="keys", tablefmt="github"))
     if args.skip_eval:
         return 0
-    from bench import leaderboard, runner
     if checkpoint:  # a relative path keeps leaderboard labels short and clone-independent
         rel = os.path.relpath(checkpoint)
         checkpoint = rel if not rel.startswith("..") else checkpoint
-    recipe = f"checkpoint={checkpoint}" if checkpoint else "gdn-default"
-    models = ["full", recipe]
-    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
-    standard = [s for s in suites if s in runner.STANDARD_SUITES and s != "mmlu"]
-    long = [s for s in suites if s in runner.LONG_SUITES]
-    jobs = [(standard, args.limit, {}), (["mmlu"] if "mmlu" in suites else [], 1, {}),
-            (long, args.long_samples, {"context_length": args.context_length, "num_samples": args.long_samples})]
-    for job_suites, limit, extra in jobs:
-        if job_suites:
-            runner.run_matrix(models, job_suites, args.store, limit=limit, data_dir=args.data_dir,
-                              batch_size=args.batch_size, **extra)
+    models = ["full", f"checkpoint={checkpoint}" if checkpoint else "gdn-default"]
+    for what, job_suites, kwargs in jobs(args, suites):
+        t0 = time.time()
+        print(f"\n== {what}", flush=True)
+        s = runner.run_matrix(models, job_suites, args.store, data_dir=args.data_dir, batch_size=args.batch_size,
+                              **kwargs)
+        print(f"   {s.evaluated} cells evaluated, {s.skipped} already in the store, {time.time() - t0:.0f} s",
+              flush=True)
     leaderboard.render(args.store, args.out)
+    print()
     for name in ("standard.md", "sniah.md", "ruler.md"):  # the measured rows (reported ones are in the files)
         md = Path(args.out) / name
         if md.exists():
@@ -119,4 +197,5 @@ def main(args) -> int:
                                                                    or ln.startswith("|:"))]
             print("\n".join([lines[0], *table, ""]))
     print(f"leaderboards written to {args.out}/ (cells in {args.store}; re-running skips finished cells)")
+    print("A full run adds every document, all 57 MMLU subjects and 4K-token long context: see docs/demo.md.")
     return 0

@@ -1,0 +1,63 @@
+"""`golinear demo`'s plan (bench/demo.py): the quick subset of every suite, and its input checks."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from bench import demo
+from bench.cli import main as cli
+
+
+def _args(**kw):
+    p = argparse.ArgumentParser()
+    demo.add_arguments(p)
+    args = p.parse_args([])
+    for k, v in kw.items():
+        setattr(args, k, v)
+    return args
+
+
+def test_default_plan_covers_every_suite_and_skips_only_what_cannot_fit(capsys):
+    plan = demo.jobs(_args(), ["cr", "mmlu", "lambada", "sniah", "ruler"])
+    assert [suites for _, suites, _ in plan] == [["cr", "lambada"], ["mmlu"], ["sniah", "ruler"]]
+    standard, mmlu, long = (kw for _, _, kw in plan)
+    assert standard == {"limit": 4}
+    assert mmlu["limit"] == 1 and mmlu["extra_suites"]["mmlu"][0]["task"] == "golinear_mmlu_social_sciences"
+    assert long["context_length"] == 1024 and long["num_samples"] == long["limit"] == 1
+    from tasks.ruler import SUITES
+    assert long["extra_suites"]["sniah"] == SUITES["sniah"]
+    skipped = {"golinear_ruler_hqa", "golinear_ruler_sqa"}  # their documents need 2K tokens with SmolLM2
+    assert long["extra_suites"]["ruler"] == [t for t in SUITES["ruler"] if t not in skipped]
+    out = capsys.readouterr().out
+    assert all(f"skipped at --context-length 1024: {t} (" in out for t in skipped)
+
+
+def test_at_2k_every_long_task_runs(capsys):
+    from tasks.ruler import SUITES
+    (_, _, long), = demo.jobs(_args(context_length=2048), ["ruler"])
+    assert long["extra_suites"] == {"ruler": SUITES["ruler"]} and "skipped" not in capsys.readouterr().out
+
+
+def test_mmlu_choice_names_a_registered_group_shown_as_mmlu():
+    from bench.runner import build_task_manager, default_data_dir, resolve_suites
+    known = set(build_task_manager(default_data_dir()).all_tasks)
+    for category in demo.MMLU_CATEGORIES:
+        entry = demo.mmlu_entry(category)
+        assert entry["task"] in known
+        (resolved,) = resolve_suites(["mmlu"], {"mmlu": [entry]})
+        assert (resolved.display, resolved.num_fewshot, resolved.suite) == ("MMLU", 5, "mmlu")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--context-length", "100"], "--context-length 100"),
+    (["--suites", "cr,foo"], "--suites 'cr,foo'"),
+    (["--limit", "0"], "--limit 0"),
+    (["--mmlu", "law"], "invalid choice"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
+    try:
+        rc = cli(["demo", "--skip-eval", *argv])
+    except SystemExit as e:  # argparse's own choices check
+        rc = e.code
+    assert rc == 2 and needle in capsys.readouterr().err
