@@ -142,7 +142,7 @@ class GolinearHF(HFLM):
     def __init__(self, base=None, dtype="float32", device=None, batch_size=1, max_length=None, seed=0, **kwargs):
         args = check_model_args(self.BACKEND, {"base": base, "dtype": dtype, "device": device, **kwargs})
         self.generation = args.pop("generation")
-        self._decoder = None
+        self._decoders = {}  # batch size -> FastDecoder: one set of static buffers and one CUDA graph per shape
         spec = {k: args.pop(k) for k in ("base", *LINEAR_ARGS, "dtype", "device") if k in args}
         if spec.get("base") is None:
             spec.pop("base", None)  # load_model's default, or the checkpoint's own base
@@ -235,19 +235,20 @@ class GolinearHF(HFLM):
         if generation_kwargs.get("do_sample") or generation_kwargs.get("num_beams", 1) != 1:
             raise ValueError(f"generation=batched is greedy only; got do_sample={generation_kwargs.get('do_sample')}, "
                              f"num_beams={generation_kwargs.get('num_beams', 1)} (use generation=sequential)")
-        if self._decoder is None:
-            self._decoder = FastDecoder(self.model)
+        decoder = self._decoders.get(len(prompts))
+        if decoder is None:
+            decoder = self._decoders[len(prompts)] = FastDecoder(self.model)
         # full-attention layers get a KV buffer rounded up to 1024 slots: batches of similar widths share a shape
         # (and so one captured graph)
         pad_to = 64 if self.device.type == "cuda" else 1
         width = -(-max(len(p) for p in prompts) // pad_to) * pad_to
-        self._decoder.max_len = -(-(width + new_tokens) // 1024) * 1024
+        decoder.max_len = -(-(width + new_tokens) // 1024) * 1024
         try:
-            return generate_batch(self._decoder, [p.tolist() for p in prompts], new_tokens,
+            return generate_batch(decoder, [p.tolist() for p in prompts], new_tokens,
                                   eos=eos_ids(self.model, self.tokenizer), stop=list(stop),
                                   decode=lambda t: self.tokenizer.decode(t, skip_special_tokens=False), pad_to=pad_to)
         except torch.OutOfMemoryError:
-            self._decoder = None
+            self._decoders.pop(len(prompts), None)
             raise ValueError(f"generation batch of {len(prompts)} prompts (longest {max(len(p) for p in prompts)} "
                              f"tokens + {new_tokens} new) does not fit in {self.device} memory; use a smaller "
                              f"batch_size or batch_size=auto") from None
