@@ -156,7 +156,8 @@ def run(args) -> tuple[list[dict], list[dict]]:
         row = dict(model="smollm2-135m", config=label, device=device_label, dtype=args.dtype,
                    context_length=args.context_length, batch_size=args.batch_size, generation=margs["generation"],
                    samples=n, commit=commit, date=date,
-                   note="one prompt at a time (old path), own sample cap" if margs["generation"] == "sequential" else "")
+                   note="one prompt at a time (old path), own sample cap"
+                   if margs["generation"] == "sequential" else "")
         try:
             _warm(lm, reqs, args.device)
             outs, wall = _timed(lm, reqs[:n], args.device)
@@ -230,12 +231,14 @@ def render(df, parity) -> str:
         lin = ok[~ok.config.str.endswith("-sequential") & ~ok.config.str.startswith("full")]
         base = lin.samples_per_s.iloc[-1] if len(lin) else None
         lines += [f"## {device}, {dtype}, {ctx} tokens", "",
-                  "| config | generation | batch | samples | samples/s | tokens/s | wall s | score | linear speed-up | status | commit |",
+                  "| config | generation | batch | samples | samples/s | tokens/s | wall s | score | linear speed-up "
+                  "| status | commit |",
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
         for _, r in g.iterrows():
             up = f"{base / r.samples_per_s:.2f}x" if base and r.status == "ok" and r.samples_per_s > 0 else ""
             num = (lambda v, f: "" if v != v else format(v, f))  # noqa: E731  (NaN -> blank)
-            lines.append(f"| {r.config} | {r.generation} | {r.batch_size} | {r.samples} | {num(r.samples_per_s, '.3f')} "
+            lines.append(f"| {r.config} | {r.generation} | {r.batch_size} | {r.samples} "
+                         f"| {num(r.samples_per_s, '.3f')} "
                          f"| {num(r.tokens_per_s, '.1f')} | {num(r.wall_s, '.1f')} | {num(r.score, '.2f')} | {up} | "
                          f"{r.status} | {str(r.commit)[:7]} |")
         lines.append("")
@@ -244,7 +247,8 @@ def render(df, parity) -> str:
                   "| device | dtype | context | batch | reference | samples | identical | fraction | commit |",
                   "|---|---|---:|---:|---|---:|---:|---:|---|"]
         for _, r in parity.iterrows():  # (r["dtype"]: a Series' .dtype is its own)
-            lines.append(f"| {r['device']} | {r['dtype']} | {r['context_length']} | {r['batch_size']} | {r['reference']} "
+            lines.append(f"| {r['device']} | {r['dtype']} | {r['context_length']} | {r['batch_size']} "
+                         f"| {r['reference']} "
                          f"| {r['samples']} | {r['identical']} | {r['fraction']:.3f} | {str(r['commit'])[:7]} |")
         lines.append("")
     return "\n".join(lines)

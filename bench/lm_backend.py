@@ -224,7 +224,8 @@ class GolinearHF(HFLM):
                 **dict(generation_kwargs))[0, len(p):] for p in prompts]
         else:
             outs = self._generate_batched(prompts, new_tokens, stop, generation_kwargs)
-        rows = [torch.cat([ids, torch.as_tensor(out, dtype=ids.dtype, device=ids.device)]) for ids, out in zip(context, outs)]
+        rows = [torch.cat([ids, torch.as_tensor(out, dtype=ids.dtype, device=ids.device)])
+                for ids, out in zip(context, outs)]
         width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eot_token_id
         return torch.stack([F.pad(r, (0, width - len(r)), value=pad) for r in rows])

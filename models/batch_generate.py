@@ -38,13 +38,14 @@ class _Row:
         if stop and decode is not None:
             end = self.stop or len(self.tokens)
             if any(s in decode(self.tokens[:end]) for s in stop):  # then find the first token that completes one
-                self.stop = next((i + 1 for i in range(start, end) if any(s in decode(self.tokens[:i + 1]) for s in stop)),
-                                 end)
+                done = (i + 1 for i in range(start, end) if any(s in decode(self.tokens[:i + 1]) for s in stop))
+                self.stop = next(done, end)
 
 
 @torch.no_grad()
 def generate_batch(decoder: FastDecoder, prompts: list[list[int]], max_new_tokens: int, eos: set[int] = frozenset(),
-                   stop: list[str] = (), decode=None, check_every: int | None = None, pad_to: int = 1) -> list[list[int]]:
+                   stop: list[str] = (), decode=None, check_every: int | None = None,
+                   pad_to: int = 1) -> list[list[int]]:
     """Each prompt's greedy continuation (at most max_new_tokens, up to and including its stop token).
 
     prompts: token id lists (at least one token each); eos: stop token ids; stop: stop strings, checked on

@@ -89,11 +89,10 @@ class _LinearLayerState:
     """Static decode buffers of one LinearizedAttention layer (filled by the prefill)."""
 
     def __init__(self):
-        self.buf: dict[str, torch.Tensor] = {}  # sink_k/v [B,s,Hkv,D], ring_k/v [B,w,Hkv,D], ring_pos [w],
+        self.buf: dict[str, torch.Tensor] = {}  # sink_k/v [B,s,Hkv,D], ring_k/v [B,w,Hkv,D], ring_pos [B,w],
         self.lin: dict[str, torch.Tensor] = {}  # ring of linear inputs [B,w,...]
         self.conv: dict[str, torch.Tensor] = {}
         self.state = None  # tensor or (S, Z)
-
 
 
 class _ChunkEnds:
@@ -342,7 +341,7 @@ class FastDecoder:
         B, Tc = x.shape[:2]
         p0, W1 = ends.p0, new.shape[-1]
         if all(n == p0 + Tc for n in ends.rows_lengths):
-            final["conv"] = new if len(ends.rows) == B else _scatter_rows(final.get("conv"), ends.index, new[ends.index], B)
+            final["conv"] = new if ends.all else _scatter_rows(final.get("conv"), ends.index, new[ends.index], B)
             return
         # entry i of [prev | x] is position p0 - W1 + i; a row of length n needs positions n - W1 .. n - 1
         idx = torch.tensor([list(range(n - p0, n - p0 + W1)) for n in ends.rows_lengths], device=x.device)
@@ -373,7 +372,8 @@ class FastDecoder:
         if w > 0:
             changed |= _assign(st.buf, "ring_pos", final["ring_pos"])
             if attn.has_softmax_path:
-                changed |= _assign(st.buf, "ring_k", final["ring_k"].to(dt)) | _assign(st.buf, "ring_v", final["ring_v"].to(dt))
+                for name in ("ring_k", "ring_v"):
+                    changed |= _assign(st.buf, name, final[name].to(dt))
             if attn.lin is not None:
                 for key, val in final["lin"].items():
                     changed |= _assign(st.lin, key, val)

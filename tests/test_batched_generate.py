@@ -44,7 +44,8 @@ def alone(model, prompt, n):
     return out[0, len(prompt):].tolist()
 
 
-CASES = {  # name: (mechanism, LinearizeConfig options, prefill chunk: 0 = whole prompt, small = rows end in different chunks)
+# name: (mechanism, LinearizeConfig options, prefill chunk: 0 = whole prompt, small = rows end in different chunks)
+CASES = {
     "gdn-window-sinks-conv": ("gdn", dict(window=4, sinks=2, short_conv=True), 5),
     "gla-window-sinks-conv": ("gla", dict(window=3, sinks=2, short_conv=True), 0),
     "kgla-window": ("kgla", dict(window=5), 4),

@@ -11,7 +11,8 @@ from bench.cli import main as cli
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["--context-length", "100"], "--context-length 100: max_seq_length 100 not allowed; use an integer from 1024 to 32768"),
+    (["--context-length", "100"],
+     "--context-length 100: max_seq_length 100 not allowed; use an integer from 1024 to 32768"),
     (["--samples", "0"], "--samples 0 must be >= 1"),
     (["--batch-size", "big"], "--batch-size 'big'; allowed: a positive integer or auto"),
     (["--rows", "full;fast"], "--rows ['fast']: allowed"),
