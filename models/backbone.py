@@ -129,6 +129,18 @@ def load_backbone(name_or_path: str = DEFAULT_BACKBONE, dtype: torch.dtype | str
     return model, tok
 
 
+def stored_fingerprint(model: torch.nn.Module, name_or_path: str = DEFAULT_BACKBONE) -> str:
+    """The fingerprint of a loaded backbone's weights as stored (float32), whatever dtype `model` holds them in.
+
+    Checkpoints name their base by this value; a bf16 copy rounds the weights and would hash differently, so a
+    model loaded in another dtype is fingerprinted from a float32 load of the same backbone.
+    """
+    if next(model.parameters()).dtype == torch.float32:
+        return fingerprint(model)
+    reference, _ = load_backbone(name_or_path, dtype=torch.float32, device="cpu")
+    return fingerprint(reference)
+
+
 def random_backbone(name: str, dtype=torch.float32, device="cpu", attn_implementation="sdpa", seed: int = 0):
     """A randomly initialised model with a named configuration (speed-only runs, parameter counts)."""
     config = named_config(name)

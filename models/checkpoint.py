@@ -14,8 +14,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from models.atomic import atomic_path, atomic_write
-from models.backbone import fingerprint, load_backbone
-from models.linearize import LinearizeConfig, count_new_parameters, linearize, new_parameters
+from models.backbone import fingerprint, load_backbone, stored_fingerprint
+from models.linearize import (LinearizeConfig, count_new_parameters, linearize, match_new_parameters_to_backbone,
+                              new_parameters)
 
 WEIGHTS, CONFIG = "new_params.safetensors", "config.json"
 FORMAT_VERSION = 1
@@ -93,10 +94,11 @@ def load_checkpoint(folder: str | os.PathLike, base: str | None = None, dtype: s
     config = read_config(folder)
     base = base or config.get("base") or "smollm2-135m"
     model, tok = load_backbone(base, dtype=dtype, device="cpu")
-    fp = fingerprint(model)
+    fp = stored_fingerprint(model, base)
     apply_checkpoint(model, folder, base_fingerprint=fp)
     cfg = LinearizeConfig.from_dict(config["linearize"])
     info = {"base": base, "base_fingerprint": fp, "checkpoint": str(folder),
             "checkpoint_fingerprint": checkpoint_fingerprint(folder), "linearize": cfg.to_dict(),
             "new_parameters": count_new_parameters(model), "cache_budget": cfg.cache_budget, "trained": True}
+    match_new_parameters_to_backbone(model)
     return model.to(device), tok, info

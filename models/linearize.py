@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from models.backbone import DEFAULT_BACKBONE, check_architecture, fingerprint, load_backbone
+from models.backbone import DEFAULT_BACKBONE, check_architecture, fingerprint, load_backbone, stored_fingerprint
 from models.cache import LinearCache
 from models.layers import LinearizedAttention
 from models.spec import MECHANISMS, SELECTIONS  # the allowed sets live in one place
@@ -169,6 +169,18 @@ def _is_new(name: str) -> bool:
     return ".self_attn.lin." in name or ".self_attn.conv." in name or "lora_" in name
 
 
+def match_new_parameters_to_backbone(model) -> None:
+    """Give the new parameters the frozen backbone's dtype, for inference without autocast.
+
+    linearize() keeps them in fp32 for training (under autocast); a model loaded in bf16 to evaluate would
+    otherwise mix bf16 activations with fp32 gate and feature-map weights (a dtype error in the first matmul).
+    """
+    dtype = model.get_input_embeddings().weight.dtype
+    with torch.no_grad():
+        for p in new_parameters(model).values():
+            p.data = p.data.to(dtype)
+
+
 def count_new_parameters(model) -> int:
     return sum(p.numel() for p in new_parameters(model).values())
 
@@ -213,7 +225,7 @@ def load_model(base: str | None = None, checkpoint: str | None = None, mechanism
         return ckpt.load_checkpoint(checkpoint, base=base, dtype=dtype, device=device)
     base = base or DEFAULT_BACKBONE
     model, tok = load_backbone(base, dtype=dtype, device="cpu")
-    info = {"base": base, "base_fingerprint": fingerprint(model), "checkpoint": None,
+    info = {"base": base, "base_fingerprint": stored_fingerprint(model, base), "checkpoint": None,
             "checkpoint_fingerprint": None, "linearize": None, "new_parameters": 0,
             "cache_budget": math.inf, "trained": False}
     if mechanism is None:
@@ -226,6 +238,7 @@ def load_model(base: str | None = None, checkpoint: str | None = None, mechanism
         linearize(model, cfg, base_name=base)
     info.update(linearize=cfg.to_dict(), new_parameters=count_new_parameters(model),
                 cache_budget=cfg.cache_budget, init_seed=seed)
+    match_new_parameters_to_backbone(model)
     return model.to(device), tok, info
 
 
