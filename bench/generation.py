@@ -140,15 +140,17 @@ def _plan(args):
     return [plan[r] for r in args.rows if plan[r][3] > 0]
 
 
-def run(args) -> tuple[list[dict], list[dict]]:
+def run(args, publish) -> tuple[list[dict], list[dict]]:
+    """Every row, then the batch-size-1 parity; publish(rows, parity) after each, so a run stopped by a time limit
+    keeps what it measured."""
     from bench.lm_backend import make_lm
     from bench.runner import git_state
     from tasks.ruler import score
     commit = git_state().get("commit") or ""
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     device_label = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
-    rows, parity, batched = [], [], {}
-    data_rows = reqs = None
+    rows, parity = [], []
+    data_rows = reqs = linear = None
     for label, backend, margs, n in _plan(args):
         lm = make_lm(backend, **margs, dtype=args.dtype, device=args.device, batch_size=args.batch_size)
         if reqs is None:
@@ -165,6 +167,7 @@ def run(args) -> tuple[list[dict], list[dict]]:
             row.update(status=f"failed: {str(e).splitlines()[0][:200]}")
             rows.append(row)
             print(f"{label}: {row['status']}", flush=True)
+            publish(rows, parity)
             del lm
             _free(args.device)
             continue
@@ -174,17 +177,20 @@ def run(args) -> tuple[list[dict], list[dict]]:
         rows.append(row)
         print(f"{label}: {n} samples in {wall:.1f} s ({n / wall:.2f} samples/s, {tokens / wall:.1f} tokens/s), "
               f"score {row['score']}", flush=True)
-        batched[margs["generation"], backend] = outs
-        if backend == "linearized" and margs["generation"] == "batched" and args.parity:
-            m = min(args.parity, n)
-            lm.batch_size_per_gpu = 1  # each prompt alone, same decoder
-            alone, _ = _timed(lm, reqs[:m], args.device)
-            parity.append(_parity_row(row, f"batch size 1 (same decoder), {m} samples", outs[:m], alone))
-        if margs["generation"] == "sequential" and ("batched", "linearized") in batched:
-            parity.append(_parity_row(row, "one at a time (old path: HF generate)",
-                                      batched["batched", "linearized"][:n], outs))
+        if backend == "linearized" and margs["generation"] == "batched":
+            linear = (lm, row, outs)  # kept for the parity runs
+        elif margs["generation"] == "sequential" and linear is not None:
+            parity.append(_parity_row(row, "one at a time (old path: HF generate)", linear[2][:n], outs))
+        publish(rows, parity)
         del lm
         _free(args.device)
+    if linear is not None and args.parity:
+        lm, row, outs = linear
+        m = min(args.parity, len(outs))
+        lm.batch_size_per_gpu = 1  # each prompt alone, same decoder
+        alone, _ = _timed(lm, reqs[:m], args.device)
+        parity.append(_parity_row(row, f"batch size 1 (same decoder), {m} samples", outs[:m], alone))
+        publish(rows, parity)
     return rows, parity
 
 
@@ -202,19 +208,33 @@ def _free(device):
 
 
 # ----------------------------------------------------------------------------------------------- outputs
-def merge(csv_path: Path, rows: list[dict], columns: list[str], key: list[str]):
-    """Existing rows with the same key are replaced; the file is written whole (temp file, then rename)."""
+def _read(path: Path):
+    import pandas as pd
+    return pd.read_csv(path) if path.exists() else None
+
+
+def _merged(old, rows: list[dict], columns: list[str], key: list[str]):
+    """old rows with the same key as a new one dropped, then the new rows."""
     import pandas as pd
     new = pd.DataFrame(rows, columns=columns)
-    if csv_path.exists():
-        old = pd.read_csv(csv_path)
-        keys = set(map(tuple, new[key].astype(str).values))
-        old = old[[tuple(r) not in keys for r in old[key].astype(str).values]]
-        new = pd.concat([old, new], ignore_index=True)
-    tmp = csv_path.with_suffix(".tmp")
-    new.to_csv(tmp, index=False)
-    tmp.replace(csv_path)
-    return new
+    if old is None or not len(old):
+        return new
+    keys = set(map(tuple, new[key].astype(str).values))
+    old = old[[tuple(r) not in keys for r in old[key].astype(str).values]]
+    return pd.concat([old, new], ignore_index=True)
+
+
+def _write_csv(path: Path, df):
+    tmp = path.with_suffix(".tmp")  # written whole, then renamed: never half a file
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
+
+
+def merge(csv_path: Path, rows: list[dict], columns: list[str], key: list[str]):
+    """Merge rows into a CSV by key (existing rows with the same key are replaced); returns the table."""
+    df = _merged(_read(csv_path), rows, columns, key)
+    _write_csv(csv_path, df)
+    return df
 
 
 def render(df, parity) -> str:
@@ -258,12 +278,16 @@ def main(args) -> int:
     _check(args)
     out_dir = Path(args.out_dir) if args.out_dir else _repo_root() / "leaderboards"
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows, parity = run(args)
-    df = merge(out_dir / "generation.csv", rows, COLUMNS, KEY)
-    par = merge(out_dir / "generation_parity.csv", parity, PARITY_COLUMNS, PARITY_KEY) if parity else None
-    if par is None and (out_dir / "generation_parity.csv").exists():
-        import pandas as pd
-        par = pd.read_csv(out_dir / "generation_parity.csv")
-    (out_dir / "generation.md").write_text(render(df, par))
+    before = {name: _read(out_dir / name) for name in ("generation.csv", "generation_parity.csv")}
+
+    def publish(rows, parity):  # the files as they were, plus this run's rows so far
+        df = _merged(before["generation.csv"], rows, COLUMNS, KEY)
+        par = _merged(before["generation_parity.csv"], parity, PARITY_COLUMNS, PARITY_KEY)
+        _write_csv(out_dir / "generation.csv", df)
+        if len(par):
+            _write_csv(out_dir / "generation_parity.csv", par)
+        (out_dir / "generation.md").write_text(render(df, par))
+
+    rows, _ = run(args, publish)
     print(f"wrote {out_dir / 'generation.csv'} and generation.md", flush=True)
     return 0 if all(r["status"] == "ok" for r in rows) else 1
