@@ -72,6 +72,7 @@ def summary_rows(checkpoint: str | None, n_tokens: int, data_dir=None) -> list[d
 
 
 MMLU_CATEGORIES = ("social_sciences", "humanities", "other", "stem", "all")
+MMLU_BATCH = 2  # 2 x 1,061 tokens (the longest social-science prompt) x 49,152 x fp32, twice: 0.8 GB
 
 
 def add_arguments(p):
@@ -93,9 +94,9 @@ def add_arguments(p):
     p.add_argument("--out", default="runs/demo/leaderboards", help="folder for the rendered leaderboard")
     p.add_argument("--data-dir", default=None,
                    help="local data folder (default: $GOLINEAR_DATA, else ../shared/data if it exists, else the Hub)")
-    p.add_argument("--batch-size", type=int, default=1,
-                   help="lm-eval batch size (scores do not depend on it; memory grows with it: 5-shot MMLU "
-                        "logits are batch x prompt length x 49,152 floats)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help=f"lm-eval batch size; 5-shot MMLU uses at most {MMLU_BATCH} (its logits are batch x prompt "
+                        "length x 49,152 floats); scores do not depend on it")
     p.add_argument("--skip-eval", action="store_true", help="only the model summary (step 1)")
 
 
@@ -130,9 +131,12 @@ def jobs(args, suites: list[str]) -> list[tuple[str, list[str], dict]]:
         out.append((f"{'+'.join(standard)}: {args.limit} documents per task", standard, {"limit": args.limit}))
     if "mmlu" in suites:
         out.append((f"mmlu ({args.mmlu.replace('_', ' ')}): 1 question per subject, 5-shot", ["mmlu"],
-                    {"limit": 1, "extra_suites": {"mmlu": [mmlu_entry(args.mmlu)]}}))
+                    {"limit": 1, "extra_suites": {"mmlu": [mmlu_entry(args.mmlu)]},
+                     "batch_size": min(args.batch_size, MMLU_BATCH)}))
     long = [s for s in suites if s in runner.LONG_SUITES]
     extra, skipped = {}, []
+    if long:
+        print(f"building one sample per long-context task at {args.context_length} tokens (do they fit?)", flush=True)
     for suite in long:
         fit, skip = fitting_long_tasks(suite, args.context_length, data_dir)
         extra[suite], skipped = fit, skipped + skip
@@ -144,6 +148,17 @@ def jobs(args, suites: list[str]) -> list[tuple[str, list[str], dict]]:
                     {"limit": args.long_samples, "num_samples": args.long_samples,
                      "context_length": args.context_length, "extra_suites": {s: extra[s] for s in long}}))
     return out
+
+
+def probe_environment_once():
+    """lm-eval re-runs torch's environment probe (pip, conda and lscpu subprocesses: seconds) for every
+    cell, for a report golinear does not keep (the runner records its own provenance); the environment
+    does not change within a run, so the demo probes it once."""
+    import functools
+
+    from torch.utils import collect_env
+    if not hasattr(collect_env.get_pretty_env_info, "cache_info"):
+        collect_env.get_pretty_env_info = functools.cache(collect_env.get_pretty_env_info)
 
 
 def quiet_progress_bars():
@@ -180,11 +195,16 @@ def main(args) -> int:
         rel = os.path.relpath(checkpoint)
         checkpoint = rel if not rel.startswith("..") else checkpoint
     models = ["full", f"checkpoint={checkpoint}" if checkpoint else "gdn-default"]
+    probe_environment_once()
+    from tasks.standard import task_manager
+    # only golinear's tasks run here: lm-eval's thousands of built-in YAMLs need not be indexed
+    tm = task_manager(runner.check_data_dir(args.data_dir if args.data_dir is not None else runner.default_data_dir()),
+                      include_defaults=False)
     for what, job_suites, kwargs in jobs(args, suites):
         t0 = time.time()
         print(f"\n== {what}", flush=True)
-        s = runner.run_matrix(models, job_suites, args.store, data_dir=args.data_dir, batch_size=args.batch_size,
-                              **kwargs)
+        kwargs = {"batch_size": args.batch_size, **kwargs}
+        s = runner.run_matrix(models, job_suites, args.store, data_dir=args.data_dir, task_manager=tm, **kwargs)
         print(f"   {s.evaluated} cells evaluated, {s.skipped} already in the store, {time.time() - t0:.0f} s",
               flush=True)
     leaderboard.render(args.store, args.out)

@@ -1,8 +1,8 @@
 """Log filters for lm-eval messages a golinear user cannot act on (installed by the `golinear` command).
 
-- "Overwriting default num_fewshot of T from 5 to 5": lm-eval logs it for every task and group it is given
-  a shot count for, even when the count does not change (126 lines for 5-shot MMLU); a real change (from
-  0 to 5) still shows.
+- "Overwriting default num_fewshot of T from 5 to 5" (or "from None to 0"): lm-eval logs it for every task
+  and group it is given a shot count for, even when the count does not change (126 lines for 5-shot MMLU;
+  an unset count means 0 to lm-eval); a real change (from 0 to 5, from None to 5) still shows.
 - HFLM's warnings about an already-initialised model ("... Please do not launch via accelerate ...",
   "Passed an already-initialized model ..."): golinear's backends always hand lm-eval their own model, and
   `golinear run` sets up data parallelism itself (bench.runner.attach_data_parallel).
@@ -18,7 +18,10 @@ INITIALISED_MODEL = ("`pretrained` model kwarg is not of type `str`", "Passed an
 class DropUnchangedFewshot(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
-        return not (record.msg == FEWSHOT_MESSAGE and len(args) == 3 and str(args[1]) == str(args[2]))
+        if record.msg != FEWSHOT_MESSAGE or len(args) != 3:
+            return True
+        before, after = ("0" if a is None else str(a) for a in args[1:])
+        return before != after
 
 
 class DropInitialisedModelWarning(logging.Filter):

@@ -46,7 +46,9 @@ def test_lm_eval_noise_is_dropped_and_real_changes_still_show():
     quiet.install()  # idempotent
     assert sum(isinstance(f, quiet.DropUnchangedFewshot) for f in logging.getLogger("lm_eval.evaluator").filters) == 1
     assert _logged("lm_eval.evaluator", quiet.FEWSHOT_MESSAGE, "golinear_mmlu_anatomy", 5, 5) == ""
+    assert _logged("lm_eval.evaluator", quiet.FEWSHOT_MESSAGE, "golinear_piqa", None, 0) == ""
     assert "from 0 to 5" in _logged("lm_eval.evaluator", quiet.FEWSHOT_MESSAGE, "golinear_piqa", 0, 5)
+    assert "from None to 5" in _logged("lm_eval.evaluator", quiet.FEWSHOT_MESSAGE, "golinear_piqa", None, 5)
     warning = ("`pretrained` model kwarg is not of type `str`. Many other model arguments may be ignored. Please do "
                "not launch via accelerate or use `parallelize=True` if passing an existing model this way.")
     assert _logged("lm_eval.models.huggingface", warning) == ""

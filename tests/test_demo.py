@@ -24,6 +24,7 @@ def test_default_plan_covers_every_suite_and_skips_only_what_cannot_fit(capsys):
     standard, mmlu, long = (kw for _, _, kw in plan)
     assert standard == {"limit": 4}
     assert mmlu["limit"] == 1 and mmlu["extra_suites"]["mmlu"][0]["task"] == "golinear_mmlu_social_sciences"
+    assert mmlu["batch_size"] == demo.MMLU_BATCH
     assert long["context_length"] == 1024 and long["num_samples"] == long["limit"] == 1
     from tasks.ruler import SUITES
     assert long["extra_suites"]["sniah"] == SUITES["sniah"]
@@ -40,8 +41,11 @@ def test_at_2k_every_long_task_runs(capsys):
 
 
 def test_mmlu_choice_names_a_registered_group_shown_as_mmlu():
-    from bench.runner import build_task_manager, default_data_dir, resolve_suites
-    known = set(build_task_manager(default_data_dir()).all_tasks)
+    """...in the demo's task manager, which indexes golinear's tasks only."""
+    from bench.runner import default_data_dir, resolve_suites
+    from tasks.standard import task_manager
+    known = set(task_manager(default_data_dir(), include_defaults=False).all_tasks)
+    assert "golinear_mmlu" in known and "hellaswag" not in known  # lm-eval's own tasks are not indexed
     for category in demo.MMLU_CATEGORIES:
         entry = demo.mmlu_entry(category)
         assert entry["task"] in known

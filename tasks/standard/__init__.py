@@ -109,22 +109,26 @@ def compile_templates_once() -> None:
     utils.apply_template = apply_template
 
 
-def task_manager(data_dir=None):
+def task_manager(data_dir=None, include_defaults=True):
     """An lm-eval TaskManager with the built-ins plus tasks/standard (and tasks/ruler if present).
 
-    Built once per data folder and reused: indexing lm-eval's built-in YAMLs takes ~9 s. The
+    Built once per data folder and reused: indexing lm-eval's built-in YAMLs takes ~9 s. Our tasks do
+    not need that index to run (they name the built-in files they mirror by path), so
+    `include_defaults=False` skips it where only golinear tasks are evaluated (`golinear demo`). The
     resolved folder reaches our loaders as the task metadata `golinear_data_dir`.
     """
     resolved = resolve_data_dir(data_dir)
     compile_templates_once()
-    if resolved not in _MANAGERS:
+    key = resolved if include_defaults else (resolved, "golinear tasks only")
+    if key not in _MANAGERS:
         from lm_eval.tasks import TaskManager
         task_logger = logging.getLogger("lm_eval.api.task")
         if not any(isinstance(f, _DropCustomDatasetNotice) for f in task_logger.filters):
             task_logger.addFilter(_DropCustomDatasetNotice())
         include = [str(d) for d in TASK_DIRS if d.is_dir()]
-        _MANAGERS[resolved] = TaskManager(include_path=include, metadata={"golinear_data_dir": resolved})
-    return _MANAGERS[resolved]
+        _MANAGERS[key] = TaskManager(include_path=include, include_defaults=include_defaults,
+                                     metadata={"golinear_data_dir": resolved})
+    return _MANAGERS[key]
 
 
 def validate_tasks(tasks: list[str], manager=None) -> list[str]:
