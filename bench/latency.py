@@ -263,12 +263,13 @@ def _warm_up(run, ids, decoder=None):
 
 
 def _fla_version(device) -> str:
+    """FLA (the optional `gpu` extra) serves CUDA runs only; the row says which version, or nothing."""
+    from importlib.metadata import PackageNotFoundError, version
     if device.type != "cuda":
         return ""
     try:
-        from importlib.metadata import version
         return version("fla-core")
-    except Exception:
+    except PackageNotFoundError:
         return ""
 
 
