@@ -150,4 +150,5 @@ def test_cli_diagnose_then_hybrid_training(tmp_path):
     from models.checkpoint import load_checkpoint
     model, _, _ = load_checkpoint(hybrid, base=str(base))
     assert model.config.golinear["full_layers"] == [hard]
-    assert cli(["diagnose", *common, "--fresh", "gdn:bad"]) == 2  # bad input: one line, exit 2
+    assert cli(["diagnose", *common, "--fresh", "gdn:bad", "--out", str(tmp_path / "bad")]) == 2  # one line, exit 2
+    assert not (tmp_path / "bad").exists()  # rejected before anything is written
