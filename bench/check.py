@@ -27,20 +27,11 @@ TMP_PREFIX = "golinear-check-"
 
 def remove_stale_temp_stores() -> None:
     """Temp stores of `golinear check` runs whose process is gone (killed with SIGKILL: no cleanup ran)."""
+    from bench.store import pid_alive
     for d in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
         pid = d.name[len(TMP_PREFIX):].split("-", 1)[0]
-        if d.is_dir() and pid.isdigit() and not _alive(int(pid)):
+        if d.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(d, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextlib.contextmanager

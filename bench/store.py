@@ -110,7 +110,8 @@ def cell_problem(cell, path: Path | None = None) -> str | None:
     return None
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this machine still runs (a claim's or a temp folder's owner)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -201,7 +202,7 @@ class Store:
                 if owner == me:
                     return True
                 if owner.get("host") == me["host"] and isinstance(owner.get("pid"), int) \
-                        and not _pid_alive(owner["pid"]):
+                        and not pid_alive(owner["pid"]):
                     path.unlink(missing_ok=True)  # its process was killed: take the claim over
                     continue
                 if not owner and time.time() - path.stat().st_mtime > 60:
@@ -223,7 +224,7 @@ class Store:
         if owner == {"pid": os.getpid(), "host": socket.gethostname()}:
             return False
         return not (owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int)
-                    and not _pid_alive(owner["pid"]))
+                    and not pid_alive(owner["pid"]))
 
     def release(self, key: CellKey) -> None:
         (self.claims_dir / f"{key.digest}.claim").unlink(missing_ok=True)
