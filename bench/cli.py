@@ -20,7 +20,7 @@ COMMANDS = {
     "check": ("bench.check", "regression check against a committed baseline"),
     "latency": ("bench.latency", "latency/memory sweep over prompt lengths against full attention"),
     "generation": ("bench.generation", "generation throughput on S-NIAH-1: full attention vs batched linearized"),
-    "train": ("models.train", "train the new parameters of a linearized model (frozen backbone)"),
+    "train": ("models.train_cli", "train the new parameters of a linearized model (frozen backbone)"),
     "diagnose": ("models.diagnostics", "approximation diagnostics: nMSE, key concentration, residuals"),
 }
 

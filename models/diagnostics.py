@@ -231,7 +231,7 @@ def _plt():
 
 
 def _save(fig, path: Path):
-    from models.train import atomic_write_bytes
+    from models.train_utils import atomic_write_bytes
     atomic_write_bytes(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
 
 
@@ -339,7 +339,7 @@ def main(args) -> int:
     from models.backbone import fingerprint, load_backbone
     from models.checkpoint import apply_checkpoint, read_config
     from models.linearize import LinearizeConfig, linearize
-    from models.train import atomic_write_json, seed_everything
+    from models.train_utils import atomic_write_json, seed_everything
 
     from models.spec import check_checkpoint_files, check_linearize
     # every value is checked before any model loads or any file is written

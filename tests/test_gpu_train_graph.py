@@ -14,6 +14,7 @@ import transformers
 
 from models import data as data_mod
 from models import train as train_mod
+from models import train_utils
 
 pytestmark = [
     pytest.mark.gpu,
@@ -94,7 +95,7 @@ def test_graphed_training_matches_eager(tmp_path):
     graphed, _ = _run(tmp_path, "graphed", True)
     eager.train()
     assert graphed.train()["cuda_graph"], graphed.graph_error  # captured, not the eager fallback
-    le, lg = (train_mod.read_log(tmp_path / d / train_mod.LOG_FILE) for d in ("eager", "graphed"))
+    le, lg = (train_utils.read_log(tmp_path / d / train_mod.LOG_FILE) for d in ("eager", "graphed"))
     assert [r["step"] for r in le] == [r["step"] for r in lg] == list(range(2, 13, 2))
     for a, b in zip(le, lg):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-3) and b["lr"] == pytest.approx(a["lr"], rel=1e-6)

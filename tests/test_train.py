@@ -10,6 +10,7 @@ import torch
 
 from models import data as data_mod
 from models import train as train_mod
+from models import train_utils
 from _tiny import tiny_llama, tiny_tokenizer, write_books, write_tiny_backbone
 
 
@@ -120,13 +121,13 @@ def test_loss_falls_and_only_trainable_params_change(tmp_path):
     before = trainer.evaluate(held)
     summary = trainer.train()
     after = trainer.evaluate(held)
-    log = train_mod.read_log(tmp_path / "run" / train_mod.LOG_FILE)
+    log = train_utils.read_log(tmp_path / "run" / train_mod.LOG_FILE)
     assert summary["finished"] and summary["tokens"] == 30 * 2 * 32
     assert [r["step"] for r in log] == [5, 10, 15, 20, 25, 30]
     assert log[-1]["loss"] < log[0]["loss"] - 0.5 and after < before - 0.5
     assert log[-1]["lr"] < 1e-4  # cosine ran to the end
     assert torch.equal(frozen_before, model.model.layers[1].mlp.up_proj.weight)
-    train_mod.plot_loss(log, tmp_path / "run" / "loss.png", heldout={"full": 1.0})
+    train_utils.plot_loss(log, tmp_path / "run" / "loss.png", heldout={"full": 1.0})
     assert (tmp_path / "run" / "loss.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -149,8 +150,8 @@ def test_exact_resume_matches_uninterrupted_run(tmp_path):
     assert t2.train()["finished"]
     for name, p in full.named.items():
         assert torch.equal(p, t2.named[name]), name
-    log_full = train_mod.read_log(tmp_path / "full" / train_mod.LOG_FILE)
-    log_res = train_mod.read_log(tmp_path / "resumed" / train_mod.LOG_FILE)
+    log_full = train_utils.read_log(tmp_path / "full" / train_mod.LOG_FILE)
+    log_res = train_utils.read_log(tmp_path / "resumed" / train_mod.LOG_FILE)
     strip = lambda log: [{k: r[k] for k in ("step", "loss", "lr", "grad_norm")} for r in log]
     assert strip(log_full) == strip(log_res)
 
@@ -164,13 +165,13 @@ def test_resume_truncates_log_to_saved_step(tmp_path):
         f.write(json.dumps({"step": 15, "loss": 9.0}) + "\n")
     t2 = train_mod.Trainer(_stand_in()[0], seqs, _cfg(steps=20, save_every=5), tmp_path / "r")
     t2.try_resume()
-    assert [r["step"] for r in train_mod.read_log(tmp_path / "r" / train_mod.LOG_FILE)] == [5, 10]
+    assert [r["step"] for r in train_utils.read_log(tmp_path / "r" / train_mod.LOG_FILE)] == [5, 10]
 
 
 def test_rng_state_roundtrip():
-    state = train_mod.rng_state()
+    state = train_utils.rng_state()
     a = (torch.rand(3), np.random.rand(), __import__("random").random())
-    train_mod.set_rng_state(state)
+    train_utils.set_rng_state(state)
     b = (torch.rand(3), np.random.rand(), __import__("random").random())
     assert torch.equal(a[0], b[0]) and a[1:] == b[1:]
 
@@ -274,7 +275,7 @@ def test_restart_without_state_drops_the_killed_attempts_log(tmp_path):
     t = train_mod.Trainer(_stand_in()[0], seqs, _cfg(steps=20, log_every=1), tmp_path / "r")
     assert not t.try_resume()
     t.train()
-    steps = [r["step"] for r in train_mod.read_log(tmp_path / "r" / train_mod.LOG_FILE)]
+    steps = [r["step"] for r in train_utils.read_log(tmp_path / "r" / train_mod.LOG_FILE)]
     assert steps == list(range(1, 21))
 
 
@@ -313,7 +314,7 @@ def test_rerunning_a_finished_train_command_does_not_retrain(tmp_path, capsys):
     assert "holds a finished run with other settings (steps)" in capsys.readouterr().err
     assert _cli_train(tmp_path, "--steps", "6", "--force") == 0  # asked for: trained again, log restarted
     assert weights.stat().st_mtime_ns != before[1]
-    steps = [r["step"] for r in train_mod.read_log(tmp_path / "run" / train_mod.LOG_FILE)]
+    steps = [r["step"] for r in train_utils.read_log(tmp_path / "run" / train_mod.LOG_FILE)]
     assert steps == [1, 2, 3, 4, 5, 6]
 
 

@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 
 from _tiny import free_port
 from models import train as train_mod
+from models import train_fsdp, train_utils
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS, SEQ_LEN, ATOL = 8, 32, 1e-5
@@ -77,7 +78,7 @@ def _initial_new_parameters(base: Path) -> dict:
     from models.backbone import load_backbone
     from models.linearize import LinearizeConfig, linearize, new_parameters
     model, _ = load_backbone(str(base))
-    train_mod.seed_everything(0)  # the trainer seeds right before linearizing
+    train_utils.seed_everything(0)  # the trainer seeds right before linearizing
     linearize(model, LinearizeConfig(mechanism="gdn", window=4, sinks=2, short_conv=True, lora=True))
     return {n: p.detach().clone() for n, p in new_parameters(model).items()}
 
@@ -109,8 +110,8 @@ def test_fsdp_shards_trains_and_matches_one_process(runs):
         assert fsdp["results"][key] == pytest.approx(single["results"][key], abs=ATOL), key
     assert fsdp["results"]["heldout_loss_full_attention"] != pytest.approx(fsdp["results"]["heldout_loss_init"])
     # the logged loss is the global batch's: the same curve as the one-process run
-    log_f = train_mod.read_log(tmp / "fsdp" / train_mod.LOG_FILE)
-    log_s = train_mod.read_log(tmp / "single" / train_mod.LOG_FILE)
+    log_f = train_utils.read_log(tmp / "fsdp" / train_mod.LOG_FILE)
+    log_s = train_utils.read_log(tmp / "single" / train_mod.LOG_FILE)
     assert [r["step"] for r in log_f] == [r["step"] for r in log_s] == [2, 4, 6, 8]
     for a, b in zip(log_f, log_s):
         assert a["loss"] == pytest.approx(b["loss"], abs=ATOL) and a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
@@ -136,22 +137,22 @@ def test_fsdp_exact_resume(runs):
     for name in uninterrupted:
         assert torch.equal(resumed[name], uninterrupted[name]), name
     strip = lambda log: [(r["step"], r["loss"], r["lr"]) for r in log]
-    assert strip(train_mod.read_log(out / train_mod.LOG_FILE)) == \
-        strip(train_mod.read_log(tmp / "fsdp" / train_mod.LOG_FILE))
+    assert strip(train_utils.read_log(out / train_mod.LOG_FILE)) == \
+        strip(train_utils.read_log(tmp / "fsdp" / train_mod.LOG_FILE))
 
 
 def test_fsdp_bad_settings():
     with pytest.raises(ValueError, match="this run has 1"):
-        train_mod.fsdp_settings(True, 1, env={})
-    assert train_mod.fsdp_settings(False, 2, env={}) is None
+        train_fsdp.fsdp_settings(True, 1, env={})
+    assert train_fsdp.fsdp_settings(False, 2, env={}) is None
     fsdp_env = {"ACCELERATE_USE_FSDP": "true"}
-    assert train_mod.fsdp_settings(False, 2, env=dict(fsdp_env, FSDP_VERSION="2"))["reshard_after_forward"] is True
+    assert train_fsdp.fsdp_settings(False, 2, env=dict(fsdp_env, FSDP_VERSION="2"))["reshard_after_forward"] is True
     with pytest.raises(ValueError, match="fsdp_version 1"):  # accelerate's default when the config omits it
-        train_mod.fsdp_settings(False, 2, env=dict(fsdp_env, FSDP_VERSION="1"))
+        train_fsdp.fsdp_settings(False, 2, env=dict(fsdp_env, FSDP_VERSION="1"))
     with pytest.raises(ValueError, match="fsdp_offload_params"):
-        train_mod.fsdp_settings(True, 2, env={"FSDP_OFFLOAD_PARAMS": "true"})
+        train_fsdp.fsdp_settings(True, 2, env={"FSDP_OFFLOAD_PARAMS": "true"})
     with pytest.raises(ValueError, match="FSDP_RESHARD_AFTER_FORWARD='SHARD_GRAD_OP'"):
-        train_mod.fsdp_settings(True, 2, env={"FSDP_RESHARD_AFTER_FORWARD": "SHARD_GRAD_OP"})
+        train_fsdp.fsdp_settings(True, 2, env={"FSDP_RESHARD_AFTER_FORWARD": "SHARD_GRAD_OP"})
 
 
 def test_fsdp_refuses_unshardable_parameters():
@@ -161,7 +162,7 @@ def test_fsdp_refuses_unshardable_parameters():
     model = linearize(tiny_llama(320), LinearizeConfig(mechanism="gdn", window=4, sinks=2))
     model.model.layers[0].self_attn.lin.register_parameter("gain", torch.nn.Parameter(torch.tensor(1.0)))
     with pytest.raises(ValueError, match=r"0-dim parameters cannot be sharded: \['model.layers.0.self_attn.lin.gain'\]"):
-        train_mod.shard_model(model, torch.device("cpu"), 2)
+        train_fsdp.shard_model(model, torch.device("cpu"), 2)
 
 
 def test_cli_fsdp_in_one_process_is_a_clear_error(tmp_path, capsys):

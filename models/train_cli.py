@@ -1,0 +1,298 @@
+"""`golinear train` on the command line: options, data preparation, loading (whole or sharded), the
+held-out losses, the run record (`train_config.json`), checkpoint and plot; the loop is models.train."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from models import data as data_mod
+from models.train import CONFIG_FILE, LOG_FILE, PLOT_FILE, STATE_FILE, Trainer, TrainConfig
+from models.train_fsdp import fsdp_settings, load_sharded
+from models.train_utils import atomic_write_json, heldout_loss, plot_loss, read_json, read_log, seed_everything
+
+
+def add_arguments(p) -> None:
+    import argparse
+    d = TrainConfig()
+    g = p.add_argument_group("model")
+    g.add_argument("--base", default="smollm2-135m", help="backbone: smollm2-135m (embedded), hub id or folder")
+    g.add_argument("--mechanism", default="gdn", help="gla | kgla | gdn | hedgehog | none (default gdn)")
+    g.add_argument("--window", type=int, default=56, help="sliding-window tokens (default 56)")
+    g.add_argument("--sinks", type=int, default=8, help="sink tokens (default 8)")
+    g.add_argument("--short-conv", action=argparse.BooleanOptionalAction, default=True,
+                   help="short convolutions on q/k/v (default on)")
+    g.add_argument("--lora", action="store_true", help="LoRA on Wq/Wk/Wv (lr --lora-lr)")
+    g.add_argument("--full-layers", default=None, help="comma-separated layers kept as full attention")
+    g.add_argument("--keep-full", type=float, default=0.0, help="fraction of layers kept as full attention")
+    g.add_argument("--select", default="uniform", help="uniform | hardness (needs --layer-scores)")
+    g.add_argument("--layer-scores", default=None, help="JSON from `golinear diagnose` (layer_scores)")
+    g = p.add_argument_group("data")
+    g.add_argument("--data-dir", default=None, help="data folder (default $GOLINEAR_DATA or ../shared/data)")
+    g.add_argument("--dataset", default=None, help="a Hugging Face dataset instead of the books corpus")
+    g.add_argument("--dataset-config", default=None)
+    g.add_argument("--dataset-split", default="train")
+    g.add_argument("--dataset-files", nargs="*", default=None, help="data_files for local builders (json, text)")
+    g.add_argument("--text-field", default="text")
+    g.add_argument("--heldout-docs", type=int, default=8, help="books held out (smallest sha256 of the id)")
+    g.add_argument("--heldout-fraction", type=float, default=0.01, help="HF datasets: fraction held out by hash")
+    g.add_argument("--tokens", default=None, help="prepared token file (.npz): read if present, else written")
+    g.add_argument("--prepare-only", action="store_true", help="write --tokens and exit")
+    g.add_argument("--prepare-train-tokens", type=int, default=None, help="train tokens to prepare "
+                   "(default: what --steps needs)")
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--seq-len", type=int, default=d.seq_len)
+    g.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per process per step")
+    g.add_argument("--steps", type=int, default=d.steps)
+    g.add_argument("--lr", type=float, default=d.lr)
+    g.add_argument("--lora-lr", type=float, default=d.lora_lr)
+    g.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    g.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
+    g.add_argument("--min-lr-ratio", type=float, default=d.min_lr_ratio)
+    g.add_argument("--grad-clip", type=float, default=d.grad_clip)
+    g.add_argument("--seed", type=int, default=d.seed)
+    g.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="autocast (default: on GPU)")
+    g.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
+                   help="capture the training step in a CUDA graph, which removes the CPU launch overhead that "
+                        "bounds small models (default: on for one CUDA process without FSDP)")
+    g = p.add_argument_group("run")
+    g.add_argument("--out", default=None, help="run folder (default runs/train/<mechanism...>)")
+    g.add_argument("--save-every", type=int, default=d.save_every, help="resume-state interval in steps")
+    g.add_argument("--log-every", type=int, default=d.log_every)
+    g.add_argument("--eval-sequences", type=int, default=d.eval_sequences)
+    g.add_argument("--time-budget-s", type=float, default=None,
+                   help="fit the step count into this many seconds (measured after a few steps)")
+    g.add_argument("--stop-after", type=int, default=None, help="leave after this global step (resume later)")
+    g.add_argument("--stop-at-s", type=float, default=None, help="leave after this many seconds of this run, "
+                   "saving a resumable state (the schedule is not shortened, unlike --time-budget-s)")
+    g.add_argument("--save-every-s", type=float, default=d.save_every_s,
+                   help=f"also save the resume state at least this often, in seconds (default {d.save_every_s:g})")
+    g.add_argument("--keep-state", action="store_true", help="keep state.pt after a finished run")
+    g.add_argument("--force", action="store_true", help="train again although --out holds a finished run "
+                   "(its checkpoint and log are replaced)")
+    g.add_argument("--fsdp", action="store_true", help="shard backbone and new parameters over the processes "
+                   "(FSDP2, one unit per decoder layer); also on with an accelerate FSDP config")
+    g.add_argument("--note", default=None, help="free text stored in the config (e.g. why fewer tokens)")
+
+
+def linearize_options(args) -> dict:
+    from models.spec import parse_full_layers
+    full = list(parse_full_layers(args.full_layers)) if args.full_layers else None
+    scores = None
+    if args.layer_scores:
+        path = Path(args.layer_scores)
+        if not path.exists():
+            raise FileNotFoundError(f"--layer-scores file {str(path)!r} does not exist")
+        try:
+            scores = json.loads(path.read_text())["layer_scores"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"--layer-scores file {str(path)!r} is not a `golinear diagnose` layer_scores JSON "
+                             f"({type(e).__name__}: {e})") from None
+        if not (isinstance(scores, list) and all(isinstance(x, (int, float)) for x in scores)):
+            raise ValueError(f"--layer-scores file {str(path)!r}: 'layer_scores' must be a list of numbers")
+    return dict(mechanism=args.mechanism, window=args.window, sinks=args.sinks, short_conv=args.short_conv,
+                lora=args.lora, full_layers=full, keep_full=args.keep_full, select=args.select, layer_scores=scores)
+
+
+def run_name(opts: dict) -> str:
+    parts = [opts["mechanism"]]
+    if opts["window"]:
+        parts.append(f"w{opts['window']}")
+    if opts["sinks"]:
+        parts.append(f"s{opts['sinks']}")
+    if opts["short_conv"]:
+        parts.append("sc")
+    if opts["lora"]:
+        parts.append("lora")
+    return "-".join(parts)
+
+
+def train_config_from_args(args) -> TrainConfig:
+    return TrainConfig(seq_len=args.seq_len, batch_size=args.batch_size, steps=args.steps, lr=args.lr,
+                       lora_lr=args.lora_lr, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps,
+                       min_lr_ratio=args.min_lr_ratio, grad_clip=args.grad_clip, seed=args.seed,
+                       save_every=args.save_every, save_every_s=args.save_every_s, log_every=args.log_every,
+                       eval_sequences=args.eval_sequences,
+                       time_budget_s=args.time_budget_s, stop_after=args.stop_after, stop_at_s=args.stop_at_s,
+                       bf16=args.bf16, cuda_graph=args.cuda_graph)
+
+
+def load_token_data(args, tokenizer, train_tokens: int, heldout_tokens: int) -> data_mod.TokenData:
+    if args.tokens and Path(args.tokens).exists():
+        td = data_mod.TokenData.load(args.tokens)
+        fp = data_mod.tokenizer_fingerprint(tokenizer)
+        if td.meta.get("tokenizer_fingerprint") != fp:
+            raise ValueError(f"token file {args.tokens!r} was made with tokenizer {td.meta.get('tokenizer')!r} "
+                             f"({td.meta.get('tokenizer_fingerprint')}), not this backbone's ({fp})")
+        return td
+    if args.dataset:
+        td = data_mod.prepare_hf(tokenizer, args.dataset, args.dataset_config, args.dataset_split, args.text_field,
+                                 args.dataset_files, train_tokens=train_tokens, heldout_fraction=args.heldout_fraction,
+                                 heldout_tokens=heldout_tokens, seed=args.seed)
+    else:
+        td = data_mod.prepare_books(tokenizer, args.data_dir, train_tokens=train_tokens, heldout_docs=args.heldout_docs,
+                                    heldout_tokens=heldout_tokens, seed=args.seed)
+    if args.tokens:
+        td.save(args.tokens)
+    return td
+
+
+def main(args) -> int:
+    from accelerate import Accelerator
+    from models.backbone import load_backbone, load_tokenizer
+
+    t_start = time.perf_counter()  # a time budget counts from here (model loading and evals included)
+    cfg = train_config_from_args(args)
+    cfg.validate()
+    opts = linearize_options(args)
+    out = Path(args.out or Path("runs") / "train" / run_name(opts))
+    check_inputs(args, opts)  # before any data preparation, model loading or folder creation
+    if not args.prepare_only and finished_run(out, args, cfg, opts):
+        return 0
+    acc = Accelerator(cpu=not torch.cuda.is_available())
+    fsdp = fsdp_settings(getattr(args, "fsdp", False), acc.num_processes)
+    if fsdp and acc.mixed_precision != "no":
+        raise ValueError(f"mixed_precision {acc.mixed_precision!r} with FSDP: golinear autocasts itself (--bf16, on "
+                         "by default on GPU); set mixed_precision: 'no' in the accelerate config")
+    needed = cfg.steps * cfg.batch_size * acc.num_processes * cfg.seq_len + cfg.seq_len
+    train_tokens = args.prepare_train_tokens or needed
+    heldout_tokens = cfg.eval_sequences * cfg.seq_len
+    if args.prepare_only:
+        if not args.tokens:
+            raise ValueError("--prepare-only needs --tokens FILE")
+        td = load_token_data(args, load_tokenizer(args.base), train_tokens, heldout_tokens)
+        print(json.dumps({k: v for k, v in td.meta.items() if k != "heldout_ids"}))
+        return 0
+
+    from models.checkpoint import save_checkpoint
+    from models.linearize import LinearizeConfig, linearize
+
+    out.mkdir(parents=True, exist_ok=True)
+    if args.force and acc.is_main_process:  # start over: the old state and log go, the checkpoint is replaced
+        (out / STATE_FILE).unlink(missing_ok=True)
+        (out / LOG_FILE).unlink(missing_ok=True)
+    acc.wait_for_everyone()
+    lin_cfg = LinearizeConfig.from_dict(opts)
+    if acc.is_main_process:  # the tokenizer-and-pack step runs once; other ranks read the token file
+        td = load_token_data(args, load_tokenizer(args.base), train_tokens, heldout_tokens)
+    acc.wait_for_everyone()
+    if not acc.is_main_process:
+        td = load_token_data(args, load_tokenizer(args.base), train_tokens, heldout_tokens)
+    sequences = data_mod.PackedSequences(td.train, cfg.seq_len, seed=cfg.seed)
+    heldout = data_mod.heldout_sequences(td.heldout, cfg.seq_len, cfg.eval_sequences)
+
+    bf16 = cfg.bf16 if cfg.bf16 is not None else acc.device.type == "cuda"
+    resuming = (out / STATE_FILE).exists()
+    previous = read_json(out / CONFIG_FILE) if resuming and (out / CONFIG_FILE).exists() else {}
+    full_loss = previous.get("results", {}).get("heldout_loss_full_attention")
+    if fsdp:
+        model, attention_modules = load_sharded(args.base, lin_cfg, cfg.seed, acc, fsdp)
+    else:
+        model, _ = load_backbone(args.base, dtype="float32", device=acc.device)
+        if full_loss is None and acc.is_main_process:
+            full_loss = heldout_loss(model, heldout, acc.device, bf16)
+        seed_everything(cfg.seed)  # new-parameter initialisation is a function of the seed
+        linearize(model, lin_cfg, base_name=args.base)
+    init_loss = previous.get("results", {}).get("heldout_loss_init")
+    data_meta = {k: v for k, v in td.meta.items()}
+    data_meta.update(sequences=sequences.num, seq_len=cfg.seq_len,
+                     epochs=round(sequences.epochs_for(cfg.steps * cfg.batch_size * acc.num_processes), 4))
+    t_eval = time.perf_counter()
+    if init_loss is None and acc.is_main_process and not fsdp:
+        init_loss = heldout_loss(model, heldout, acc.device, bf16)
+    trainer = Trainer(model, sequences, cfg, out, accelerator=acc, meta={"data": data_meta})
+    if fsdp:  # the sharded model is evaluated by all ranks together
+        t_eval = time.perf_counter()
+        if full_loss is None:
+            full_loss = trainer.evaluate(heldout, attention_modules=attention_modules)
+        if init_loss is None:
+            init_loss = trainer.evaluate(heldout)
+    eval_s = time.perf_counter() - t_eval  # includes kernel compilation on a fresh GPU: capped below
+    if cfg.time_budget_s and not resuming:  # leave time for the final evaluation and saving
+        trainer.deadline = t_start + cfg.time_budget_s - (min(eval_s, 30.0) + 10.0)
+    trainer.try_resume()
+    summary = trainer.train()
+    results = {"heldout_loss_full_attention": full_loss, "heldout_loss_init": init_loss,
+               "heldout_sequences": int(heldout.shape[0]), "heldout_tokens_scored": int(heldout.numel() - heldout.shape[0])}
+    record = {"command": "golinear train", "base": args.base, "linearize": lin_cfg.to_dict(), "train": dataclasses.asdict(cfg),
+              "data": data_meta, "seeds": {"init": cfg.seed, "data_order": cfg.seed, "heldout": "hash rule, no seed"},
+              "note": args.note, "environment": environment(acc, fsdp), "summary": summary, "results": results}
+    if not summary["finished"]:
+        if acc.is_main_process:
+            atomic_write_json(out / CONFIG_FILE, record)
+            print(f"stopped at step {summary['step']}/{summary['total_steps']}; re-run the same command to resume")
+        return 0
+    if fsdp or acc.is_main_process:  # under FSDP every rank takes part in the forward and the gathering
+        results["heldout_loss_trained"] = trainer.evaluate(heldout)
+        new_params = trainer.full_new_parameters()
+    if acc.is_main_process:
+        record["summary"]["total_wall_s_this_invocation"] = round(time.perf_counter() - t_start, 2)
+        record["new_parameters"] = int(sum(p.numel() for p in trainer.named.values()))
+        save_checkpoint(model, out, tensors=new_params,
+                        extra={"training": {k: record[k] for k in ("train", "seeds", "note", "summary", "results")}})
+        atomic_write_json(out / CONFIG_FILE, record)
+        plot_loss(read_log(out / LOG_FILE), out / PLOT_FILE,
+                  title=f"{args.base} {run_name(opts)}: {summary['tokens'] / 1e6:.1f}M tokens",
+                  heldout={"held-out, full attention": full_loss, "held-out, linearized (trained)":
+                           results["heldout_loss_trained"], "held-out, linearized (init)": init_loss})
+        if not args.keep_state and (out / STATE_FILE).exists():
+            (out / STATE_FILE).unlink()
+        print(json.dumps({"out": str(out), **results, "tokens": summary["tokens"],
+                          "train_wall_s": summary["train_wall_s"], "tokens_per_s": summary["tokens_per_s"]}))
+    acc.wait_for_everyone()
+    return 0
+
+
+def check_inputs(args, opts: dict) -> None:
+    """Everything checkable without weights: linearize options against the backbone's config, the token
+    file or the books corpus (present, matching the data folder's SHA256SUMS, gzip complete)."""
+    from models.data_hashes import verify_files
+    from models.spec import check_linearize
+    check_linearize(opts, args.base)
+    if args.tokens and Path(args.tokens).exists():
+        return
+    if args.dataset is None:
+        data_dir = data_mod.resolve_data_dir(args.data_dir)
+        verify_files(data_mod.book_files(data_dir), data_dir)
+
+
+def finished_run(out: Path, args, cfg: TrainConfig, opts: dict) -> bool:
+    """True (and says so) when `out` holds a finished run of these settings: re-running it is a no-op.
+
+    A finished run of other settings is an error (use another --out, or --force to replace it)."""
+    from models.linearize import LinearizeConfig
+    record_path = out / CONFIG_FILE
+    if args.force or not record_path.exists():
+        return False
+    record = read_json(record_path)
+    if not (record.get("summary") or {}).get("finished") or not (out / "new_params.safetensors").exists():
+        return False
+    want = {"base": args.base, "linearize": LinearizeConfig.from_dict(opts).to_dict(),
+            "steps": cfg.steps, "seq_len": cfg.seq_len, "batch_size": cfg.batch_size, "seed": cfg.seed}
+    have = {"base": record.get("base"), "linearize": record.get("linearize"),
+            **{k: (record.get("train") or {}).get(k) for k in ("steps", "seq_len", "batch_size", "seed")}}
+    diff = sorted(k for k in want if json.dumps(want[k], sort_keys=True) != json.dumps(have[k], sort_keys=True))
+    if diff:
+        raise ValueError(f"run folder {str(out)!r} holds a finished run with other settings ({', '.join(diff)}); "
+                         "choose another --out, or --force to replace it")
+    s = record["summary"]
+    print(f"golinear train: {out} already holds this finished run ({s.get('step')} steps, "
+          f"{s.get('tokens')} tokens); nothing to do (--force trains it again)")
+    return True
+
+
+def environment(acc, fsdp: dict | None = None) -> dict:
+    env = {"torch": torch.__version__, "python": platform.python_version(), "device": str(acc.device),
+           "processes": acc.num_processes, "fsdp": fsdp}
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+    try:
+        import transformers
+        env["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    return env
