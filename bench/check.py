@@ -200,7 +200,7 @@ def add_arguments(p):
     p.add_argument("--store", default=None, help="keep the evaluated cells in this store (default: a temp folder)")
     p.add_argument("--data-dir", default=None, help="local data folder (default $GOLINEAR_DATA or ../shared/data)")
     p.add_argument("--batch-size", default="8", help="positive integer, 'auto' or 'auto:N' (default 8)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0, ...")
 
 
 def main(args) -> int:
