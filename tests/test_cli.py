@@ -64,3 +64,13 @@ def test_the_filtered_messages_are_lm_evals_own():
     assert f'"{quiet.FEWSHOT_MESSAGE}"' in inspect.getsource(lm_eval.evaluator)
     src = inspect.getsource(lm_eval.models.huggingface)
     assert all(text in src for text in quiet.INITIALISED_MODEL)
+
+
+def test_every_option_of_every_command_has_a_help_text():
+    missing = {}
+    for name in COMMANDS:
+        sub = build_parser(name)._subparsers._group_actions[0].choices[name]
+        bare = [a.option_strings[-1] for a in sub._actions if a.option_strings and not (a.help or "").strip()]
+        if bare:
+            missing[name] = bare
+    assert missing == {}
