@@ -36,7 +36,7 @@ GAP_LABEL = "Gap with full attention, points (full - best linearized)"
 # ----------------------------------------------------------------------------- columns
 def column_specs() -> list[tuple[str, str, str, bool]]:
     """(task, metric, column, scale_to_percent) for every reported number, from the suites' SUITES."""
-    from bench.runner import ALL_SUITES, resolve_suites
+    from bench.plan import ALL_SUITES, resolve_suites
     out = []
     for suite in ALL_SUITES:
         try:

@@ -5,7 +5,7 @@
   an unset count means 0 to lm-eval); a real change (from 0 to 5, from None to 5) still shows.
 - HFLM's warnings about an already-initialised model ("... Please do not launch via accelerate ...",
   "Passed an already-initialized model ..."): golinear's backends always hand lm-eval their own model, and
-  `golinear run` sets up data parallelism itself (bench.runner.attach_data_parallel).
+  `golinear run` sets up data parallelism itself (bench.execute.attach_data_parallel).
 """
 from __future__ import annotations
 

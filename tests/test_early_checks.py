@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import runner as R
+from bench.plan import default_data_dir
 from bench.cli import main as golinear
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(R.default_data_dir() or "/nonexistent")
+DATA = Path(default_data_dir() or "/nonexistent")
 CKPT = ROOT / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
 
 

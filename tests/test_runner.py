@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from _tiny import free_port
 
-from bench import runner as R
 from bench import specs as S
-from bench.runner import plan_cells, resolve_suites, run_matrix
+from bench.plan import default_data_dir, plan_cells, resolve_suites
+from bench.runner import run_matrix
 from bench.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -269,7 +269,7 @@ def test_fixed_data_file_makes_a_new_cell_not_a_stale_hit(tmp_path):
     """The issue's first row: a cell measured on an edited data copy (no SHA256SUMS to catch it) is not
     reused once the data is right: the data hashes are part of the key."""
     data = tmp_path / "data"
-    shutil.copytree(Path(R.default_data_dir()) / "lambada_openai", data / "lambada_openai")
+    shutil.copytree(Path(default_data_dir()) / "lambada_openai", data / "lambada_openai")
     f = data / "lambada_openai" / "lambada_test.jsonl"
     lines = f.read_text().splitlines()
     row = json.loads(lines[0])
@@ -278,7 +278,7 @@ def test_fixed_data_file_makes_a_new_cell_not_a_stale_hit(tmp_path):
     args = ["run", "--models", "full", "--suites", "lambada", "--limit", "3", "--store", str(tmp_path / "s")]
     damaged = _golinear(*args, "--data-dir", str(data))
     assert damaged.returncode == 0, damaged.stderr[-3000:]
-    fixed = _golinear(*args, "--data-dir", R.default_data_dir())
+    fixed = _golinear(*args, "--data-dir", default_data_dir())
     assert fixed.returncode == 0 and "0 already in" in fixed.stdout and "1 evaluated" in fixed.stdout
     cells = Store(tmp_path / "s").cells()
     assert len(cells) == 2 and cells[0]["key"]["data"] != cells[1]["key"]["data"]

@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 
 from bench import leaderboard as L
-from bench import runner as R
+from bench import plan as P
 from bench import specs as S
+from bench.provenance import ModelInfo
 from bench.store import CellKey, Store
 from models.atomic import atomic_write
 from models.data_hashes import verify_files
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(R.default_data_dir() or "/nonexistent")
+DATA = Path(P.default_data_dir() or "/nonexistent")
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
 
 
@@ -61,11 +62,11 @@ def test_old_cells_without_data_in_the_key_are_used_only_for_their_own_data(tmp_
 
 @needs_data
 def test_committed_store_cells_are_still_found():
-    entries = R.resolve_suites("cr,mmlu,lambada")
-    data = {e.task: R.cell_data(e, str(DATA)) for e in entries}
+    entries = P.resolve_suites("cr,mmlu,lambada")
+    data = {e.task: P.cell_data(e, str(DATA)) for e in entries}
     store = Store(ROOT / "leaderboards" / "store")
     for model in ("full", str(ROOT / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc")):
-        cells = R.plan_cells([S.parse_model_spec(model)], entries, data=data)
+        cells = P.plan_cells([S.parse_model_spec(model)], entries, data=data)
         assert len(cells) == 7 and all(store.has(c.key) for c in cells), model
 
 
@@ -184,9 +185,9 @@ def test_leaderboard_cli_names_a_null_cell(tmp_path):
 
 def test_request_cache_is_keyed_by_the_models_weights(tmp_path):
     store, key = Store(tmp_path), CellKey("m", "golinear_piqa", {})
-    full = R.model_fingerprint({"base_fingerprint": "bd29", "checkpoint_fingerprint": None})
-    ckpt = R.model_fingerprint({"base_fingerprint": "bd29", "checkpoint_fingerprint": "77aa"})
+    full = ModelInfo.from_info({"base_fingerprint": "bd29", "checkpoint_fingerprint": None}).weights_fingerprint
+    ckpt = ModelInfo.from_info({"base_fingerprint": "bd29", "checkpoint_fingerprint": "77aa"}).weights_fingerprint
     assert (full, ckpt) == ("bd29", "bd29-77aa")
     assert store.request_cache(key, "x", full) != store.request_cache(key, "x", ckpt)
     with pytest.raises(ValueError, match="no model fingerprint"):
-        store.request_cache(key, "x", R.model_fingerprint({}))
+        store.request_cache(key, "x", ModelInfo.from_info({}).weights_fingerprint)

@@ -1,0 +1,222 @@
+"""Execution of `golinear run` cells: building the lm-eval model of a spec (checked first without weights),
+lm-eval's data-parallel hooks under a launcher, the task manager, one cell through lm-eval's
+`simple_evaluate` and its result as a store record."""
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+import types
+from pathlib import Path
+
+from bench import specs as S
+from bench.plan import Cell, TaskEntry
+from bench.provenance import CellProvenance, ModelInfo, data_hashes, hardware, jsonable
+from bench.store import Store
+
+LM_EVAL_SEEDS = {"random_seed": 0, "numpy_random_seed": 1234, "torch_random_seed": 1234, "fewshot_random_seed": 1234}
+
+
+# ----------------------------------------------------------------------------- tasks
+def build_task_manager(data_dir: str | None, include_path=None):
+    """One TaskManager for the process (indexing takes seconds): tasks.standard's, plus `include_path`."""
+    from lm_eval.tasks import TaskManager
+    from tasks.standard import task_manager
+    tm = task_manager(data_dir)
+    if include_path:  # extra user task folders on top of ours
+        paths = [tm.include_path] if isinstance(tm.include_path, (str, Path)) else list(tm.include_path or [])
+        tm = TaskManager(include_path=paths + [include_path], metadata=tm.metadata)
+    return tm
+
+
+def with_metadata(tm, metadata: dict):
+    """A shallow copy of an indexed TaskManager whose tasks receive `metadata` (RULER's lengths etc.)."""
+    from lm_eval.tasks._factory import TaskFactory
+    tm2 = copy.copy(tm)
+    tm2.metadata = {**(tm.metadata or {}), **metadata}
+    tm2._factory = TaskFactory(meta=tm2.metadata)
+    return tm2
+
+
+# ----------------------------------------------------------------------------- models
+def backend_and_args(spec: S.ModelSpec) -> tuple[str, dict]:
+    return ("golinear-hf" if spec.is_full_attention else "linearized"), spec.model_args()
+
+
+LINEARIZE_KEYS = ("mechanism", "window", "sinks", "short_conv", "lora", "full_layers", "keep_full", "select")
+
+
+def validate_model(spec: S.ModelSpec, device: str) -> None:
+    """Every check that needs no weights: the backend's argument check (names, dtype, device, checkpoint
+    folder), the backbone's config (base) and the linearize options against it (models.spec)."""
+    from bench.lm_backend import check_model_args
+    from models.spec import backbone_config, check_linearize
+    a = spec.full
+    try:
+        backend, args = backend_and_args(spec)
+        check_model_args(backend, {**args, "device": device})
+        if a["mechanism"] is not None and not a["checkpoint"]:
+            opts = {k: (list(a[k]) if isinstance(a[k], tuple) else a[k]) for k in LINEARIZE_KEYS}
+            check_linearize(opts, spec.base_name)
+        else:
+            backbone_config(spec.base_name)
+    except ValueError as e:
+        raise ValueError(f"model {spec.label!r}: {e}") from None
+
+
+def build_lm(spec: S.ModelSpec, batch_size=1, device="cpu"):
+    """An lm-eval LM for a spec: `golinear-hf` for full attention, `linearized` otherwise."""
+    import lm_eval.models  # noqa: F401 - registers the built-ins first (registry pitfall)
+    from lm_eval.api.registry import get_model
+
+    import bench.lm_backend  # noqa: F401 - registers golinear-hf and linearized
+    backend, args = backend_and_args(spec)
+    return get_model(backend).create_from_arg_obj(args, {"batch_size": batch_size, "device": device})
+
+
+def check_checkpoint_base(spec: S.ModelSpec) -> None:
+    """A checkpoint trained on another backbone is refused before any work."""
+    ckpt, base = spec.full["checkpoint"], spec.args.get("base")
+    if not ckpt or not base:
+        return
+    if (Path(ckpt) / "config.json").exists():
+        from models.checkpoint import read_config
+        meta = read_config(ckpt)  # names the file when its JSON is broken
+        ck_base = meta.get("base") or meta.get("base_model")
+        if ck_base and ck_base != base:
+            raise ValueError(f"checkpoint {ckpt!r} was trained on {ck_base!r}, not on base {base!r}")
+
+
+# ----------------------------------------------------------------------------- data parallel
+def distributed_context():
+    """(rank, world_size): initialises the process group when launched by accelerate/torchrun."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return 0, 1
+    import torch
+    from accelerate import PartialState
+    state = PartialState(cpu=not torch.cuda.is_available())  # gloo on CPU (MULTI_CPU), nccl on GPU
+    return state.process_index, state.num_processes
+
+
+def attach_data_parallel(lm, rank: int, world_size: int):
+    """Give an LM lm-eval's data-parallel hooks (rank, world_size, gathers, barrier) over torch.distributed.
+
+    lm-eval's evaluator then shards each task's requests across ranks and gathers the per-document
+    metrics to rank 0. Backends built from an in-memory model (HFLM(pretrained=<module>)) are
+    single-process by default; this is what makes them data-parallel.
+    """
+    import torch
+    import torch.distributed as dist
+    if world_size <= 1 or getattr(lm, "world_size", 1) == world_size:
+        return lm
+    lm._rank, lm._world_size = rank, world_size
+
+    def all_gather(self, tensor):
+        t = tensor.reshape(1) if tensor.dim() == 0 else tensor
+        parts = [torch.zeros_like(t) for _ in range(world_size)]
+        dist.all_gather(parts, t)
+        return torch.cat(parts)
+
+    def gather_object(self, obj, dst=0):
+        out = [None] * world_size if rank == dst else None
+        dist.gather_object(obj, out, dst=dst)
+        return out
+
+    lm.all_gather = types.MethodType(all_gather, lm)
+    lm.gather_object = types.MethodType(gather_object, lm)
+    lm.barrier = types.MethodType(lambda self: dist.barrier(), lm)
+    return lm
+
+
+# ----------------------------------------------------------------------------- results
+def _metric_key(result: dict, metric: str) -> str | None:
+    if "," in metric:
+        return metric if metric in result else None
+    if f"{metric},none" in result:
+        return f"{metric},none"
+    cands = sorted(k for k in result if k.startswith(metric + ",") and "_stderr" not in k)
+    return cands[0] if cands else None
+
+
+def _n_docs(res: dict, name: str) -> int:
+    ns = res.get("n-samples", {})
+    if name in ns:
+        return int(ns[name]["effective"])
+    return sum(_n_docs(res, sub) for sub in res.get("group_subtasks", {}).get(name, []))
+
+
+def _number(x):
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def extract_cell(res: dict, entry: TaskEntry) -> dict:
+    """metric/value/stderr/n (and every other metric) of one task or group from lm-eval's results."""
+    result = res.get("groups", {}).get(entry.task) or res["results"].get(entry.task)
+    if result is None:
+        raise RuntimeError(f"lm-eval returned no result for {entry.task!r}")
+    mkey = _metric_key(result, entry.metric)
+    if mkey is None:
+        raise RuntimeError(f"task {entry.task!r} has no metric {entry.metric!r}; it has "
+                           f"{sorted(k for k in result if ',' in k)}")
+    name, filt = mkey.split(",", 1)
+    metrics = {}
+    for k, v in result.items():
+        if "," in k and "_stderr" not in k and _number(v) is not None:
+            m, f = k.split(",", 1)
+            metrics[k] = {"value": _number(v), "stderr": _number(result.get(f"{m}_stderr,{f}"))}
+    return {"metric": name, "filter": filt, "value": _number(result[mkey]),
+            "stderr": _number(result.get(f"{name}_stderr,{filt}")), "n": _n_docs(res, entry.task),
+            "metrics": dict(sorted(metrics.items())), "higher_is_better": entry.higher_is_better,
+            "n_shot": res.get("n-shot", {}).get(entry.task), "lm_eval_versions": res.get("versions", {})}
+
+
+# ----------------------------------------------------------------------------- one cell
+def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info: ModelInfo, versions, git, world,
+                  cache: Path | None = None) -> dict | None:
+    """One cell through lm-eval. With `cache`, lm-eval's CachingLM keeps each scored request there as it
+    goes, and requests an earlier, killed attempt already scored are read back instead of recomputed."""
+    import lm_eval
+    e, cfg = cell.entry, cell.config
+    resumed = 0
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        resumed = Store.cached_requests(cache, getattr(lm, "rank", 0) or 0)
+    if e.long:
+        meta = {"max_seq_lengths": [cfg["context_length"]], "seed": cfg["seed"]}
+        if cfg["num_samples"] is not None:
+            meta["num_samples"] = cfg["num_samples"]
+        meta["tokenizer"] = cell.model.base_name  # prompts are sized with the evaluated model's tokenizer
+        if data_dir:
+            meta["data_dir"] = data_dir
+        tm = with_metadata(tm, meta)
+    t0 = time.perf_counter()
+    try:
+        res = lm_eval.simple_evaluate(model=lm, tasks=[e.task], task_manager=tm, num_fewshot=e.num_fewshot,
+                                      limit=cfg.get("limit"), bootstrap_iters=bootstrap_iters, log_samples=False,
+                                      use_cache=str(cache) if cache is not None else None, **LM_EVAL_SEEDS)
+    finally:  # CachingLM hooked its sqlite file into the model: close it and unhook
+        hook = getattr(lm, "cache_hook", None)
+        if cache is not None and getattr(hook, "dbdict", None) is not None:
+            from lm_eval.api.model import CacheHook
+            hook.dbdict.close()
+            lm.set_cache_hook(CacheHook(None))
+    wall = time.perf_counter() - t0
+    if res is None:  # not rank 0
+        return None
+    out = extract_cell(res, e)
+    model = {"label": cell.model.label, "family": cell.model.family, "args": jsonable(cell.model.model_args()),
+             "budget": "inf" if math.isinf(cell.model.budget) else cell.model.budget,
+             "backbone": info.base or cell.model.base_name, "full_attention": cell.model.is_full_attention,
+             "new_parameters": info.new_parameters, "info": info.raw}
+    provenance = CellProvenance(
+        versions=versions, git=git, data=data_hashes(res, e, data_dir),
+        seeds=LM_EVAL_SEEDS | ({"task_seed": cfg["seed"]} if e.long else {}), limit=cfg.get("limit"),
+        world_size=world, hardware=hardware(lm), model_fingerprint=info.base_fingerprint,
+        checkpoint_fingerprint=info.checkpoint_fingerprint, resumed_requests=resumed)
+    return {"key": cell.key.as_dict(), "model": model, "task": e.task, "suite": e.suite, "display": e.display,
+            **out, "wall_time_s": round(wall, 3), "provenance": provenance.as_dict()}

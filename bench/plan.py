@@ -1,0 +1,246 @@
+"""Planning of `golinear run`: which cells there are (models x suite tasks x evaluation configurations),
+each cell's identity (CellKey, with the hashes of the data and config files its task reads) and the checks
+that need no model (suite names, data folder, task data, long-context room)."""
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import specs as S
+from bench.store import CellKey
+from models.data_hashes import verify_files
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STANDARD_SUITES = ("cr", "mmlu", "lambada")
+LONG_SUITES = ("sniah", "ruler")
+ALL_SUITES = STANDARD_SUITES + LONG_SUITES
+DEFAULT_FEWSHOT = {"cr": 0, "mmlu": 5, "lambada": 0}
+
+
+# ----------------------------------------------------------------------------- tasks
+@dataclass(frozen=True)
+class TaskEntry:
+    """One lm-eval task (or group, e.g. mmlu) and the metric that its leaderboard column shows."""
+    suite: str
+    task: str
+    metric: str
+    display: str
+    num_fewshot: int | None = None
+    higher_is_better: bool = True
+    data: tuple = ()  # data paths (relative to the data dir) the task reads, for provenance hashes
+
+    @property
+    def long(self) -> bool:
+        return self.suite in LONG_SUITES
+
+
+def _entry(suite: str, item) -> TaskEntry:
+    """Normalise one SUITES item: a task name, a (task, metric[, display]) tuple or a dict."""
+    if isinstance(item, str):
+        item = {"task": item, **(_long_task_details(item) if suite in LONG_SUITES else {})}
+    elif isinstance(item, (tuple, list)):
+        item = dict(zip(("task", "metric", "display"), item))
+    elif not isinstance(item, dict):
+        item = {k: getattr(item, k) for k in ("task", "metric", "display", "num_fewshot") if hasattr(item, k)}
+    task = item.get("task") or item.get("name")
+    metric = item.get("metric") or ("acc" if suite in STANDARD_SUITES else "score")
+    nf = item.get("num_fewshot", DEFAULT_FEWSHOT.get(suite))
+    data = item.get("data") or item.get("data_files") or ()
+    return TaskEntry(suite, task, metric, item.get("display") or item.get("label") or task, nf,
+                     item.get("higher_is_better", metric not in ("perplexity", "word_perplexity")),
+                     tuple([data] if isinstance(data, str) else data))
+
+
+def _long_task_details(task: str) -> dict:
+    """Display name and data folders of a RULER/S-NIAH task, from tasks.ruler's task table."""
+    try:
+        ruler = importlib.import_module("tasks.ruler")
+        from tasks.ruler.constants import RECIPES
+        t = ruler.resolve_task(task)
+    except (ModuleNotFoundError, ValueError, ImportError):
+        return {}
+    family, args = RECIPES[t.ruler]
+    data = ["paul_graham_essays"] if args.get("type_haystack") == "essay" else []
+    data += {"squad": ["squad_v2"], "hotpotqa": ["hotpotqa_sample100", "hotpotqa"]}.get(args.get("dataset"), [])
+    return {"display": t.display, "metric": "score", "data": data}
+
+
+def suite_module(suite: str):
+    return importlib.import_module("tasks.standard" if suite in STANDARD_SUITES else "tasks.ruler")
+
+
+def resolve_suites(names, extra_suites: dict | None = None) -> list[TaskEntry]:
+    """Suite names -> task entries, from tasks.standard / tasks.ruler SUITES (plus extra_suites)."""
+    names = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    known = set(ALL_SUITES) | set(extra_suites or {})
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise ValueError(f"unknown suite(s) {bad or names}; allowed: {sorted(known)}")
+    out = []
+    for name in names:
+        if extra_suites and name in extra_suites:
+            items = extra_suites[name]
+        else:
+            try:
+                items = suite_module(name).SUITES[name]
+            except ModuleNotFoundError as e:
+                raise ValueError(f"suite {name!r} is not available in this build ({e.name} missing)") from None
+        out += [_entry(name, it) for it in items]
+    return out
+
+
+def default_data_dir() -> str | None:
+    env = os.environ.get("GOLINEAR_DATA")
+    if env:
+        return env
+    d = REPO_ROOT.parent / "shared" / "data"
+    return str(d) if d.is_dir() else None
+
+
+def check_data_dir(data_dir: str | None) -> str | None:
+    if data_dir is None:
+        return None
+    p = Path(data_dir).expanduser()
+    if not p.is_dir():
+        raise FileNotFoundError(f"data folder {data_dir!r} does not exist (set --data-dir or GOLINEAR_DATA)")
+    return str(p.resolve())
+
+
+def check_task_data(entries, data_dir: str | None) -> None:
+    """Every local file the suites need exists (FileNotFoundError naming it) before any work starts."""
+    by_suite = {}
+    for e in entries:
+        by_suite.setdefault(e.suite, []).append(e.task)
+        if e.data and data_dir and not any((Path(data_dir) / d).exists() for d in e.data):
+            raise FileNotFoundError(f"task {e.display} needs {' or '.join(e.data)} in the data folder {data_dir!r}")
+    for suite, tasks in by_suite.items():
+        try:
+            mod = suite_module(suite)
+        except ModuleNotFoundError:
+            continue
+        if hasattr(mod, "check_data"):
+            mod.check_data(list(dict.fromkeys(tasks)), data_dir)
+
+
+def check_long_context_fits(cells, data_dir) -> None:
+    """RULER's QA tasks need room for whole documents: build one sample per QA task and tokenizer now,
+    so a too-short --context-length fails before any evaluation (not after an hour of other cells)."""
+    seen = set()
+    for c in cells:
+        if c.entry.suite != "ruler" or not c.entry.task.endswith(("_hqa", "_sqa")):
+            continue
+        k = (c.entry.task, c.model.base_name, c.config["context_length"])
+        if k in seen:
+            continue
+        seen.add(k)
+        from tasks.ruler import build_samples
+        try:
+            build_samples(c.entry.task, c.model.base_name, max_seq_length=c.config["context_length"],
+                          num_samples=1, seed=c.config["seed"], data_dir=data_dir)
+        except ValueError as e:
+            raise ValueError(f"{c.entry.display} at --context-length {c.config['context_length']}: {e}") from None
+
+
+def task_data_files(task: str, suite: str, data_dir: str | None) -> set[Path]:
+    """The local files a task reads, as its suite module declares them (tasks.standard / tasks.ruler)."""
+    if not data_dir:
+        return set()
+    try:
+        mod = suite_module(suite)
+    except ModuleNotFoundError:
+        return set()
+    found = set()
+    if hasattr(mod, "builtin_yamls") and hasattr(mod, "local_files"):
+        for builtin in mod.builtin_yamls(task):
+            found |= {Path(p) for p in mod.local_files(builtin, data_dir)}
+    elif hasattr(mod, "data_files"):
+        found |= {Path(p) for p in mod.data_files(task, data_dir)}
+    return found
+
+
+# ----------------------------------------------------------------------------- planning
+@dataclass
+class Cell:
+    model: S.ModelSpec
+    entry: TaskEntry
+    config: dict
+    data: dict | None = None  # {file: sha256} of the task's data and config files (part of the identity)
+
+    @property
+    def key(self) -> CellKey:
+        return CellKey(self.model.key, self.entry.task, self.config, self.data)
+
+
+def task_config_files(task: str) -> list[Path]:
+    """The lm-eval YAMLs that define a task: `<task>.yaml`, its subtasks' `<task>_*.yaml` (MMLU's subjects),
+    and the files they `include:`."""
+    tasks_dir = REPO_ROOT / "tasks"
+    own = sorted(p for p in tasks_dir.rglob("*.yaml") if p.stem == task or p.stem.startswith(task + "_"))
+    out = set(own)
+    for p in own:
+        for line in p.read_text(encoding="utf-8").splitlines():
+            if line.startswith("include:"):
+                inc = (p.parent / line.split(":", 1)[1].strip().strip("'\"")).resolve()
+                if inc.is_file():
+                    out.add(inc)
+    return sorted(out)
+
+
+def cell_data(entry: TaskEntry, data_dir: str | None) -> dict:
+    """{file: sha256} of everything a task reads: its data files (relative to the data folder, checked
+    against the folder's SHA256SUMS; a mismatch is an error naming the file) and its config files
+    (relative to the repository). With no local data folder (Hub datasets) only the config files."""
+    data = set(task_data_files(entry.task, entry.suite, data_dir))
+    if data_dir:
+        for d in entry.data:
+            p = Path(data_dir) / d
+            data |= set(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else ({p} if p.exists() else set())
+    out = verify_files(data, data_dir)
+    for p in task_config_files(entry.task):
+        out[os.path.relpath(p, REPO_ROOT)] = verify_files([p], None)[str(p.resolve())]
+    return dict(sorted(out.items()))
+
+
+def plan_cells(models, entries, *, budgets=None, sinks=8, limit=None, context_length=4096,
+               num_samples=None, seed=42, data: dict | None = None) -> list[Cell]:
+    """The matrix: standard tasks on the models as given; long tasks on the budget sweep when asked.
+
+    With budgets, every linearized model is evaluated at sinks + (budget - sinks) window, next to full
+    attention (budget inf) and the untrained window+sink attention at the same budgets. `data`: task ->
+    {file: sha256} (cell_data), part of each cell's key.
+    """
+    data = data or {}
+    cells = []
+    long_models = list(models)
+    if budgets:
+        long_models, seen = [], set()
+
+        def add(spec):
+            if spec.key not in seen:
+                seen.add(spec.key)
+                long_models.append(spec)
+        for m in models:
+            if m.is_full_attention or m.full["mechanism"] == "none":
+                continue
+            add(S.full_attention(m))
+            for b in budgets:
+                add(m.with_budget(b, sinks))
+            for b in budgets:
+                add(S.window_only(m).with_budget(b, sinks))
+        for m in models:  # models the user named that the sweep does not cover
+            if m.is_full_attention:
+                add(m)
+    first = {}
+    for e in entries:  # one cell per task: all its metrics come from one evaluation
+        first.setdefault(e.task, e)
+    for e in first.values():
+        if e.long:
+            n = num_samples if num_samples is not None else (limit if limit is not None else None)
+            config = {"limit": limit, "context_length": context_length, "num_samples": n, "seed": seed}
+            cells += [Cell(m, e, config, data.get(e.task)) for m in long_models]
+        else:
+            config = {"limit": limit, "num_fewshot": e.num_fewshot}
+            cells += [Cell(m, e, config, data.get(e.task)) for m in models]
+    return cells
