@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -152,7 +153,10 @@ def main(args) -> int:
     cfg.validate()
     opts = linearize_options(args)
     out = Path(args.out or Path("runs") / "train" / run_name(opts))
-    check_inputs(args, opts)  # before any data preparation, model loading or folder creation
+    # the launch itself first (the launcher's WORLD_SIZE; a plain run has 1 process), then the inputs: both before
+    # any data preparation, model loading or folder creation
+    fsdp_settings(getattr(args, "fsdp", False), int(os.environ.get("WORLD_SIZE", "1")))
+    check_inputs(args, opts)
     if not args.prepare_only and finished_run(out, args, cfg, opts):
         return 0
     acc = Accelerator(cpu=not torch.cuda.is_available())
