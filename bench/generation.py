@@ -144,7 +144,7 @@ def run(args, publish) -> tuple[list[dict], list[dict]]:
     """Every row, then the batch-size-1 parity; publish(rows, parity) after each, so a run stopped by a time limit
     keeps what it measured."""
     from bench.lm_backend import make_lm
-    from bench.runner import git_state
+    from bench.provenance import git_state
     from tasks.ruler import score
     commit = git_state().get("commit") or ""
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
