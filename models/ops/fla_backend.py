@@ -15,7 +15,7 @@ FLA imports. Which kernel backs each op:
   - window_sink_attention: the window part on FLA's `parallel_attn` kernel (skips key blocks outside the
     window) when no gradient is needed, else a blocked PyTorch form with autograd; the sink keys are a
     small separate softmax merged through the log-sum-exp (FLA's sink_bias is a learned logit, not
-    StreamingLLM sink tokens). See scripts/gpu/NOTES.md for the measurement behind this choice.
+    StreamingLLM sink tokens). docs/speed.md gives the measurement behind this choice.
   - window_sink_softmax (the layer's parallel pass; output without lse): window + sinks in ONE SDPA call
     (`window_attention_blocked`: query blocks of 64, each against the sinks plus the run of keys its window
     reaches, under a cached additive mask; GQA as G rows per block, no key expansion), with or without

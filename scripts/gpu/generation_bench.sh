@@ -4,7 +4,7 @@
 # one-at-a-time path (GEN_SEQ samples), and the bf16 parity batched vs each prompt alone on GEN_PARITY samples;
 # then, with the time left, the batched-generation GPU tests. Everything lands in $OUT: generation.csv,
 # generation_parity.csv, generation.md, gen.log, gpu_tests.log.
-# Set-up: scripts/gpu/device_setup.sh (sourced here; the GGUF parts and wheels as in NOTES.md: .whl and
+# Set-up: scripts/gpu/device_setup.sh (sourced here; the GGUF parts and wheels as in docs/gpu.md: .whl and
 # .device/whl-eval carried or installed by an earlier call of this machine). S-NIAH-1's haystack is generated
 # noise: it reads no data file, but the RULER code wants a data folder: GOLINEAR_DATA (default .device/data,
 # created empty when absent). Env: GEN_CONTEXT (4096), GEN_SAMPLES (200), GEN_SEQ (20), GEN_BATCH (32),
