@@ -225,9 +225,8 @@ def _merged(old, rows: list[dict], columns: list[str], key: list[str]):
 
 
 def _write_csv(path: Path, df):
-    tmp = path.with_suffix(".tmp")  # written whole, then renamed: never half a file
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
+    from models.atomic import atomic_write
+    atomic_write(path, df.to_csv(index=False))
 
 
 def merge(csv_path: Path, rows: list[dict], columns: list[str], key: list[str]):
@@ -286,7 +285,8 @@ def main(args) -> int:
         _write_csv(out_dir / "generation.csv", df)
         if len(par):
             _write_csv(out_dir / "generation_parity.csv", par)
-        (out_dir / "generation.md").write_text(render(df, par))
+        from models.atomic import atomic_write
+        atomic_write(out_dir / "generation.md", render(df, par))
 
     rows, _ = run(args, publish)
     print(f"wrote {out_dir / 'generation.csv'} and generation.md", flush=True)
