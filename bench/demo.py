@@ -173,6 +173,9 @@ def main(args) -> int:
     checkpoint = args.checkpoint
     if checkpoint is None and (DEFAULT_CHECKPOINT / "config.json").exists():
         checkpoint = str(DEFAULT_CHECKPOINT)
+    if checkpoint is not None:  # a missing or damaged checkpoint is refused before any weights load
+        from models.spec import check_checkpoint_files
+        check_checkpoint_files(checkpoint)
     for name in ("tokens", "limit", "long_samples", "batch_size"):
         if getattr(args, name) < (2 if name == "tokens" else 1):
             raise ValueError(f"--{name.replace('_', '-')} {getattr(args, name)}: "

@@ -65,3 +65,20 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     except SystemExit as e:  # argparse's own choices check
         rc = e.code
     assert rc == 2 and needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_a_bad_checkpoint_is_refused_before_any_weights_load(tmp_path, monkeypatch, capsys, damage):
+    import shutil
+    from pathlib import Path
+    import models.backbone
+    monkeypatch.setattr(models.backbone, "load_backbone", lambda *a, **k: pytest.fail("weights loaded"))
+    folder = tmp_path / "ckpt"
+    if damage == "truncated":
+        shipped = Path(demo.__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
+        shutil.copytree(shipped, folder)
+        weights = folder / "new_params.safetensors"
+        weights.write_bytes(weights.read_bytes()[:1000])
+    assert cli(["demo", "--checkpoint", str(folder), "--store", str(tmp_path / "s"), "--out", str(tmp_path / "o")]) == 2
+    assert str(folder) in capsys.readouterr().err
+    assert not (tmp_path / "s").exists() and not (tmp_path / "o").exists()
