@@ -193,22 +193,29 @@ def test_dispatch_routes_cuda_to_fla(monkeypatch):
     assert ops.backend_name(x) == "reference"
 
 
-@pytest.mark.parametrize("mech", ["gdn", "gla", "hedgehog"])
-def test_fast_decoder_matches_forward_on_cuda(mech):
-    """Static cache + CUDA graph decoding gives the logits of the model's own parallel forward."""
+def _small_cuda_model(mech):
+    """A 2-layer random Llama on CUDA, linearized with `mech` (None: full attention) as the default recipe, its new
+    parameters moved off their identity/zero initialisation so that every path carries signal."""
     import transformers
-    from models.fast_decode import FastDecoder
     from models.linearize import LinearizeConfig, linearize
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=300)
     model = transformers.LlamaForCausalLM(cfg).eval()
-    linearize(model, LinearizeConfig(mechanism=mech, window=56, sinks=8, short_conv=True))
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.requires_grad:
-                p.add_(torch.randn_like(p) * 0.05)
-    model.cuda()
+    if mech:
+        linearize(model, LinearizeConfig(mechanism=mech, window=56, sinks=8, short_conv=True))
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.add_(torch.randn_like(p) * 0.05)
+    return model.cuda()
+
+
+@pytest.mark.parametrize("mech", ["gdn", "gla", "hedgehog"])
+def test_fast_decoder_matches_forward_on_cuda(mech):
+    """Static cache + CUDA graph decoding gives the logits of the model's own parallel forward."""
+    from models.fast_decode import FastDecoder
+    model = _small_cuda_model(mech)
     fd = FastDecoder(model, prefill_chunk=128)
     # one decoder, three prompts: >= sinks + window (the steady step), shorter (the general step, with masks
     # and sink writes; 40 + 8 tokens stay below 64), then long again: each switch re-captures the graph
@@ -231,21 +238,9 @@ def test_fast_decoder_matches_forward_on_cuda(mech):
 def test_batched_generation_on_cuda(mech):
     """Variable-length batch, CUDA graph: the logits of every row's first steps match the model's own forward on
     that row alone (fp32), and the batched tokens equal each prompt generated alone by the same decoder."""
-    import transformers
     from models.batch_generate import generate_batch
     from models.fast_decode import FastDecoder
-    from models.linearize import LinearizeConfig, linearize
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=300)
-    model = transformers.LlamaForCausalLM(cfg).eval()
-    if mech:
-        linearize(model, LinearizeConfig(mechanism=mech, window=56, sinks=8, short_conv=True))
-        with torch.no_grad():
-            for p in model.parameters():
-                if p.requires_grad:
-                    p.add_(torch.randn_like(p) * 0.05)
-    model.cuda()
+    model = _small_cuda_model(mech)
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 300, (n,), generator=g).tolist() for n in (300, 40, 129, 7)]  # around s + w = 64
     fd = FastDecoder(model, prefill_chunk=128, max_len=512)
