@@ -231,8 +231,9 @@ def _plt():
 
 
 def _save(fig, path: Path):
-    from models.train_utils import atomic_write_bytes
-    atomic_write_bytes(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    from models.atomic import atomic_path
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
 
 
 def plot_nmse(runs: dict, out: Path) -> list[Path]:

@@ -28,9 +28,9 @@ import torch
 
 from models import data as data_mod
 from models import graph_step
-from models.atomic import atomic_write
+from models.atomic import atomic_path, atomic_write
 from models.train_fsdp import full_attention, full_tensor, shard_like
-from models.train_utils import atomic_write_bytes, heldout_loss, read_log, rng_state, set_rng_state
+from models.train_utils import heldout_loss, read_log, rng_state, set_rng_state
 
 
 STATE_FILE = "state.pt"
@@ -190,7 +190,8 @@ class Trainer:
     def save_state(self) -> None:
         state = self.state_dict() if self.fsdp or self.acc.is_main_process else None
         if self.acc.is_main_process:
-            atomic_write_bytes(self.out / STATE_FILE, lambda tmp: torch.save(state, tmp))
+            with atomic_path(self.out / STATE_FILE) as tmp:
+                torch.save(state, tmp)
         self.acc.wait_for_everyone()
 
     def try_resume(self) -> bool:

@@ -33,11 +33,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def atomic_write_bytes(path: Path, writer) -> None:
-    """`writer(tmp)` fills a temp file that then replaces `path` (models.atomic: umask mode, no half files)."""
-    with atomic_path(path) as tmp:
-        writer(str(tmp))
-
 
 def atomic_write_json(path: Path, obj) -> None:
     atomic_write(path, json.dumps(obj, indent=2, default=str) + "\n")
@@ -103,5 +98,6 @@ def plot_loss(log: list[dict], png: Path, title: str = "", heldout: dict | None 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    atomic_write_bytes(png, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    with atomic_path(png) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)
