@@ -77,7 +77,7 @@ def evict(slot_score, slot_pos, new_score, new_pos: int) -> torch.Tensor:
     """Index in 0..r (r = the leaving token) of the candidate that folds: the lowest score, ties to the
     earliest position. slot_* [B, Hkv, r], new_score [B, Hkv]."""
     sc = torch.cat([slot_score, new_score.unsqueeze(-1)], -1)
-    pos = torch.cat([slot_pos, torch.full_like(slot_pos[..., :1], new_pos)], -1)
+    pos = torch.cat([slot_pos, slot_pos.new_full(new_score.shape + (1,), new_pos)], -1)
     low = sc == sc.amin(-1, keepdim=True)
     return torch.where(low, pos, torch.full_like(pos, 1 << 62)).argmin(-1)
 

@@ -1,0 +1,265 @@
+"""Retention slots (models/ops/retention.py, issue #17): the chunked prefill and the decode step against the
+per-token definition, retain=0 against the default recipe (reference ops and LinearizedAttention itself),
+token accounting, a fixed-size cache, and which tokens the slots keep."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+
+from models.diagnostics import projection_residual
+from models.layers import LinearizedAttention
+from models.ops import _one_thread
+from models.ops import reference as R
+from models.ops.retention import RetentionState, entry_scores, retention_recurrent, retention_step
+from models.ops.retention_prefill import retention_prefill
+
+SCALE, LIN_SCALE = 0.41, 0.37
+TOL = 1e-10  # fp64 throughout
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small ops on a shared 2-core machine: one OpenMP thread (as models.ops runs the reference ops)."""
+    with _one_thread():
+        yield
+
+
+def make(T=29, B=2, H=4, Hkv=2, D=6, seed=0, dtype=torch.float64):
+    """Inputs as the layer builds them: lin q/k l2-normalised, lin k/v the KV heads expanded (GQA)."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, T, H, D, generator=g, dtype=dtype)
+    k = torch.randn(B, T, Hkv, D, generator=g, dtype=dtype)
+    v = torch.randn(B, T, Hkv, D, generator=g, dtype=dtype)
+    G = H // Hkv
+    lin = dict(q=F.normalize(q, dim=-1), k=F.normalize(k, dim=-1).repeat_interleave(G, 2),
+               v=v.repeat_interleave(G, 2),
+               log_a=F.logsigmoid(torch.randn(B, T, H, generator=g, dtype=dtype) + 2),
+               beta=torch.rand(B, T, H, generator=g, dtype=dtype))
+    scores = torch.randn(B, T, Hkv, generator=g, dtype=dtype)
+    return q, k, v, lin, scores
+
+
+def decode_all(q, k, v, lin, s, w, r, score, scores=None, state=None, start=0):
+    """retention_step over tokens start..T-1 (from an empty state unless given)."""
+    B, T, H, D = q.shape
+    if state is None:
+        state = RetentionState.empty(B, H, k.shape[2], D, lin["k"].shape[-1], lin["v"].shape[-1], s, w, r, q.dtype)
+    ys, states = [], []
+    for t in range(start, T):
+        one = lambda x: x[:, t:t + 1]  # noqa: E731
+        y, state = retention_step(state, one(q), one(k), one(v), {key: one(x) for key, x in lin.items()},
+                                  SCALE, LIN_SCALE, score=score, scores=None if scores is None else one(scores))
+        ys.append(y)
+        states.append(state)
+    return torch.cat(ys, 1), state, states
+
+
+def retained_sets(ret_pos):
+    return [[sorted(p for p in row.tolist() if p >= 0) for row in rows] for rows in ret_pos]
+
+
+def sorted_sets(lists):
+    return [[sorted(x) for x in rows] for rows in lists]
+
+
+def assert_close(a, b, tol=TOL):
+    err = (a - b).abs().max().item() if a.numel() else 0.0
+    assert err <= tol * max(1.0, b.abs().max().item() if b.numel() else 0.0), f"max error {err:.3g}"
+
+
+CASES = [  # (T, sinks, window, retain)
+    (29, 2, 4, 3),
+    (29, 0, 5, 2),
+    (29, 3, 0, 2),  # no window: a token leaves at once, retention alone decides
+    (20, 2, 4, 0),
+    (12, 1, 3, 20),  # more slots than tokens ever leaving: nothing folds
+    (5, 8, 4, 2),  # a prompt shorter than the sinks
+]
+
+
+@pytest.mark.parametrize("score", ["delta_error", "proj_residual", "given"])
+@pytest.mark.parametrize("case", CASES)
+def test_prefill_matches_definition(case, score):
+    T, s, w, r = case
+    q, k, v, lin, scores = make(T)
+    y_ref, info = retention_recurrent(q, k, v, lin, SCALE, LIN_SCALE, s, w, r, score=score, scores=scores)
+    for chunk in sorted({1, 2, max(w, 1), w + 3, 64}):  # smaller and larger than the window
+        y, st = retention_prefill(q, k, v, lin, SCALE, LIN_SCALE, s, w, r, score=score, scores=scores,
+                                  chunk_size=chunk)
+        assert_close(y, y_ref)
+        assert_close(st.S, info["S"])
+        assert retained_sets(st.ret_pos) == sorted_sets(info["retained"]), f"chunk {chunk}"
+        assert st.folded.tolist() == [[len(f) for f in rows] for rows in info["folded"]]
+
+
+@pytest.mark.parametrize("score", ["delta_error", "proj_residual"])
+@pytest.mark.parametrize("case", CASES[:4])
+def test_decode_after_prefill_matches_definition(case, score):
+    T, s, w, r = case
+    q, k, v, lin, _ = make(T, seed=1)
+    y_ref, info = retention_recurrent(q, k, v, lin, SCALE, LIN_SCALE, s, w, r, score=score)
+    for T0 in (0, 1, s + w + 1, T - 3):  # 0: decode from the empty state
+        if T0:
+            y0, st = retention_prefill(q[:, :T0], k[:, :T0], v[:, :T0], {key: x[:, :T0] for key, x in lin.items()},
+                                       SCALE, LIN_SCALE, s, w, r, score=score, chunk_size=5)
+            assert_close(y0, y_ref[:, :T0])
+        else:
+            st = None
+        y, st, _ = decode_all(q, k, v, lin, s, w, r, score, state=st, start=T0)
+        assert_close(y, y_ref[:, T0:])
+        assert_close(st.S, info["S"])
+        assert retained_sets(st.ret_pos) == sorted_sets(info["retained"])
+
+
+def default_recipe(q, k, v, lin, s, w):
+    """GDN + window + sinks as LinearizedAttention builds it from the reference ops: the softmax over sinks +
+    window, plus q_t^T S_{t-w} with S over tokens s..t-w (the op run on q shifted by w)."""
+    T = q.shape[1]
+    y = R.window_sink_attention(q, k, v, s, w, SCALE)[0].clone()
+    S = torch.zeros(q.shape[0], q.shape[2], lin["k"].shape[-1], lin["v"].shape[-1], dtype=q.dtype)
+    if T - w - s > 0:
+        ent = {key: lin[key][:, s:T - w] for key in ("k", "v", "log_a", "beta")}
+        out, S = R.gdn_recurrent(lin["q"][:, w + s:], ent["k"], ent["v"], ent["log_a"], ent["beta"], LIN_SCALE,
+                                 output_final_state=True)
+        y[:, w + s:] += out
+    return y, S
+
+
+@pytest.mark.parametrize("s,w", [(2, 4), (0, 5), (3, 0), (8, 56)])
+def test_retain0_is_the_default_recipe(s, w):
+    q, k, v, lin, _ = make(30, seed=2)
+    y_def, S_def = default_recipe(q, k, v, lin, s, w)
+    y_ref, info = retention_recurrent(q, k, v, lin, SCALE, LIN_SCALE, s, w, 0)
+    y_pre, st = retention_prefill(q, k, v, lin, SCALE, LIN_SCALE, s, w, 0, chunk_size=4)
+    y_dec, st_dec, _ = decode_all(q, k, v, lin, s, w, 0, "delta_error")
+    for y, S in ((y_ref, info["S"]), (y_pre, st.S), (y_dec, st_dec.S)):
+        assert_close(y, y_def)
+        assert_close(S, S_def)
+    # and with slots, the outputs differ (the comparison can fail)
+    y_r, _ = retention_recurrent(q, k, v, lin, SCALE, LIN_SCALE, s, w, 2)
+    assert (y_r - y_def).abs().max() > 1e-3 or 30 - w - s <= 0
+
+
+def test_retain0_is_linearized_attention():
+    """The same tie through the layer itself: LinearizedAttention (gdn, window 5, sinks 2) on a tiny Llama
+    attention, o_proj set to the identity, equals the retention op with retain=0 on its own q/k/v/lin
+    (fp32: the layer's l2norm sums in fp32)."""
+    cfg = transformers.LlamaConfig(hidden_size=24, num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=32, num_hidden_layers=1, vocab_size=10)
+    torch.manual_seed(0)
+    layer = LinearizedAttention(LlamaAttention(cfg, layer_idx=0), cfg, 0, "gdn", window=5, sinks=2)
+    with torch.no_grad():
+        layer.o_proj.weight.copy_(torch.eye(24))
+        x = torch.randn(2, 26, 24)
+        pe = LlamaRotaryEmbedding(cfg)(x, torch.arange(26).unsqueeze(0))
+        y_layer = layer(x, position_embeddings=pe)[0].view(2, 26, 4, 6)
+        q, k, v, _ = layer.project(x, pe)
+        lin = layer.linear_inputs(x, q, k, v)
+        y, _ = retention_recurrent(q, k, v, lin, layer.scaling, layer.lin.scale, 2, 5, 0)
+        y_pre, _ = retention_prefill(q, k, v, lin, layer.scaling, layer.lin.scale, 2, 5, 0, chunk_size=8)
+    assert_close(y, y_layer, 1e-5)
+    assert_close(y_pre, y_layer, 1e-5)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_token_is_accounted_once(case):
+    T, s, w, r = case
+    q, k, v, lin, _ = make(T, seed=3)
+    _, info = retention_recurrent(q, k, v, lin, SCALE, LIN_SCALE, s, w, r)
+    for b in range(q.shape[0]):
+        for h in range(k.shape[2]):
+            sinks = list(range(min(s, T)))
+            window = list(range(max(s, T - w), T))
+            parts = sinks + window + info["retained"][b][h] + info["folded"][b][h]
+            assert sorted(parts) == list(range(T)), (b, h)
+            assert len(info["retained"][b][h]) <= r
+    _, _, states = decode_all(q, k, v, lin, s, w, r, "delta_error")
+    for t, st in enumerate(states, 1):  # at every step: sinks + window + slots + state == tokens seen
+        count = min(s, t) + int((st.win_pos >= 0).sum()) + (st.ret_pos >= 0).sum(-1) + st.folded
+        assert (count == t).all(), t
+        in_window = sorted(p for p in st.win_pos.tolist() if p >= 0)
+        assert in_window == list(range(max(s, t - w), t))
+
+
+def test_decode_state_shapes_do_not_grow():
+    q, k, v, lin, _ = make(40, seed=4)
+    _, _, states = decode_all(q, k, v, lin, 2, 4, 3, "proj_residual")
+    assert all(st.shapes() == states[0].shapes() for st in states)
+    _, st_short = retention_prefill(q[:, :7], k[:, :7], v[:, :7], {key: x[:, :7] for key, x in lin.items()},
+                                    SCALE, LIN_SCALE, 2, 4, 3, score="proj_residual", chunk_size=3)
+    _, st_long = retention_prefill(q, k, v, lin, SCALE, LIN_SCALE, 2, 4, 3, score="proj_residual", chunk_size=3)
+    assert st_short.shapes() == st_long.shapes() == states[0].shapes()
+
+
+def test_slots_keep_the_top_k_given_scores():
+    """Static scores: the slots hold the r best of the tokens that have left the window, ties to the latest."""
+    T, s, w, r = 30, 2, 4, 3
+    q, k, v, lin, _ = make(T, B=1, H=2, Hkv=1, seed=5)
+    scores = torch.zeros(1, T, 1, dtype=torch.float64)
+    scores[0, [5, 9, 13, 20, 25], 0] = torch.tensor([3.0, 1.0, 5.0, 4.0, 9.0], dtype=torch.float64)
+    _, info = retention_recurrent(q, k, v, lin, SCALE, LIN_SCALE, s, w, r, score="given", scores=scores)
+    assert sorted(info["retained"][0][0]) == [13, 20, 25]  # token 25 left the window (T - w = 26 > 25)
+    y, st = retention_prefill(q, k, v, lin, SCALE, LIN_SCALE, s, w, r, score="given", scores=scores, chunk_size=4)
+    assert retained_sets(st.ret_pos) == [[[13, 20, 25]]]
+    # all scores equal: the earliest folds first, so the slots hold the r latest tokens to leave the window
+    flat = torch.ones(1, T, 1, dtype=torch.float64)
+    _, info = retention_recurrent(q, k, v, lin, SCALE, LIN_SCALE, s, w, r, score="given", scores=flat)
+    assert sorted(info["retained"][0][0]) == [T - w - 3, T - w - 2, T - w - 1]
+
+
+def test_delta_error_folds_what_the_state_already_stores():
+    """window 1, one slot, a = beta = 1, orthonormal keys: token 0 takes the slot, token 1 (larger v) takes it
+    over and token 0 folds, so S = k0 v0^T exactly; token 2 repeats token 0 (error 0) and folds, not token 1."""
+    B, T, H, D = 1, 4, 1, 4
+    k = torch.eye(D, dtype=torch.float64)[[0, 1, 0, 2]].view(B, T, H, D)
+    v = torch.tensor([[1.0, 0, 0, 0], [0, 3.0, 0, 0], [1.0, 0, 0, 0], [0, 0, 1.0, 0]], dtype=torch.float64)
+    v = v.view(B, T, H, D)
+    q = torch.randn(B, T, H, D, dtype=torch.float64)
+    lin = dict(q=q, k=k, v=v, log_a=torch.zeros(B, T, H, dtype=torch.float64),
+               beta=torch.ones(B, T, H, dtype=torch.float64))
+    _, info = retention_recurrent(q, k, v, lin, SCALE, LIN_SCALE, 0, 1, 1)
+    assert info["exit_score"][0, :3, 0].tolist() == [1.0, 3.0, 0.0]
+    assert info["retained"][0][0] == [1] and info["folded"][0][0] == [0, 2]
+    _, st = retention_prefill(q, k, v, lin, SCALE, LIN_SCALE, 0, 1, 1, chunk_size=2)
+    assert st.ret_pos.tolist() == [[[1]]] and st.folded.tolist() == [[2]]
+    # proj_residual keeps another token here: the choice is the score's
+    _, info_r = retention_recurrent(q, k, v, lin, SCALE, LIN_SCALE, 0, 1, 1, score="proj_residual")
+    assert info_r["retained"][0][0] != [1]
+
+
+@pytest.mark.parametrize("score", ["delta_error", "proj_residual"])
+def test_slots_hold_the_best_exit_scores(score):
+    """Scores are fixed once, so after any prefix the slots hold the r best exit scores seen so far."""
+    T, s, w, r = 40, 2, 4, 3
+    q, k, v, lin, _ = make(T, seed=6)
+    _, info = retention_recurrent(q, k, v, lin, SCALE, LIN_SCALE, s, w, r, score=score)
+    ex = info["exit_score"]
+    for b in range(2):
+        for h in range(2):
+            left = [j for j in range(T) if not math.isnan(ex[b, j, h].item())]
+            best = sorted(left, key=lambda j: (ex[b, j, h].item(), j))[-r:]
+            assert sorted(info["retained"][b][h]) == sorted(best)
+    if score == "delta_error":  # the first token to leave meets an empty state: its error is |v|
+        assert_close(ex[:, s, :], lin["v"][:, s].norm(dim=-1).view(2, 2, 2).mean(-1))
+
+
+def test_delta_error_is_the_delta_rule_residual():
+    """retain=0: token j's score is |v_j - a_j S^T k_j| with S the GDN state over tokens s..j-1 (mean over the
+    group), the state built independently by reference.gdn_recurrent."""
+    T, s, w = 16, 2, 3
+    q, k, v, lin, _ = make(T, seed=8)
+    _, info = retention_recurrent(q, k, v, lin, SCALE, LIN_SCALE, s, w, 0)
+    for j in (s + 1, s + 5, T - w - 1):
+        ent = {key: lin[key][:, s:j] for key in ("q", "k", "v", "log_a", "beta")}
+        _, S = R.gdn_recurrent(ent["q"], ent["k"], ent["v"], ent["log_a"], ent["beta"], 1.0, output_final_state=True)
+        pred = torch.exp(lin["log_a"][:, j]).unsqueeze(-1) * torch.einsum("bhkv,bhk->bhv", S, lin["k"][:, j])
+        want = (lin["v"][:, j] - pred).norm(dim=-1).view(2, 2, 2).mean(-1)
+        assert_close(info["exit_score"][:, j], want)
+
+
+def test_proj_residual_is_the_diagnose_formula():
+    _, k, _, _, _ = make(33, seed=7, dtype=torch.float32)
+    assert torch.allclose(entry_scores(k, "proj_residual"), projection_residual(k), atol=1e-6)
