@@ -116,23 +116,24 @@ def retention_recurrent(q, k, v, lin, scale, lin_scale, sinks, window, retain, s
     q, k, v = (x.to(dt) for x in (q, k, v))
     lq, lk, lv, la, be = (lin[key].to(dt) for key in ("q", "k", "v", "log_a", "beta"))
     static = entry_scores(k, score, scores)
-    S = q.new_zeros(B, H, lk.shape[-1], lv.shape[-1])
-    y = q.new_zeros(B, T, H, lv.shape[-1])
+    S = [[q.new_zeros(G, lk.shape[-1], lv.shape[-1]) for _ in range(Hkv)] for _ in range(B)]  # per group
+    rows = []  # y per step; lists rather than in-place writes keep plain autograd working
     retained = [[[] for _ in range(Hkv)] for _ in range(B)]
     folded = [[[] for _ in range(Hkv)] for _ in range(B)]
     exit_score = torch.full((B, T, Hkv), math.nan, dtype=dt)
     for t in range(T):
         j = t - window  # the token leaving the window at this step
+        row = []
         for b in range(B):
             for h in range(Hkv):
                 g = slice(h * G, (h + 1) * G)
                 ret = retained[b][h]
                 if j >= sinks:
                     if static is None:
-                        Sk = torch.einsum("gkv,gk->gv", S[b, g], lk[b, j, g])
-                        exit_score[b, j, h] = delta_error(Sk, lv[b, j, g], la[b, j, g], G)[0]
+                        Sk = torch.einsum("gkv,gk->gv", S[b][h], lk[b, j, g])
+                        exit_score[b, j, h] = delta_error(Sk, lv[b, j, g], la[b, j, g], G)[0].detach()
                     else:
-                        exit_score[b, j, h] = static[b, j, h]
+                        exit_score[b, j, h] = static[b, j, h].detach()
                     out = j
                     if len(ret) < retain:
                         ret.append(j)
@@ -143,13 +144,17 @@ def retention_recurrent(q, k, v, lin, scale, lin_scale, sinks, window, retain, s
                             ret.remove(out)
                             ret.append(j)
                     if out is not None:
-                        S[b, g] = gdn_fold(S[b, g], lk[b, out, g], lv[b, out, g], la[b, out, g], be[b, out, g])
+                        S[b][h] = gdn_fold(S[b][h], lk[b, out, g], lv[b, out, g], la[b, out, g], be[b, out, g])
                         folded[b][h].append(out)
                 seen = list(range(min(sinks, t + 1))) + list(range(max(sinks, t - window + 1), t + 1)) + ret
-                y[b, t, g] = lin_scale * torch.einsum("gk,gkv->gv", lq[b, t, g], S[b, g])
+                yt = lin_scale * torch.einsum("gk,gkv->gv", lq[b, t, g], S[b][h])
                 if seen:
                     p = torch.softmax(q[b, t, g] @ k[b, seen, h].T * scale, dim=-1)
-                    y[b, t, g] += p @ v[b, seen, h]
+                    yt = yt + p @ v[b, seen, h]
+                row.append(yt)
+        rows.append(torch.stack(row).view(B, H, -1))
+    y = torch.stack(rows, 1) if rows else q.new_zeros(B, 0, H, lv.shape[-1])
+    S = torch.stack([torch.cat(S_b) for S_b in S])
     return y, {"S": S, "retained": retained, "folded": folded, "exit_score": exit_score}
 
 
