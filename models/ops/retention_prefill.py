@@ -19,7 +19,7 @@ import torch
 
 from models.diagnostics import normalize_keys
 from models.ops.reference import _check_chunk_size, _compute_dtype, _exclusive_suffix_sum, _masked_softmax
-from models.ops.retention import (EPS, LIN, Q_KEYS, RetentionState, _check, delta_error, entry_scores, evict,
+from models.ops.retention import (EPS, KV_KEYS, LIN, Q_KEYS, RetentionState, _check, delta_error, entry_scores, evict,
                                   take)
 
 
@@ -146,7 +146,7 @@ def _state_after(k, v, Lh, static, S, slot_pos, slot_score, folded, s, w):
     def gather(pos_kv):  # pos_kv [B, Hkv, n] -> dict of the slots' fields, zeros where pos < 0
         out = {}
         for key, x in src.items():
-            pos = pos_kv if key in ("k", "v", "score") else pos_kv.repeat_interleave(G, 1)
+            pos = pos_kv if key in KV_KEYS else pos_kv.repeat_interleave(G, 1)
             val = take(x, pos.clamp(min=0))
             out[key] = torch.where((pos >= 0).view(pos.shape + (1,) * (val.dim() - 3)), val, torch.zeros_like(val))
         return out
