@@ -46,3 +46,13 @@ def test_generate_until_uses_and_drops_the_cache(lm, monkeypatch):
     outs = lm.generate_until(reqs, disable_tqdm=True)
     assert len(outs) == len(CONTEXTS) and lm._encoded == {}
     assert not [a for a in calls if a and a[0] in CONTEXTS]  # no context was encoded one at a time
+
+
+def test_prefill_widths_are_few_and_tight():
+    """Similar prompt lengths share a width (4K S-NIAH prompts of 3,9xx tokens: one), padding stays <= 12.5 %."""
+    from bench.lm_backend import padded_width
+    assert {padded_width(n) for n in range(3841, 4097)} == {4096}
+    for n in list(range(1, 5000)) + [32000, 32768, 40000, 131072]:
+        w = padded_width(n)
+        assert n <= w and (w - n <= 64 or (w - n) / n <= 0.125), (n, w)
+        assert w % 64 == 0 and padded_width(w) == w

@@ -6,7 +6,7 @@
 # A call that finds the work done (the machine stayed warm) skips it.
 STASH=/tmp/golinear-stash
 mkdir -p $STASH /tmp/site /tmp/triton-cache
-export PYTHONUNBUFFERED=1 TQDM_MININTERVAL=30 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
+export PYTHONUNBUFFERED=1 TQDM_MININTERVAL=30 OMP_NUM_THREADS=1  # tokenizers stay parallel: a batch of 200 4K prompts encodes in parallel
 export PYTHONPATH=/tmp/site:$PWD GOLINEAR_CACHE=/tmp/golinear-cache TRITON_CACHE_DIR=/tmp/triton-cache
 for d in .whl .device/whl-eval; do
   if ls $d/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.done-$(basename $d) ]; then
