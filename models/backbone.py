@@ -153,11 +153,10 @@ def random_backbone(name: str, dtype=torch.float32, device="cpu", attn_implement
 
 
 def parse_dtype(name: str) -> torch.dtype:
+    from models.spec import parse_value  # the allowed names and the message: models.spec.DTYPES
     table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
              "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
-    if name not in table:
-        raise ValueError(f"unknown dtype {name!r}; allowed: {sorted(table)}")
-    return table[name]
+    return table[parse_value("dtype", name)]
 
 
 def fingerprint(model: torch.nn.Module, names=None) -> str:

@@ -15,10 +15,9 @@ from safetensors.torch import load_file, save_file
 
 from models.atomic import atomic_path, atomic_write
 from models.backbone import fingerprint, load_backbone, stored_fingerprint
-from models.linearize import (LinearizeConfig, count_new_parameters, linearize, match_new_parameters_to_backbone,
-                              new_parameters)
+from models.linearize import count_new_parameters, linearize, match_new_parameters_to_backbone, new_parameters
+from models.spec import CONFIG, WEIGHTS, ModelSpec, read_checkpoint_config  # the one schema of config.json
 
-WEIGHTS, CONFIG = "new_params.safetensors", "config.json"
 FORMAT_VERSION = 1
 
 
@@ -38,8 +37,9 @@ def save_checkpoint(model, folder: str | os.PathLike, extra: dict | None = None,
     elif set(tensors) != names:
         raise ValueError(f"tensors to save do not match the model's new parameters: missing "
                          f"{sorted(names - set(tensors))[:5]}, unexpected {sorted(set(tensors) - names)[:5]}")
-    config = {"format": FORMAT_VERSION, "base": info["base"], "base_fingerprint": info["base_fingerprint"],
-              "linearize": info["linearize"], "new_parameters": count_new_parameters(model), **(extra or {})}
+    config = {"format": FORMAT_VERSION, **ModelSpec.from_checkpoint_config(info).to_checkpoint_config(),
+              "base_fingerprint": info["base_fingerprint"], "new_parameters": count_new_parameters(model),
+              **(extra or {})}
     folder.mkdir(exist_ok=True)  # a run folder also holds the training log: replace our two files only
     with atomic_path(folder / WEIGHTS) as tmp:
         save_file(tensors, str(tmp))
@@ -47,17 +47,7 @@ def save_checkpoint(model, folder: str | os.PathLike, extra: dict | None = None,
     return folder
 
 
-def read_config(folder: str | os.PathLike) -> dict:
-    folder = Path(folder)
-    if not (folder / CONFIG).exists() or not (folder / WEIGHTS).exists():
-        raise FileNotFoundError(f"not a golinear checkpoint: {folder} (needs {CONFIG} and {WEIGHTS})")
-    try:
-        config = json.loads((folder / CONFIG).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"checkpoint config {str(folder / CONFIG)!r} is not valid JSON: {e}") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"checkpoint config {str(folder / CONFIG)!r} is not a JSON object")
-    return config
+read_config = read_checkpoint_config  # config.json as a dict, naming the file when it is missing or broken
 
 
 def checkpoint_fingerprint(folder: str | os.PathLike) -> str:
@@ -72,7 +62,8 @@ def apply_checkpoint(model, folder: str | os.PathLike, base_fingerprint: str | N
         raise ValueError(f"checkpoint {folder} was trained on base {config.get('base')!r} (weights fingerprint "
                          f"{config['base_fingerprint']}), but the given base model has fingerprint {fp}; load it "
                          f"onto the base it was trained on")
-    linearize(model, LinearizeConfig.from_dict(config["linearize"]), base_name=config.get("base"))
+    spec = ModelSpec.from_checkpoint_config(config, folder)
+    linearize(model, spec.linearize_config(), base_name=spec.base)
     tensors = load_file(str(Path(folder) / WEIGHTS))
     params = new_parameters(model)
     missing, unexpected = sorted(set(params) - set(tensors)), sorted(set(tensors) - set(params))
@@ -91,12 +82,12 @@ def apply_checkpoint(model, folder: str | os.PathLike, base_fingerprint: str | N
 def load_checkpoint(folder: str | os.PathLike, base: str | None = None, dtype: str = "float32",
                     device: str = "cpu"):
     """(model, tokenizer, info) for a saved checkpoint on its base (or `base`, which must match)."""
-    config = read_config(folder)
-    base = base or config.get("base") or "smollm2-135m"
+    spec = ModelSpec.from_checkpoint_config(read_config(folder), folder)
+    base = base or spec.base_name
     model, tok = load_backbone(base, dtype=dtype, device="cpu")
     fp = stored_fingerprint(model, base)
     apply_checkpoint(model, folder, base_fingerprint=fp)
-    cfg = LinearizeConfig.from_dict(config["linearize"])
+    cfg = spec.linearize_config()
     info = {"base": base, "base_fingerprint": fp, "checkpoint": str(folder),
             "checkpoint_fingerprint": checkpoint_fingerprint(folder), "linearize": cfg.to_dict(),
             "new_parameters": count_new_parameters(model), "cache_budget": cfg.cache_budget, "trained": True}

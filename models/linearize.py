@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
-import math
 
 import torch
 
-from models.backbone import DEFAULT_BACKBONE, check_architecture, fingerprint, load_backbone, stored_fingerprint
+from models.backbone import check_architecture, fingerprint
 from models.cache import LinearCache
 from models.layers import LinearizedAttention
-from models.spec import MECHANISMS, SELECTIONS  # the allowed sets live in one place
+from models.spec import check_window_only, linearize_values  # the values are checked there
 
 
 @dataclasses.dataclass
@@ -46,11 +44,8 @@ class LinearizeConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "LinearizeConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ValueError(f"unknown linearize options {sorted(unknown)}; allowed: {sorted(names)}")
-        return cls(**d)
+        """Options checked and normalised by models.spec (one allowed set and message per value)."""
+        return cls(**linearize_values(d))
 
 
 DEFAULT_RECIPE = LinearizeConfig(mechanism="gdn", window=56, sinks=8, short_conv=True)
@@ -59,27 +54,14 @@ DEFAULT_RECIPE = LinearizeConfig(mechanism="gdn", window=56, sinks=8, short_conv
 def validate(cfg: LinearizeConfig, config) -> list[int]:
     """Check options against the backbone's config; return the sorted full-attention layer indices."""
     n = config.num_hidden_layers
-    if cfg.mechanism not in MECHANISMS:
-        raise ValueError(f"unknown mechanism {cfg.mechanism!r}; allowed: {list(MECHANISMS)}")
+    linearize_values(cfg.to_dict())  # each value against its allowed set (models.spec)
     max_len = getattr(config, "max_position_embeddings", None) or 1 << 20
     for name in ("window", "sinks"):
-        val = getattr(cfg, name)
-        if not isinstance(val, int) or isinstance(val, bool) or val < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {val!r}")
-        if val > max_len:
-            raise ValueError(f"{name}={val} exceeds the model's max_position_embeddings={max_len}")
+        if getattr(cfg, name) > max_len:
+            raise ValueError(f"{name}={getattr(cfg, name)} exceeds the model's max_position_embeddings={max_len}")
     if cfg.window + cfg.sinks > max_len:
         raise ValueError(f"cache budget sinks+window={cfg.cache_budget} exceeds max_position_embeddings={max_len}")
-    if cfg.mechanism == "none" and cfg.cache_budget == 0:
-        raise ValueError("mechanism 'none' (window/sinks only) needs window + sinks > 0")
-    if cfg.conv_size < 1:
-        raise ValueError(f"conv_size must be >= 1, got {cfg.conv_size}")
-    if cfg.lora and cfg.lora_rank < 1:
-        raise ValueError(f"lora_rank must be >= 1, got {cfg.lora_rank}")
-    if cfg.select not in SELECTIONS:
-        raise ValueError(f"unknown layer selection {cfg.select!r}; allowed: {list(SELECTIONS)}")
-    if not 0.0 <= cfg.keep_full < 1.0:
-        raise ValueError(f"keep_full must be a fraction in [0, 1), got {cfg.keep_full}")
+    check_window_only(cfg.mechanism, cfg.window, cfg.sinks)
     if cfg.full_layers is not None:
         if cfg.keep_full:
             raise ValueError("give either full_layers or keep_full, not both")
@@ -211,36 +193,3 @@ def decode_state_bytes(model, batch: int = 1, dtype_bytes: int = 4, context: int
     full_layer = 2 * Hkv * hd * context * dtype_bytes
     n_full = len(info["full_layers"])
     return batch * ((c.num_hidden_layers - n_full) * per_layer + n_full * full_layer)
-
-
-def load_model(base: str | None = None, checkpoint: str | None = None, mechanism: str | None = None,
-               dtype: str = "float32", device: str = "cpu", seed: int = 0, **options):
-    """(model, tokenizer, info): full attention (no mechanism, no checkpoint), a fresh linearization
-    (new parameters initialised from `seed`), or a saved checkpoint (models.checkpoint) on its own base
-    (`base`, when given, must be the one it was trained on). `options` are LinearizeConfig fields."""
-    from models import checkpoint as ckpt
-    if checkpoint is not None:
-        if mechanism is not None or options:
-            raise ValueError("give either a checkpoint or explicit linearize options, not both")
-        return ckpt.load_checkpoint(checkpoint, base=base, dtype=dtype, device=device)
-    base = base or DEFAULT_BACKBONE
-    model, tok = load_backbone(base, dtype=dtype, device="cpu")
-    info = {"base": base, "base_fingerprint": stored_fingerprint(model, base), "checkpoint": None,
-            "checkpoint_fingerprint": None, "linearize": None, "new_parameters": 0,
-            "cache_budget": math.inf, "trained": False}
-    if mechanism is None:
-        if options:
-            raise ValueError(f"options {sorted(options)} need a mechanism (allowed: {list(MECHANISMS)})")
-        return model.to(device), tok, info
-    cfg = LinearizeConfig.from_dict({"mechanism": mechanism, **options})
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        linearize(model, cfg, base_name=base)
-    info.update(linearize=cfg.to_dict(), new_parameters=count_new_parameters(model),
-                cache_budget=cfg.cache_budget, init_seed=seed)
-    match_new_parameters_to_backbone(model)
-    return model.to(device), tok, info
-
-
-def describe(info: dict) -> str:
-    return json.dumps(info, sort_keys=True, default=str)

@@ -1,26 +1,59 @@
-"""The allowed values of a model configuration, written once, and the checks that need no weights.
+"""One schema for a model configuration: `ModelSpec` (backbone + checkpoint + linearize options + dtype).
 
-`bench/specs.py` (CLI and store strings), `models/linearize.py` (LinearizeConfig), `golinear train` and the
-lm-eval backend read their allowed sets from here, so each value has one allowed set and one message.
-`check_model_config` runs every check that can run before a model loads: the backbone's config.json
-(a few KB, no weights) for the linearize options, the checkpoint's files for a checkpoint.
+Every front end converts through it: the CLI/store string (`from_string`, `to_string`, `store_key`), lm-eval
+model_args (`from_model_args`, `to_model_args`), `golinear train` flags (`from_train_args`) and a checkpoint's
+config.json (`from_checkpoint_config`, `to_checkpoint_config`). Each value is checked once, in `parse_value`,
+against one allowed set, with one message. models.linearize.LinearizeConfig (the model side) takes its
+values from here too. The weight-free checks of whole configurations are in models.spec_checks.
 This module imports no torch at import time (the CLI builds its parser from it).
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
+DEFAULT_BASE = "smollm2-135m"  # models.backbone.DEFAULT_BACKBONE (that module imports torch)
 MECHANISMS = ("gla", "kgla", "gdn", "hedgehog", "none")  # "none": window+sink softmax alone, no linear state
 SELECTIONS = ("uniform", "hardness")  # how keep_full picks its full-attention layers
+DTYPES = ("bf16", "bfloat16", "float16", "float32", "fp16", "fp32")
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+WEIGHTS, CONFIG = "new_params.safetensors", "config.json"  # a checkpoint's two files (models.checkpoint)
+# integer options and their least allowed value
+MINIMUM = {"window": 0, "sinks": 0, "conv_size": 1, "lora_rank": 1, "lora_alpha": 1, "gate_rank": 1,
+           "feature_dim": 1}
+# the keys of the CLI/store string and of lm-eval's model_args (the other linearize options keep their defaults)
+STRING_KEYS = ("base", "checkpoint", "mechanism", "window", "sinks", "short_conv", "lora", "full_layers",
+               "keep_full", "select", "dtype")
+LINEAR_KEYS = STRING_KEYS[1:-1]  # the linearization keys of model_args
+# LinearizeConfig's fields, in its order (tests/test_spec.py checks that they agree)
+LINEARIZE_KEYS = ("mechanism", "window", "sinks", "short_conv", "conv_size", "lora", "lora_rank", "lora_alpha",
+                  "full_layers", "keep_full", "select", "layer_scores", "gate_rank", "feature_dim")
+PRESETS = {
+    "full": {},
+    # The paper's final recipe (Sec. 5): GDN + SWA 56 + 8 sinks + short convolutions (cache 64).
+    "gdn-default": {"mechanism": "gdn", "window": 56, "sinks": 8, "short_conv": True},
+    "gla-default": {"mechanism": "gla", "window": 56, "sinks": 8, "short_conv": True},
+    "kgla-default": {"mechanism": "kgla", "window": 56, "sinks": 8, "short_conv": True},
+    "hedgehog-default": {"mechanism": "hedgehog", "window": 56, "sinks": 8, "short_conv": True},
+    # Pure replacements (Table 1) and the untrained window+sink baseline (Tables 8-9).
+    "gdn": {"mechanism": "gdn"}, "gla": {"mechanism": "gla"}, "kgla": {"mechanism": "kgla"},
+    "hedgehog": {"mechanism": "hedgehog"},
+    "swa-sink": {"mechanism": "none", "window": 56, "sinks": 8},
+}
 
 
 def parse_full_layers(text) -> tuple[int, ...]:
     """full_layers as text: indices joined by '+' (model specs and model_args, where commas separate keys),
-    ',' (`golinear train --full-layers`), ':', ';' or '|'. One parser for every front end."""
+    ',' (`golinear train --full-layers`), ':', ';' or '|'; or a list of ints. One parser for every front end."""
     if isinstance(text, (list, tuple)):
-        return tuple(int(x) for x in text)
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in text):
+            return tuple(text)
+        text = "+".join(map(str, text))
     parts = re.split(r"[+,:;|]", str(text).strip())
     try:
         return tuple(int(x) for x in parts if x.strip() != "")
@@ -28,59 +61,315 @@ def parse_full_layers(text) -> tuple[int, ...]:
         raise ValueError(f"full_layers={text!r}: expected layer indices joined by '+', e.g. 3+7+11") from None
 
 
-def backbone_config(base: str):
-    """The backbone's transformers config (no weights), or a one-line ValueError naming `base`."""
-    import transformers
-    from models.backbone import DEFAULT_BACKBONE, check_architecture, resolve
-    path = resolve(base)
-    local = Path(path).expanduser()
-    if local.exists() and not (local / "config.json").is_file():
-        raise ValueError(f"base {base!r} is a folder without config.json; allowed: {DEFAULT_BACKBONE!r} "
-                         "(embedded), a Hugging Face model folder or a hub id")
-    if not local.exists() and (path.count("/") != 1 or path.startswith((".", "/", "~"))):
-        raise ValueError(f"base {base!r} is neither a local folder nor a hub id (owner/name); the embedded "
-                         f"default is {DEFAULT_BACKBONE!r}")
+def _choice(key, value, allowed, what, extra=""):
+    low = str(value).strip().lower()
+    if low not in allowed:
+        raise ValueError(f"unknown {what} {value!r}; allowed: {list(allowed)}{extra}")
+    return low
+
+
+def _integer(key, value) -> int:
+    least = MINIMUM[key]
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or \
+            (isinstance(value, str) and not value.strip().lstrip("-").isdigit()) or int(value) < least:
+        raise ValueError(f"{key}={value!r}: expected " +
+                         ("a non-negative integer" if least == 0 else f"an integer >= {least}"))
+    return int(value)
+
+
+def _boolean(key, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    low = str(value).strip().lower()
+    if low in TRUE or low in FALSE:
+        return low in TRUE
+    raise ValueError(f"{key}={value!r}: expected true or false")
+
+
+def _fraction(key, value) -> float:
+    """keep_full: a fraction in [0, 1) (keeping every layer would linearize none)."""
     try:
-        config = transformers.AutoConfig.from_pretrained(path)
-    except (OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"base {base!r}: cannot read its config ({first})") from None
-    check_architecture(config)
-    return config
+        v = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        v = math.nan
+    if not 0.0 <= v < 1.0:
+        raise ValueError(f"{key}={value!r}: expected a fraction in [0, 1)")
+    return v
 
 
-def check_linearize(options: dict, base: str) -> None:
-    """Every LinearizeConfig check (models.linearize.validate) against the backbone's config, before loading."""
-    from models.linearize import LinearizeConfig, validate
-    validate(LinearizeConfig.from_dict(options), backbone_config(base))
+def _scores(key, value) -> tuple[float, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                        for x in value):
+        raise ValueError(f"{key}={value!r}: expected a list of numbers, one per layer")
+    return tuple(value)
 
 
-def check_checkpoint_files(folder: str | Path) -> dict:
-    """A checkpoint's config.json parses and its safetensors file is complete; returns the config.
+def _mechanism(key, value):
+    if str(value).strip().lower() in ("", "full"):
+        return None  # full attention
+    return _choice(key, value, MECHANISMS, "mechanism", " (or 'full')")
 
-    safetensors' header states every tensor's byte range: a file shorter than that (a truncated copy)
-    or with a garbled header is refused here, naming the file, instead of as a traceback at load time."""
-    from safetensors import SafetensorError, safe_open
-    from models.checkpoint import CONFIG, WEIGHTS, read_config
+
+def _checkpoint(key, value) -> str:
+    """A whole checkpoint folder (its config.json parses, its weights are complete), as an absolute path."""
+    from models.spec_checks import check_checkpoint_files
+    path = Path(str(value)).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"checkpoint folder {str(value)!r} does not exist")
+    check_checkpoint_files(path)
+    return str(path.resolve())
+
+
+PARSERS = {"base": lambda k, v: str(v).strip(), "checkpoint": _checkpoint, "mechanism": _mechanism,
+           **{k: _integer for k in MINIMUM}, "short_conv": _boolean, "lora": _boolean,
+           "full_layers": lambda k, v: parse_full_layers(v), "keep_full": _fraction,
+           "select": lambda k, v: _choice(k, v, SELECTIONS, "layer selection"), "layer_scores": _scores,
+           "dtype": lambda k, v: _choice(k, v, DTYPES, "dtype")}
+
+
+def parse_value(key: str, value):
+    """The one check of one value (text from a string or model_args, or already typed): its normal form,
+    or a one-line ValueError (FileNotFoundError for a missing checkpoint) naming the value and what is allowed.
+    None means "not given" for the keys whose default is None."""
+    if value is None and key in ("base", "checkpoint", "mechanism", "full_layers", "layer_scores"):
+        return None
+    return PARSERS[key](key, value)
+
+
+def check_window_only(mechanism, window: int, sinks: int) -> None:
+    if mechanism == "none" and not (window or sinks):
+        raise ValueError("mechanism=none (window+sink softmax, no linear state) needs a window and/or sinks")
+
+
+def read_checkpoint_config(folder) -> dict:
+    """A checkpoint's config.json as a dict; names the file when it is missing or broken."""
     folder = Path(folder)
-    config = read_config(folder)  # names the file if its JSON is broken
-    if not isinstance(config.get("linearize"), dict):
-        raise ValueError(f"checkpoint config {str(folder / CONFIG)!r} has no 'linearize' options")
-    weights = folder / WEIGHTS
+    if not (folder / CONFIG).exists() or not (folder / WEIGHTS).exists():
+        raise FileNotFoundError(f"not a golinear checkpoint: {folder} (needs {CONFIG} and {WEIGHTS})")
     try:
-        with safe_open(str(weights), framework="pt") as f:
-            f.keys()
-    except (SafetensorError, OSError, ValueError) as e:
-        raise ValueError(f"checkpoint weights {str(weights)!r} are unreadable ({e})") from None
-    with open(weights, "rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        try:
-            meta = json.loads(fh.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ValueError(f"checkpoint weights {str(weights)!r} have a damaged header") from None
-    end = max((v["data_offsets"][1] for k, v in meta.items() if k != "__metadata__"), default=0)
-    size = weights.stat().st_size
-    if size < 8 + n + end:
-        raise ValueError(f"checkpoint weights {str(weights)!r} are truncated ({size} bytes, the header "
-                         f"describes {8 + n + end})")
+        config = json.loads((folder / CONFIG).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"checkpoint config {str(folder / CONFIG)!r} is not valid JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"checkpoint config {str(folder / CONFIG)!r} is not a JSON object")
     return config
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model configuration. Values are normalised and checked on construction (parse_value), so a
+    ModelSpec built from any front end holds typed, allowed values; full_layers/layer_scores are tuples."""
+    base: str | None = None        # None: the embedded default, or a checkpoint's own base
+    checkpoint: str | None = None  # absolute path of a checkpoint folder
+    mechanism: str | None = None   # None: full attention (or the checkpoint's own linearization)
+    window: int = 0
+    sinks: int = 0
+    short_conv: bool = False
+    conv_size: int = 4
+    lora: bool = False
+    lora_rank: int = 8
+    lora_alpha: int = 16
+    full_layers: tuple[int, ...] | None = None
+    keep_full: float = 0.0
+    select: str = "uniform"
+    layer_scores: tuple[float, ...] | None = None
+    gate_rank: int = 16
+    feature_dim: int = 64
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        for key in PARSERS:
+            object.__setattr__(self, key, parse_value(key, getattr(self, key)))
+
+    # ------------------------------------------------------------------ the CLI/store string
+    @classmethod
+    def from_string(cls, text: str, **extra):
+        """A preset, key=value pairs, a preset then overrides (`gdn-default,window=120`) or a checkpoint folder."""
+        text = text.strip()
+        if not text:
+            raise ValueError("empty model spec")
+        if Path(text).expanduser().is_dir():
+            return cls(checkpoint=text, **extra)  # a folder that is not a (whole) checkpoint fails here, naming it
+        args = {}
+        tokens = [t.strip() for t in text.split(",") if t.strip()]
+        if "=" not in tokens[0]:
+            preset = tokens.pop(0)
+            if preset not in PRESETS:
+                raise ValueError(f"unknown model {preset!r}; allowed presets: {sorted(PRESETS)}, "
+                                 f"key=value pairs ({sorted(STRING_KEYS)}) or a checkpoint folder")
+            args.update(PRESETS[preset])
+        for tok in tokens:
+            if "=" not in tok:
+                raise ValueError(f"model spec {text!r}: {tok!r} is not key=value (a preset may come only first)")
+            k, v = (s.strip() for s in tok.split("=", 1))
+            if k not in STRING_KEYS:
+                raise ValueError(f"model spec {text!r}: unknown key {k!r}; allowed: {sorted(STRING_KEYS)}")
+            args[k] = v
+        spec = cls(**args, **extra)
+        try:
+            check_window_only(spec.mechanism, spec.window, spec.sinks)
+        except ValueError as e:
+            raise ValueError(f"model spec {text!r}: {e}") from None
+        return spec
+
+    def given(self) -> dict:
+        """The string keys that differ from their defaults (base when given), in STRING_KEYS order."""
+        return {k: getattr(self, k) for k in STRING_KEYS if getattr(self, k) != FIELD_DEFAULTS[k]}
+
+    def to_string(self) -> str:
+        """The canonical string: non-default keys sorted; from_string(to_string()) == self."""
+        return ",".join(f"{k}={_text(v)}" for k, v in sorted(self.given().items()))
+
+    def store_key(self) -> str:
+        """The model's identity in the result store: its keys (base always, by name; a checkpoint by its folder's
+        name) plus a hash of the local files it names, so a retrained checkpoint or edited backbone is another model."""
+        a = {**self.given(), "base": self.base_name}
+        parts = [f"{k}={Path(v).name if k == 'checkpoint' else _text(v)}" for k, v in sorted(a.items())]
+        for k in ("base", "checkpoint"):
+            ident = local_files_identity(a.get(k))
+            if ident:
+                parts.append(f"{k}_files={ident}")
+        return ",".join(parts)
+
+    # ------------------------------------------------------------------ lm-eval model_args
+    @classmethod
+    def from_model_args(cls, args: dict):
+        """The spec part of lm-eval model_args (other keys, e.g. device or batch_size, are the backend's)."""
+        return cls(**{k: v for k, v in args.items() if k in STRING_KEYS and v is not None})
+
+    def to_model_args(self) -> dict:
+        """The non-default keys, plus base (a checkpoint without an explicit base names its own)."""
+        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.given().items()}
+        if self.base is None and self.checkpoint is None:
+            out = {"base": DEFAULT_BASE, **out}
+        return out
+
+    # ------------------------------------------------------------------ golinear train flags
+    @classmethod
+    def from_train_args(cls, args):
+        """`golinear train`'s model flags (models.train_cli.add_arguments); --layer-scores names a JSON file."""
+        return cls(base=args.base, mechanism=args.mechanism, window=args.window, sinks=args.sinks,
+                   short_conv=args.short_conv, lora=args.lora, full_layers=args.full_layers or None,
+                   keep_full=args.keep_full, select=args.select, layer_scores=read_layer_scores(args.layer_scores))
+
+    # ------------------------------------------------------------------ checkpoint config.json
+    @classmethod
+    def from_checkpoint_config(cls, config: dict, folder=None):
+        """The base and linearize options a checkpoint's config.json holds (and the folder, when given)."""
+        where = f"checkpoint config {str(Path(folder) / CONFIG)!r}" if folder else "checkpoint config"
+        lin = config.get("linearize")
+        if not isinstance(lin, dict):
+            raise ValueError(f"{where} has no 'linearize' options")
+        return cls(base=config.get("base"), **({"checkpoint": str(folder)} if folder else {}),
+                   **linearize_values({"mechanism": "gdn", **lin}))
+
+    def to_checkpoint_config(self) -> dict:
+        """config.json's base (as given: None stays None) and linearize options (save_checkpoint adds
+        fingerprints and counts)."""
+        return {"base": self.base, "linearize": self.linearize_options()}
+
+    def linearize_options(self) -> dict:
+        """LinearizeConfig's fields as JSON values (lists, not tuples); needs a mechanism."""
+        if self.mechanism is None:
+            raise ValueError(f"a linearized model needs a mechanism; allowed: {list(MECHANISMS)}")
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in
+                ((k, getattr(self, k)) for k in LINEARIZE_KEYS)}
+
+    def linearize_config(self):
+        from models.linearize import LinearizeConfig
+        return LinearizeConfig(**self.linearize_options())
+
+    # ------------------------------------------------------------------ derived
+    def checkpoint_config(self) -> dict | None:
+        return read_checkpoint_config(self.checkpoint) if self.checkpoint else None
+
+    @property
+    def is_full_attention(self) -> bool:
+        return self.mechanism is None and self.checkpoint is None
+
+    @property
+    def base_name(self) -> str:
+        """The backbone: given explicitly, else the one a checkpoint's config.json names, else the default."""
+        if self.base is None and self.checkpoint and (Path(self.checkpoint) / CONFIG).exists():
+            return read_checkpoint_config(self.checkpoint).get("base") or DEFAULT_BASE
+        return self.base or DEFAULT_BASE
+
+    @property
+    def budget(self) -> float:
+        """Cache budget in tokens: sinks + window for windowed models, inf for full attention."""
+        if self.is_full_attention:
+            return math.inf
+        if self.checkpoint is not None and not (self.sinks or self.window):
+            try:  # a checkpoint carries its own window and sinks
+                lin = self.checkpoint_config()["linearize"]
+                return lin.get("sinks", 0) + lin.get("window", 0)
+            except (FileNotFoundError, KeyError, ValueError):
+                return 0
+        return self.sinks + self.window
+
+
+FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelSpec)}
+
+
+def linearize_values(options: dict) -> dict:
+    """LinearizeConfig options checked and normalised (tuples as lists); unknown names are one error."""
+    unknown = set(options) - set(LINEARIZE_KEYS)
+    if unknown:
+        raise ValueError(f"unknown linearize options {sorted(unknown)}; allowed: {sorted(LINEARIZE_KEYS)}")
+    out = {k: parse_value(k, v) for k, v in options.items()}
+    if "mechanism" in out and out["mechanism"] is None:
+        raise ValueError(f"a linearized model needs a mechanism; allowed: {list(MECHANISMS)}")
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
+
+
+def read_layer_scores(path) -> list[float] | None:
+    """`golinear diagnose`'s layer_scores JSON (for select=hardness), or None without a path."""
+    if not path:
+        return None
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"--layer-scores file {str(path)!r} does not exist")
+    try:
+        scores = json.loads(path.read_text())["layer_scores"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"--layer-scores file {str(path)!r} is not a `golinear diagnose` layer_scores JSON "
+                         f"({type(e).__name__}: {e})") from None
+    if not (isinstance(scores, list) and all(isinstance(x, (int, float)) for x in scores)):
+        raise ValueError(f"--layer-scores file {str(path)!r}: 'layer_scores' must be a list of numbers")
+    return scores
+
+
+def _text(v) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, tuple):
+        return "+".join(map(str, v))
+    return str(v)
+
+
+CONTENT_HASH_LIMIT = 64 << 20  # checkpoints (new parameters only) are hashed by content; big backbones by stat
+
+
+def local_files_identity(value) -> str | None:
+    """For a local folder: a short hash of its files (content up to 64 MB each, else size and mtime).
+
+    It changes when the files change, and (for checkpoints) survives copying the folder elsewhere."""
+    if not value:
+        return None
+    p = Path(str(value)).expanduser()
+    if not p.is_dir():
+        return None
+    h = hashlib.sha256()
+    for q in sorted(p.iterdir()):
+        if not q.is_file() or q.name.startswith("."):
+            continue
+        st = q.stat()
+        h.update(q.name.encode())
+        if st.st_size <= CONTENT_HASH_LIMIT:
+            h.update(q.read_bytes())
+        else:
+            h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:10]
+
+
+from models.spec_checks import backbone_config, check_checkpoint_files, check_linearize  # noqa: E402,F401

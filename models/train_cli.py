@@ -19,10 +19,11 @@ from models.train_utils import atomic_write_json, heldout_loss, plot_loss, read_
 
 def add_arguments(p) -> None:
     import argparse
+    from models.spec import MECHANISMS, SELECTIONS  # the allowed values, one place
     d = TrainConfig()
     g = p.add_argument_group("model")
     g.add_argument("--base", default="smollm2-135m", help="backbone: smollm2-135m (embedded), hub id or folder")
-    g.add_argument("--mechanism", default="gdn", help="gla | kgla | gdn | hedgehog | none (default gdn)")
+    g.add_argument("--mechanism", default="gdn", help=" | ".join(MECHANISMS) + " (default gdn)")
     g.add_argument("--window", type=int, default=56, help="sliding-window tokens (default 56)")
     g.add_argument("--sinks", type=int, default=8, help="sink tokens (default 8)")
     g.add_argument("--short-conv", action=argparse.BooleanOptionalAction, default=True,
@@ -30,7 +31,7 @@ def add_arguments(p) -> None:
     g.add_argument("--lora", action="store_true", help="LoRA on Wq/Wk/Wv (lr --lora-lr)")
     g.add_argument("--full-layers", default=None, help="comma-separated layers kept as full attention")
     g.add_argument("--keep-full", type=float, default=0.0, help="fraction of layers kept as full attention")
-    g.add_argument("--select", default="uniform", help="uniform | hardness (needs --layer-scores)")
+    g.add_argument("--select", default="uniform", help=" | ".join(SELECTIONS) + " (hardness needs --layer-scores)")
     g.add_argument("--layer-scores", default=None, help="JSON from `golinear diagnose` (layer_scores)")
     g = p.add_argument_group("data")
     g.add_argument("--data-dir", default=None, help="data folder (default $GOLINEAR_DATA or ../shared/data)")
@@ -83,22 +84,9 @@ def add_arguments(p) -> None:
 
 
 def linearize_options(args) -> dict:
-    from models.spec import parse_full_layers
-    full = list(parse_full_layers(args.full_layers)) if args.full_layers else None
-    scores = None
-    if args.layer_scores:
-        path = Path(args.layer_scores)
-        if not path.exists():
-            raise FileNotFoundError(f"--layer-scores file {str(path)!r} does not exist")
-        try:
-            scores = json.loads(path.read_text())["layer_scores"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
-            raise ValueError(f"--layer-scores file {str(path)!r} is not a `golinear diagnose` layer_scores JSON "
-                             f"({type(e).__name__}: {e})") from None
-        if not (isinstance(scores, list) and all(isinstance(x, (int, float)) for x in scores)):
-            raise ValueError(f"--layer-scores file {str(path)!r}: 'layer_scores' must be a list of numbers")
-    return dict(mechanism=args.mechanism, window=args.window, sinks=args.sinks, short_conv=args.short_conv,
-                lora=args.lora, full_layers=full, keep_full=args.keep_full, select=args.select, layer_scores=scores)
+    """The model flags as LinearizeConfig options, each value checked by models.spec (one message per value)."""
+    from models.spec import ModelSpec
+    return ModelSpec.from_train_args(args).linearize_options()
 
 
 def run_name(opts: dict) -> str:

@@ -71,7 +71,7 @@ def test_run_rejects_before_loading_and_writes_nothing(tmp_path, capsys, args, e
 def test_train_rejects_a_bad_mechanism_before_data_and_folder(tmp_path, capsys):
     one_line_error(capsys, ["train", "--mechanism", "bogus", "--out", str(tmp_path / "run")],
                    "unknown mechanism 'bogus'")
-    one_line_error(capsys, ["train", "--sinks", "-2", "--out", str(tmp_path / "run")], "sinks must be")
+    one_line_error(capsys, ["train", "--sinks", "-2", "--out", str(tmp_path / "run")], "sinks=-2: expected a non-negative integer")
     assert not (tmp_path / "run").exists()
 
 

@@ -182,7 +182,7 @@ def test_checkpoint_round_trip_and_wrong_base(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("cfg,match", [
     (dict(mechanism="mamba"), "unknown mechanism 'mamba'"),
-    (dict(window=-1), "window must be a non-negative integer"),
+    (dict(window=-1), "window=-1: expected a non-negative integer"),
     (dict(sinks=10_000), "sinks=10000 exceeds"),
     (dict(window=200, sinks=100), "cache budget"),
     (dict(full_layers=[0, 3]), r"indices \[3\] out of range; allowed: 0..2"),
@@ -190,7 +190,7 @@ def test_checkpoint_round_trip_and_wrong_base(tmp_path, monkeypatch):
     (dict(keep_full=1.5), "keep_full"),
     (dict(keep_full=0.5, select="hardness"), "layer_scores"),
     (dict(select="random"), "unknown layer selection"),
-    (dict(mechanism="none"), "needs window"),
+    (dict(mechanism="none"), "needs a window"),
 ])
 def test_bad_options(cfg, match):
     with pytest.raises(ValueError, match=match):
@@ -243,7 +243,7 @@ def test_cache_does_not_grow_beyond_budget():
 def test_real_smollm2_default_recipe(tmp_path):
     """The embedded backbone: default recipe decodes like its parallel pass, window >= T is full attention,
     the checkpoint reloads on SmolLM2 and is refused by a different base."""
-    from models.linearize import load_model
+    from models.load import load_model
     full, tok, info = load_model()
     assert info["base_fingerprint"] and full.config.num_hidden_layers == 30
     ids = tok("The Eiffel Tower is in Paris, the capital of France. " * 6, return_tensors="pt").input_ids[:, :72]

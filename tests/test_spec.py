@@ -1,0 +1,176 @@
+"""models.spec, the one schema of a model configuration (issue #15 item 1): every front end round-trips
+through ModelSpec, and each bad value gets one message naming the value and what is allowed."""
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from models import spec as M
+from models.spec import ModelSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+CKPT = ROOT / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
+
+STRINGS = ["mechanism=gdn,short_conv=true,sinks=8,window=56",
+           "full_layers=3+7,keep_full=0.1,mechanism=gla,select=hardness",
+           "base=smollm2-135m,dtype=bfloat16", "lora=true,mechanism=hedgehog,short_conv=true",
+           "mechanism=none,sinks=4", ""]
+
+
+def test_import_needs_no_torch():
+    import subprocess
+    code = "import sys, models.spec; assert 'torch' not in sys.modules, 'models.spec imported torch'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+@pytest.mark.parametrize("text", STRINGS[:-1])
+def test_string_round_trip(text):
+    spec = ModelSpec.from_string(text)
+    assert spec.to_string() == text
+    assert ModelSpec.from_string(spec.to_string()) == spec
+
+
+def test_presets_and_overrides_are_the_same_spec_as_key_values():
+    assert ModelSpec.from_string("gdn-default") == ModelSpec.from_string(STRINGS[0])
+    assert ModelSpec.from_string("gdn-default,window=120").window == 120
+    assert ModelSpec.from_string(" short_conv=YES , sinks=8,mechanism=GDN,window=56") == ModelSpec.from_string(STRINGS[0])
+    assert ModelSpec.from_string("full").is_full_attention and ModelSpec.from_string("mechanism=full").is_full_attention
+
+
+@pytest.mark.parametrize("text", ["gdn-default", "full", "swa-sink,dtype=bf16",
+                                  "mechanism=gla,full_layers=3+7,keep_full=0.1,select=hardness"])
+def test_model_args_round_trip(text):
+    spec = ModelSpec.from_string(text)
+    args = spec.to_model_args()
+    assert args["base"] == "smollm2-135m"
+    assert ModelSpec.from_model_args(args) == dataclasses.replace(spec, base="smollm2-135m")
+    # lm-eval hands over text, e.g. from --model_args "full_layers=3+7,short_conv=true"
+    as_text = {k: "+".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in args.items()}
+    assert ModelSpec.from_model_args(as_text) == ModelSpec.from_model_args(args)
+
+
+def test_model_args_ignore_backend_keys_and_keep_full_layers_a_list():
+    spec = ModelSpec.from_model_args({"mechanism": "gdn", "full_layers": "0+5", "device": "cpu", "batch_size": 4})
+    assert spec.full_layers == (0, 5) and spec.to_model_args()["full_layers"] == [0, 5]
+
+
+def test_checkpoint_config_round_trip():
+    config = json.loads((CKPT / "config.json").read_text())
+    spec = ModelSpec.from_checkpoint_config(config)
+    assert spec.mechanism == "gdn" and spec.window == 56 and spec.sinks == 8 and spec.short_conv
+    assert spec.to_checkpoint_config() == {"base": config["base"], "linearize": config["linearize"]}
+    assert ModelSpec.from_checkpoint_config(spec.to_checkpoint_config()) == spec
+
+
+def test_checkpoint_config_to_and_from_string_and_model_args():
+    spec = ModelSpec.from_checkpoint_config({"base": "smollm2-135m", "linearize": {"mechanism": "gla", "window": 8,
+                                                                                     "full_layers": [1, 2]}})
+    same = ModelSpec.from_string(spec.to_string())
+    assert same == spec and ModelSpec.from_model_args(spec.to_model_args()) == spec
+    assert spec.to_checkpoint_config()["linearize"]["full_layers"] == [1, 2]
+
+
+def test_linearize_config_takes_the_spec_fields():
+    from models.linearize import LinearizeConfig
+    names = tuple(f.name for f in dataclasses.fields(LinearizeConfig))
+    assert names == M.LINEARIZE_KEYS
+    model_side = LinearizeConfig()
+    assert all(getattr(model_side, k) == M.FIELD_DEFAULTS[k] for k in names if k != "mechanism")
+    cfg = ModelSpec.from_string("gdn-default,full_layers=1+2").linearize_config()
+    assert cfg == LinearizeConfig(mechanism="gdn", window=56, sinks=8, short_conv=True, full_layers=[1, 2])
+    assert LinearizeConfig.from_dict({"window": "12", "short_conv": "on"}) == LinearizeConfig(window=12, short_conv=True)
+
+
+def test_train_flags():
+    from models.train_cli import add_arguments, linearize_options
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--mechanism", "gla", "--full-layers", "1,3", "--no-short-conv"])
+    spec = ModelSpec.from_train_args(args)
+    assert spec == ModelSpec.from_string("gla,window=56,sinks=8,full_layers=1+3,base=smollm2-135m")
+    assert linearize_options(args) == spec.linearize_options()
+    with pytest.raises(ValueError, match=r"^sinks=-2: expected a non-negative integer$"):
+        ModelSpec.from_train_args(p.parse_args(["--sinks", "-2"]))
+
+
+def test_store_key_and_budget_of_a_checkpoint_folder():
+    spec = ModelSpec.from_string(str(CKPT))
+    assert spec.checkpoint == str(CKPT.resolve()) and spec.base is None
+    assert spec.store_key().startswith("base=smollm2-135m,checkpoint=gdn-w56-s8-sc,checkpoint_files=")
+    assert spec.budget == 64 and spec.to_model_args() == {"checkpoint": str(CKPT.resolve())}
+    assert ModelSpec.from_string("full").budget == math.inf
+
+
+ALLOWED = "['gla', 'kgla', 'gdn', 'hedgehog', 'none']"
+BAD = [  # (key, value, the whole message)
+    ("mechanism", "mamba", f"unknown mechanism 'mamba'; allowed: {ALLOWED} (or 'full')"),
+    ("select", "metrics", "unknown layer selection 'metrics'; allowed: ['uniform', 'hardness']"),
+    ("dtype", "float8", "unknown dtype 'float8'; allowed: ['bf16', 'bfloat16', 'float16', 'float32', 'fp16', 'fp32']"),
+    ("window", "abc", "window='abc': expected a non-negative integer"),
+    ("sinks", -1, "sinks=-1: expected a non-negative integer"),
+    ("window", True, "window=True: expected a non-negative integer"),
+    ("conv_size", 0, "conv_size=0: expected an integer >= 1"),
+    ("short_conv", "maybe", "short_conv='maybe': expected true or false"),
+    ("keep_full", "1", "keep_full='1': expected a fraction in [0, 1)"),
+    ("keep_full", "x", "keep_full='x': expected a fraction in [0, 1)"),
+    ("full_layers", "1+x", "full_layers='1+x': expected layer indices joined by '+', e.g. 3+7+11"),
+    ("layer_scores", ["a"], "layer_scores=['a']: expected a list of numbers, one per layer"),
+]
+
+
+@pytest.mark.parametrize("key,value,message", BAD, ids=[f"{k}={v!r}" for k, v, _ in BAD])
+def test_each_bad_value_has_one_message_in_every_front_end(key, value, message):
+    """The same message from the schema, the string form, model_args and LinearizeConfig."""
+    from models.linearize import LinearizeConfig
+    fronts = [lambda: ModelSpec(**{key: value})]
+    if key in M.STRING_KEYS:  # the keys of the string form and of model_args
+        fronts.append(lambda: ModelSpec.from_model_args({key: value}))
+        if isinstance(value, str):
+            fronts.append(lambda: ModelSpec.from_string(f"{key}={value}"))
+    if key in M.LINEARIZE_KEYS:
+        fronts.append(lambda: LinearizeConfig.from_dict({key: value}))
+    for front in fronts:
+        with pytest.raises(ValueError) as err:
+            front()
+        assert str(err.value) == message and "\n" not in str(err.value)
+
+
+def test_bad_keys_and_missing_checkpoint():
+    with pytest.raises(ValueError, match=r"unknown key 'colour'; allowed: \['base', 'checkpoint'"):
+        ModelSpec.from_string("gdn-default,colour=red")
+    with pytest.raises(ValueError, match=r"^unknown linearize options \['windw'\]; allowed: "):
+        ModelSpec.from_checkpoint_config({"linearize": {"windw": 3}})
+    with pytest.raises(ValueError, match="has no 'linearize' options"):
+        ModelSpec.from_checkpoint_config({"base": "x"})
+    with pytest.raises(FileNotFoundError, match=r"^checkpoint folder '/no/such' does not exist$"):
+        ModelSpec.from_model_args({"checkpoint": "/no/such"})
+    with pytest.raises(ValueError, match="needs a window and/or sinks"):
+        ModelSpec.from_string("mechanism=none")
+    with pytest.raises(ValueError, match="needs a mechanism"):
+        ModelSpec.from_string("full").linearize_options()
+
+
+def test_frozen_and_values_are_normal_forms():
+    spec = ModelSpec(window="8", full_layers=[2, 1], short_conv="1", mechanism="GDN")
+    assert (spec.window, spec.full_layers, spec.short_conv, spec.mechanism) == (8, (2, 1), True, "gdn")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.window = 3
+    assert hash(spec) == hash(ModelSpec(window=8, full_layers=(2, 1), short_conv=True, mechanism="gdn"))
+
+
+def test_cell_provenance_reads_the_loaded_configuration_through_the_schema():
+    from bench.provenance import ModelInfo
+    config = json.loads((CKPT / "config.json").read_text())
+    info = ModelInfo.from_info({"base": "smollm2-135m", "base_fingerprint": "bd29", "checkpoint": str(CKPT),
+                                "checkpoint_fingerprint": "77aa", "linearize": config["linearize"],
+                                "new_parameters": 5, "cache_budget": 64, "trained": True})
+    assert info.spec == ModelSpec.from_checkpoint_config(config) and info.spec.sinks + info.spec.window == 64
+    assert info.weights_fingerprint == "bd29-77aa" and info.new_parameters == 5
+    full = ModelInfo.from_info({"base": "smollm2-135m", "linearize": None, "cache_budget": math.inf})
+    assert full.spec.is_full_attention and full.spec.base == "smollm2-135m"
+    with pytest.raises(ValueError, match="unknown mechanism 'gdm'"):
+        ModelInfo.from_info({"linearize": {**config["linearize"], "mechanism": "gdm"}})
