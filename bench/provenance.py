@@ -13,6 +13,7 @@ from pathlib import Path
 
 from bench.plan import REPO_ROOT, TaskEntry, task_data_files
 from bench.store import hash_data_paths
+from models.spec import ModelSpec
 
 def jsonable(obj):
     if isinstance(obj, dict):
@@ -29,12 +30,15 @@ def jsonable(obj):
 @dataclass(frozen=True)
 class ModelInfo:
     """The backend's account of the evaluated weights (`lm.golinear_info`, from models.linearize.load_model
-    or models.checkpoint.load_checkpoint), JSON-safe; `raw` is stored whole under the record's model.info."""
+    or models.checkpoint.load_checkpoint), JSON-safe; `raw` is stored whole under the record's model.info.
+    `spec` is what was loaded in the one schema (models.spec): backbone and linearize options, a checkpoint's
+    own included; full attention has no mechanism."""
     raw: dict
     base: str | None = None
     base_fingerprint: str | None = None
     checkpoint_fingerprint: str | None = None
     new_parameters: int | None = None
+    spec: ModelSpec = ModelSpec()
 
     @classmethod
     def from_lm(cls, lm) -> "ModelInfo":
@@ -42,9 +46,13 @@ class ModelInfo:
 
     @classmethod
     def from_info(cls, info: dict) -> "ModelInfo":
+        """The loader's info keys, each read by its one name; the weights' configuration through models.spec."""
         raw = jsonable(dict(info))
+        lin = raw.get("linearize")
+        spec = (ModelSpec.from_checkpoint_config({"base": raw.get("base"), "linearize": lin}) if lin
+                else ModelSpec(base=raw.get("base")))
         return cls(raw, raw.get("base"), raw.get("base_fingerprint"), raw.get("checkpoint_fingerprint"),
-                   raw.get("new_parameters"))
+                   raw.get("new_parameters"), spec)
 
     @property
     def weights_fingerprint(self) -> str | None:
