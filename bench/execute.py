@@ -1,13 +1,12 @@
 """Execution of `golinear run` cells: building the lm-eval model of a spec (checked first without weights),
-lm-eval's data-parallel hooks under a launcher, the task manager, one cell through lm-eval's
-`simple_evaluate` and its result as a store record."""
+the process group under a launcher (the backend's HFLM splits each cell's requests over it), the task
+manager, one cell through lm-eval's `simple_evaluate` and its result as a store record."""
 from __future__ import annotations
 
 import copy
 import math
 import os
 import time
-import types
 from pathlib import Path
 
 from bench import specs as S
@@ -97,36 +96,6 @@ def distributed_context():
     from accelerate import PartialState
     state = PartialState(cpu=not torch.cuda.is_available())  # gloo on CPU (MULTI_CPU), nccl on GPU
     return state.process_index, state.num_processes
-
-
-def attach_data_parallel(lm, rank: int, world_size: int):
-    """Give an LM lm-eval's data-parallel hooks (rank, world_size, gathers, barrier) over torch.distributed.
-
-    lm-eval's evaluator then shards each task's requests across ranks and gathers the per-document
-    metrics to rank 0. Backends built from an in-memory model (HFLM(pretrained=<module>)) are
-    single-process by default; this is what makes them data-parallel.
-    """
-    import torch
-    import torch.distributed as dist
-    if world_size <= 1 or getattr(lm, "world_size", 1) == world_size:
-        return lm
-    lm._rank, lm._world_size = rank, world_size
-
-    def all_gather(self, tensor):
-        t = tensor.reshape(1) if tensor.dim() == 0 else tensor
-        parts = [torch.zeros_like(t) for _ in range(world_size)]
-        dist.all_gather(parts, t)
-        return torch.cat(parts)
-
-    def gather_object(self, obj, dst=0):
-        out = [None] * world_size if rank == dst else None
-        dist.gather_object(obj, out, dst=dst)
-        return out
-
-    lm.all_gather = types.MethodType(all_gather, lm)
-    lm.gather_object = types.MethodType(gather_object, lm)
-    lm.barrier = types.MethodType(lambda self: dist.barrier(), lm)
-    return lm
 
 
 # ----------------------------------------------------------------------------- results

@@ -1,8 +1,9 @@
 """lm-eval backends: `linearized` (a linearized model) and `golinear-hf` (full attention, same loader).
 
-Both subclass lm-eval's HFLM (the pattern of lm_eval/models/mamba_lm.py): the model is built by
-`models.linearize.load_model` (so the embedded SmolLM2, hub ids and local folders work for both),
-and HFLM's batching and scoring are reused unchanged. Scoring pads on the right, which is causal-safe
+Both subclass lm-eval's HFLM the way lm_eval/models/mamba_lm.py does: HFLM is given a name and runs its own
+set-up (device; under `accelerate launch` its processes split the requests), and the `_create_model` hook
+builds the model with `models.linearize.load_model` (the embedded SmolLM2, hub ids and local folders work
+for both); HFLM's batching and scoring are reused unchanged. Scoring pads on the right, which is causal-safe
 for recurrent layers too. Generation (`generation=` model arg):
   - `batched` (linearized default; `golinear-hf` with it = full-static): HFLM's batches, left-padded, are
     unpadded and generated together by models.batch_generate on the static-cache decoder (right-padded
@@ -25,12 +26,11 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils import _add_special_kwargs, has_bos_prefix
 
-from models.spec import LINEAR_KEYS as LINEAR_ARGS  # the spec's keys and values: models.spec, one schema
-from models.spec import STRING_KEYS, ModelSpec
-
+LINEAR_ARGS = ("checkpoint", "mechanism", "window", "sinks", "short_conv", "lora", "full_layers",
+               "keep_full", "select")
 MODEL_ARGS = ("base", *LINEAR_ARGS, "dtype", "device", "batch_size", "max_length", "seed", "generation")
 GENERATION = {"golinear-hf": ("hf", "batched", "sequential"), "linearized": ("batched", "sequential")}
-# HFLM options that still mean something for an already-built model (lm-eval's CLI passes some).
+# HFLM options passed through to it (lm-eval's CLI passes some).
 HFLM_ARGS = ("max_batch_size", "truncation", "logits_cache", "add_bos_token", "prefix_token_id",
              "softmax_dtype", "mixed_precision_dtype", "think_end_token",
              "enable_thinking", "chat_template_args", "trust_remote_code")
@@ -60,6 +60,17 @@ def check_device(device) -> str:
     return str(dev)
 
 
+def _parse_layers(value):
+    """full_layers from a model_args string: "0+5+29" (or ';' / '|') -> [0, 5, 29]; ints and lists pass."""
+    if isinstance(value, str):
+        parts = [p for p in value.replace("|", "+").replace(";", "+").replace(":", "+").split("+") if p.strip()]
+        try:
+            return [int(p) for p in parts]
+        except ValueError:
+            raise ValueError(f"full_layers={value!r}: expected layer indices joined by '+', e.g. 3+7+11") from None
+    return list(value) if isinstance(value, tuple) else value
+
+
 def check_model_args(backend: str, args: dict) -> dict:
     """Validate a backend's model args up front (names, dtype, device) and return them normalised."""
     if backend not in BACKENDS:
@@ -68,15 +79,14 @@ def check_model_args(backend: str, args: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown model arg(s) {unknown} for {backend!r}; allowed: {list(MODEL_ARGS)} "
                          f"(and HFLM's {list(HFLM_ARGS)})")
+    from models.backbone import parse_dtype
     out = dict(args)
-    spec = ModelSpec.from_model_args(out)  # every value checked once, against one allowed set (models.spec)
-    for k in STRING_KEYS:
-        if k in out:
-            v = getattr(spec, k)
-            out[k] = list(v) if isinstance(v, tuple) else v
-    out["dtype"] = spec.dtype
+    out["dtype"] = str(out.get("dtype") or "float32")
+    parse_dtype(out["dtype"])
     out["device"] = check_device(out.get("device") or default_device())
-    linear = {k: v for k, v in spec.given().items() if k in LINEAR_ARGS}
+    if "full_layers" in out:
+        out["full_layers"] = _parse_layers(out["full_layers"])
+    linear = {k: out[k] for k in LINEAR_ARGS if out.get(k) not in (None, False, 0, 0.0, "", "uniform")}
     if backend == "golinear-hf" and linear:
         raise ValueError(f"golinear-hf is full attention; it takes no linearization args, got {sorted(linear)} "
                          f"(use model 'linearized')")
@@ -89,30 +99,14 @@ def check_model_args(backend: str, args: dict) -> dict:
     if backend == "linearized" and not (out.get("checkpoint") or out.get("mechanism")):
         raise ValueError("model 'linearized' needs checkpoint=<folder> or mechanism=<name> "
                          "(full attention is model 'golinear-hf')")
-    if out.get("checkpoint"):  # the folder and its files were checked with the spec
+    if out.get("checkpoint"):
+        from pathlib import Path
+        if not Path(out["checkpoint"]).is_dir():
+            raise FileNotFoundError(f"checkpoint folder {out['checkpoint']!r} does not exist")
         if set(linear) - {"checkpoint"}:
             raise ValueError(f"checkpoint={out['checkpoint']!r} already says how the model is linearized; "
                              f"drop {sorted(set(linear) - {'checkpoint'})}")
     return out
-
-
-def load_model(**spec):
-    """(model, tokenizer, info) from models.linearize.load_model (full attention: models.backbone)."""
-    try:
-        from models.linearize import load_model as build
-    except ModuleNotFoundError as e:  # before models.linearize exists, full attention still works
-        if e.name != "models.linearize" or spec.get("mechanism") or spec.get("checkpoint"):
-            raise
-        from models.backbone import DEFAULT_BACKBONE, fingerprint, load_backbone
-        base = spec.get("base") or DEFAULT_BACKBONE
-        model, tok = load_backbone(base, dtype=spec["dtype"], device=spec["device"])
-        return model, tok, {"spec": {"base": base, "mechanism": None, "dtype": spec["dtype"]},
-                            "backbone_fingerprint": fingerprint(model)}
-    if spec.get("checkpoint") and spec.get("base"):
-        # an explicit base is checked against the checkpoint's base fingerprint (even the default name)
-        from models.checkpoint import load_checkpoint
-        return load_checkpoint(spec["checkpoint"], base=spec["base"], dtype=spec["dtype"], device=spec["device"])
-    return build(**spec)
 
 
 def padded_width(n: int) -> int:
@@ -142,13 +136,44 @@ class GolinearHF(HFLM):
         spec = {k: args.pop(k) for k in ("base", *LINEAR_ARGS, "dtype", "device") if k in args}
         if spec.get("base") is None:
             spec.pop("base", None)  # load_model's default, or the checkpoint's own base
-        # new (untrained) parameters are initialised from this seed, without touching the global RNG
-        model, tokenizer, info = load_model(**spec, **({"seed": int(seed)} if spec.get("mechanism") else {}))
-        self.golinear_info = {**info, "init_seed": int(seed)}
-        self.golinear_spec = spec
+        self.golinear_spec, self._seed = spec, int(seed)
         hf_kwargs = {k: v for k, v in args.items() if k in HFLM_ARGS and k != "trust_remote_code"}
-        super().__init__(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size,
-                         max_length=max_length, **hf_kwargs)
+        # a name, not a module: HFLM then runs its own set-up (accelerate's processes, device) and calls the
+        # _get_config / _create_tokenizer / _create_model hooks below, which build the golinear model
+        super().__init__(pretrained=spec.get("checkpoint") or self._base(), backend="causal", dtype=spec["dtype"],
+                         device=spec["device"], batch_size=batch_size, max_length=max_length, **hf_kwargs)
+        acc = getattr(self, "accelerator", None)
+        if acc is not None and acc.num_processes > 1 and self._world_size == 1:
+            # HFLM assigns ranks only when it sees more than one GPU; CPU processes (gloo) split the work too
+            self._rank, self._world_size = acc.process_index, acc.num_processes
+
+    def _base(self) -> str:
+        """The backbone: the spec's, else the checkpoint's own, else the embedded default."""
+        from models.backbone import DEFAULT_BACKBONE
+        if self.golinear_spec.get("base"):
+            return self.golinear_spec["base"]
+        if self.golinear_spec.get("checkpoint"):
+            from models.checkpoint import read_config
+            return read_config(self.golinear_spec["checkpoint"]).get("base") or DEFAULT_BACKBONE
+        return DEFAULT_BACKBONE
+
+    def _get_config(self, pretrained, **kwargs):
+        """The backbone's config, read without weights (the golinear loader resolves the embedded GGUF)."""
+        from models.spec import backbone_config
+        self._config = backbone_config(self._base())
+
+    def _create_tokenizer(self, pretrained, tokenizer, **kwargs):
+        """Nothing yet: the tokenizer comes with the model from the golinear loader (_create_model)."""
+
+    def _create_model(self, pretrained, dtype="float32", **kwargs):
+        """The golinear model on HFLM's device (under accelerate, this process's own), with its provenance.
+        New (untrained) parameters are initialised from `seed` without touching the global RNG."""
+        from models.linearize import load_model
+        spec = {**self.golinear_spec, "dtype": dtype, "device": str(self._device)}
+        model, tokenizer, info = load_model(**spec, **({"seed": self._seed} if spec.get("mechanism") else {}))
+        self._model, self.tokenizer, self._config = model, tokenizer, model.config
+        self._device = model.device  # "cuda" -> "cuda:0": the device the provenance has always recorded
+        self.golinear_info = {**info, "init_seed": self._seed}
 
     def loglikelihood(self, requests, disable_tqdm: bool = False):
         """HFLM's, with every string tokenized up front in batches: lm-eval encodes one request at a time,

@@ -3,16 +3,12 @@
 - "Overwriting default num_fewshot of T from 5 to 5" (or "from None to 0"): lm-eval logs it for every task
   and group it is given a shot count for, even when the count does not change (126 lines for 5-shot MMLU;
   an unset count means 0 to lm-eval); a real change (from 0 to 5, from None to 5) still shows.
-- HFLM's warnings about an already-initialised model ("... Please do not launch via accelerate ...",
-  "Passed an already-initialized model ..."): golinear's backends always hand lm-eval their own model, and
-  `golinear run` sets up data parallelism itself (bench.execute.attach_data_parallel).
 """
 from __future__ import annotations
 
 import logging
 
 FEWSHOT_MESSAGE = "Overwriting default num_fewshot of %s from %s to %s"
-INITIALISED_MODEL = ("`pretrained` model kwarg is not of type `str`", "Passed an already-initialized model")
 
 
 class DropUnchangedFewshot(logging.Filter):
@@ -24,12 +20,7 @@ class DropUnchangedFewshot(logging.Filter):
         return before != after
 
 
-class DropInitialisedModelWarning(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(INITIALISED_MODEL)
-
-
-FILTERS = {"lm_eval.evaluator": DropUnchangedFewshot, "lm_eval.models.huggingface": DropInitialisedModelWarning}
+FILTERS = {"lm_eval.evaluator": DropUnchangedFewshot}
 
 
 def install() -> None:

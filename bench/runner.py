@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 
 from bench import specs as S
-from bench.execute import (attach_data_parallel, build_lm, build_task_manager, check_checkpoint_base,
-                           distributed_context, evaluate_cell, validate_model)
+from bench.execute import (build_lm, build_task_manager, check_checkpoint_base, distributed_context, evaluate_cell,
+                           validate_model)
 from bench.plan import LONG_SUITES  # noqa: F401 - bench.demo reads runner.LONG_SUITES
 from bench.plan import (ALL_SUITES, Cell, cell_data, check_data_dir, check_long_context_fits, check_task_data,
                         default_data_dir, plan_cells, resolve_suites)
@@ -132,8 +132,7 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
                     queue.append(group)
                     continue
             spec = group[0].model
-            dev = f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}" if world > 1 and device.startswith("cuda") else device
-            lm = attach_data_parallel(build_lm(spec, batch_size, dev), rank, world)
+            lm = build_lm(spec, batch_size, device)  # under a launcher HFLM puts each rank on its own device
             info = ModelInfo.from_lm(lm)
             for c in claimed_in_turn(store, group, world, wait_s, summary):
                 bar.set_postfix_str(f"{spec.label} / {c.entry.task}")
