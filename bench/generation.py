@@ -198,6 +198,11 @@ def _parity_row(row, reference, got, want) -> dict:
     same = sum(a == b for a, b in zip(got, want))
     out = {k: row[k] for k in ("model", "device", "dtype", "context_length", "batch_size", "commit", "date")}
     print(f"parity vs {reference}: {same}/{len(got)} identical", flush=True)
+    for i, (a, b) in enumerate(zip(got, want)):  # where each differing pair parts (for the explanation)
+        if a != b:
+            n = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            print(f"  sample {i} differs from character {n}: batched {a[max(0, n - 40):n + 40]!r} | "
+                  f"reference {b[max(0, n - 40):n + 40]!r}", flush=True)
     return dict(out, reference=reference, samples=len(got), identical=same, fraction=same / len(got))
 
 
