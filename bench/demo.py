@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from models.linearize import DEFAULT_RECIPE, decode_state_bytes, load_model
+from models.linearize import DEFAULT_RECIPE, decode_state_bytes
+from models.load import load_model
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
 

@@ -2,7 +2,7 @@
 
 Both subclass lm-eval's HFLM the way lm_eval/models/mamba_lm.py does: HFLM is given a name and runs its own
 set-up (device; under `accelerate launch` its processes split the requests), and the `_create_model` hook
-builds the model with `models.linearize.load_model` (the embedded SmolLM2, hub ids and local folders work
+builds the model with `models.load.load_model` (the embedded SmolLM2, hub ids and local folders work
 for both); HFLM's batching and scoring are reused unchanged. Scoring pads on the right, which is causal-safe
 for recurrent layers too. Generation (`generation=` model arg):
   - `batched` (linearized default; `golinear-hf` with it = full-static): HFLM's batches, left-padded, are
@@ -26,8 +26,9 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils import _add_special_kwargs, has_bos_prefix
 
-LINEAR_ARGS = ("checkpoint", "mechanism", "window", "sinks", "short_conv", "lora", "full_layers",
-               "keep_full", "select")
+from models.spec import LINEAR_KEYS as LINEAR_ARGS  # the spec's keys and values: models.spec, one schema
+from models.spec import STRING_KEYS, ModelSpec
+
 MODEL_ARGS = ("base", *LINEAR_ARGS, "dtype", "device", "batch_size", "max_length", "seed", "generation")
 GENERATION = {"golinear-hf": ("hf", "batched", "sequential"), "linearized": ("batched", "sequential")}
 # HFLM options passed through to it (lm-eval's CLI passes some).
@@ -60,17 +61,6 @@ def check_device(device) -> str:
     return str(dev)
 
 
-def _parse_layers(value):
-    """full_layers from a model_args string: "0+5+29" (or ';' / '|') -> [0, 5, 29]; ints and lists pass."""
-    if isinstance(value, str):
-        parts = [p for p in value.replace("|", "+").replace(";", "+").replace(":", "+").split("+") if p.strip()]
-        try:
-            return [int(p) for p in parts]
-        except ValueError:
-            raise ValueError(f"full_layers={value!r}: expected layer indices joined by '+', e.g. 3+7+11") from None
-    return list(value) if isinstance(value, tuple) else value
-
-
 def check_model_args(backend: str, args: dict) -> dict:
     """Validate a backend's model args up front (names, dtype, device) and return them normalised."""
     if backend not in BACKENDS:
@@ -79,14 +69,15 @@ def check_model_args(backend: str, args: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown model arg(s) {unknown} for {backend!r}; allowed: {list(MODEL_ARGS)} "
                          f"(and HFLM's {list(HFLM_ARGS)})")
-    from models.backbone import parse_dtype
     out = dict(args)
-    out["dtype"] = str(out.get("dtype") or "float32")
-    parse_dtype(out["dtype"])
+    spec = ModelSpec.from_model_args(out)  # every value checked once, against one allowed set (models.spec)
+    for k in STRING_KEYS:
+        if k in out:
+            v = getattr(spec, k)
+            out[k] = list(v) if isinstance(v, tuple) else v
+    out["dtype"] = spec.dtype
     out["device"] = check_device(out.get("device") or default_device())
-    if "full_layers" in out:
-        out["full_layers"] = _parse_layers(out["full_layers"])
-    linear = {k: out[k] for k in LINEAR_ARGS if out.get(k) not in (None, False, 0, 0.0, "", "uniform")}
+    linear = {k: v for k, v in spec.given().items() if k in LINEAR_ARGS}
     if backend == "golinear-hf" and linear:
         raise ValueError(f"golinear-hf is full attention; it takes no linearization args, got {sorted(linear)} "
                          f"(use model 'linearized')")
@@ -99,10 +90,7 @@ def check_model_args(backend: str, args: dict) -> dict:
     if backend == "linearized" and not (out.get("checkpoint") or out.get("mechanism")):
         raise ValueError("model 'linearized' needs checkpoint=<folder> or mechanism=<name> "
                          "(full attention is model 'golinear-hf')")
-    if out.get("checkpoint"):
-        from pathlib import Path
-        if not Path(out["checkpoint"]).is_dir():
-            raise FileNotFoundError(f"checkpoint folder {out['checkpoint']!r} does not exist")
+    if out.get("checkpoint"):  # the folder and its files were checked with the spec
         if set(linear) - {"checkpoint"}:
             raise ValueError(f"checkpoint={out['checkpoint']!r} already says how the model is linearized; "
                              f"drop {sorted(set(linear) - {'checkpoint'})}")
@@ -168,7 +156,7 @@ class GolinearHF(HFLM):
     def _create_model(self, pretrained, dtype="float32", **kwargs):
         """The golinear model on HFLM's device (under accelerate, this process's own), with its provenance.
         New (untrained) parameters are initialised from `seed` without touching the global RNG."""
-        from models.linearize import load_model
+        from models.load import load_model
         spec = {**self.golinear_spec, "dtype": dtype, "device": str(self._device)}
         model, tokenizer, info = load_model(**spec, **({"seed": self._seed} if spec.get("mechanism") else {}))
         self._model, self.tokenizer, self._config = model, tokenizer, model.config

@@ -55,11 +55,11 @@ def _entry(suite: str, item) -> TaskEntry:
 
 def _long_task_details(task: str) -> dict:
     """Display name and data folders of a RULER/S-NIAH task, from tasks.ruler's task table."""
+    from tasks.ruler import resolve_task
+    from tasks.ruler.constants import RECIPES
     try:
-        ruler = importlib.import_module("tasks.ruler")
-        from tasks.ruler.constants import RECIPES
-        t = ruler.resolve_task(task)
-    except (ModuleNotFoundError, ValueError, ImportError):
+        t = resolve_task(task)
+    except ValueError:  # not one of tasks.ruler's tasks (an extra suite's)
         return {}
     family, args = RECIPES[t.ruler]
     data = ["paul_graham_essays"] if args.get("type_haystack") == "essay" else []
@@ -83,10 +83,7 @@ def resolve_suites(names, extra_suites: dict | None = None) -> list[TaskEntry]:
         if extra_suites and name in extra_suites:
             items = extra_suites[name]
         else:
-            try:
-                items = suite_module(name).SUITES[name]
-            except ModuleNotFoundError as e:
-                raise ValueError(f"suite {name!r} is not available in this build ({e.name} missing)") from None
+            items = suite_module(name).SUITES[name]
         out += [_entry(name, it) for it in items]
     return out
 
@@ -116,10 +113,7 @@ def check_task_data(entries, data_dir: str | None) -> None:
         if e.data and data_dir and not any((Path(data_dir) / d).exists() for d in e.data):
             raise FileNotFoundError(f"task {e.display} needs {' or '.join(e.data)} in the data folder {data_dir!r}")
     for suite, tasks in by_suite.items():
-        try:
-            mod = suite_module(suite)
-        except ModuleNotFoundError:
-            continue
+        mod = suite_module(suite)
         if hasattr(mod, "check_data"):
             mod.check_data(list(dict.fromkeys(tasks)), data_dir)
 
@@ -147,10 +141,7 @@ def task_data_files(task: str, suite: str, data_dir: str | None) -> set[Path]:
     """The local files a task reads, as its suite module declares them (tasks.standard / tasks.ruler)."""
     if not data_dir:
         return set()
-    try:
-        mod = suite_module(suite)
-    except ModuleNotFoundError:
-        return set()
+    mod = suite_module(suite)
     found = set()
     if hasattr(mod, "builtin_yamls") and hasattr(mod, "local_files"):
         for builtin in mod.builtin_yamls(task):

@@ -29,7 +29,7 @@ def jsonable(obj):
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """The backend's account of the evaluated weights (`lm.golinear_info`, from models.linearize.load_model
+    """The backend's account of the evaluated weights (`lm.golinear_info`, from models.load.load_model
     or models.checkpoint.load_checkpoint), JSON-safe; `raw` is stored whole under the record's model.info.
     `spec` is what was loaded in the one schema (models.spec): backbone and linearize options, a checkpoint's
     own included; full attention has no mechanism."""

@@ -13,7 +13,7 @@ CKPT = Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" /
 
 def test_bf16_load_of_a_checkpoint_names_the_same_base():
     from models.checkpoint import load_checkpoint, read_config
-    from models.linearize import load_model
+    from models.load import load_model
     expected = read_config(CKPT)["base_fingerprint"]
     model, _, info = load_checkpoint(CKPT, dtype="bfloat16")
     assert info["base_fingerprint"] == expected

@@ -159,7 +159,7 @@ def test_unknown_mechanism_and_registry_name():
 @pytest.mark.slow
 def test_checkpoint_for_another_base_is_refused(tmp_path):
     from models.checkpoint import save_checkpoint
-    from models.linearize import load_model
+    from models.load import load_model
     from tests._tiny import write_tiny_backbone
 
     tiny = write_tiny_backbone(tmp_path / "tiny")

@@ -75,7 +75,7 @@ def test_loads_on_cpu_and_beats_its_initialisation(folder, base_and_text):
 
 def test_one_call_loader_agrees(base_and_text):
     from models.checkpoint import apply_checkpoint, read_config
-    from models.linearize import load_model
+    from models.load import load_model
     base, ids = base_and_text
     folder = CKPT_ROOT / "gdn-w56-s8-sc"
     model, _, info = load_model(checkpoint=str(folder))
