@@ -10,9 +10,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from models import spec as schema
-from models.spec import PRESETS, local_files_identity  # noqa: F401 - the runner's help lists the presets
+from models.spec import PRESETS  # noqa: F401 - the runner's help lists the presets
 
-DEFAULTS = {"base": schema.DEFAULT_BASE, **{k: schema.FIELD_DEFAULTS[k] for k in schema.STRING_KEYS[1:]}}
 WINDOW_ONLY_LABEL = "window+sinks (no linear state)"
 
 
