@@ -30,6 +30,10 @@ NAMED_CONFIGS = {
                      num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
                      max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
                      tie_word_embeddings=False),
+    "qwen3-32b": dict(model_type="qwen3", hidden_size=5120, intermediate_size=25600, num_hidden_layers=64,
+                      num_attention_heads=64, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+                      max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                      tie_word_embeddings=False),
     "smollm2-135m": dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                          num_attention_heads=9, num_key_value_heads=3, head_dim=64, vocab_size=49152,
                          max_position_embeddings=8192, rope_theta=100000.0, rms_norm_eps=1e-5,
@@ -121,8 +125,12 @@ def load_backbone(name_or_path: str = DEFAULT_BACKBONE, dtype: torch.dtype | str
                          f"default is {DEFAULT_BACKBONE!r}")
     config = transformers.AutoConfig.from_pretrained(path)
     check_architecture(config)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype,
-                                                              attn_implementation=attn_implementation)
+    from models import random_base
+    if random_base.read_spec(path) is not None:  # a random-weight folder: seeded values made on `device`
+        model = random_base.build(path, dtype, device, attn_implementation)
+    else:
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype,
+                                                                  attn_implementation=attn_implementation)
     model.to(device).eval()
     model.requires_grad_(False)
     tok = transformers.AutoTokenizer.from_pretrained(path)

@@ -86,23 +86,35 @@ def backbone_skeleton(name_or_path: str):
 def load_sharded(base: str, lin_cfg, seed: int, acc, fsdp: dict):
     """(sharded linearized model, original attention modules). Only rank 0 reads the backbone (host memory:
     one fp32 copy, not one per process); the other ranks build it on the meta device; after sharding, rank
-    0 broadcasts every tensor and each rank keeps its shard. New-parameter init = a one-process run's."""
+    0 broadcasts every tensor and each rank keeps its shard. New-parameter init = a one-process run's.
+    A random-weight folder (models.random_base) is read by nobody: every rank draws its own shards."""
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-    from models.backbone import load_backbone
-    from models.linearize import _decoder_layers, linearize
+    from models import random_base
+    from models.backbone import load_backbone, resolve
+    from models.linearize import _decoder_layers, linearize, new_parameters
 
-    if acc.is_main_process:
+    rnd = random_base.read_spec(resolve(base))
+    if acc.is_main_process and rnd is None:
         model, _ = load_backbone(base, dtype="float32", device="cpu")
     else:
         model = backbone_skeleton(base)
     attention_modules = [layer.self_attn for layer in _decoder_layers(model)]
+    plan = random_base.plan(model) if rnd else None
     seed_everything(seed)  # new-parameter initialisation is a function of the seed (rank 0's is kept)
-    linearize(model, lin_cfg, base_name=base)
-    full = model.state_dict() if acc.is_main_process else {}
+    with random_base.new_parameters_on_cpu(model) if rnd else contextlib.nullcontext():
+        linearize(model, lin_cfg, base_name=base)
+    new_full = {n: p.detach().clone() for n, p in new_parameters(model).items()} if rnd else {}
+    full = model.state_dict() if acc.is_main_process and not rnd else {}
+    saved_buffers = random_base.real_buffers(model) if rnd else {}
     shard_model(model, acc.device, acc.num_processes, **fsdp)
-    if not acc.is_main_process:
+    if not acc.is_main_process or rnd:
         model.to_empty(device=acc.device)
+    if rnd:
+        model.config.golinear["base_fingerprint"] = random_base.fill_sharded(model, plan, rnd["seed"], acc.device,
+                                                                             new_full)
+        random_base.restore_buffers(model, acc.device, saved_buffers)
+        return model, attention_modules
     set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
     del full
     seen = set()
