@@ -41,7 +41,7 @@ def test_window_sink_softmax(T, dtype, grad):
 @pytest.mark.parametrize("p0", [0, 3, 8192])
 def test_window_attention_blocked_chunk_form(p0):
     """The fast decoder's prefill form (queries from p0; keys = sinks | previous window | chunk), bf16."""
-    from models.ops import fla_backend, reference
+    from models.ops import reference, window
     B, Tc, Hq, Hkv, D, s, w = 2, 1000, 32, 8, 128, 8, 56
     g = torch.Generator(device="cuda").manual_seed(0)
     T = p0 + Tc
@@ -49,8 +49,8 @@ def test_window_attention_blocked_chunk_form(p0):
     n_prev = min(p0, w)
     keys, vals = (torch.cat([x[:, :s], x[:, p0 - n_prev:]], 1) for x in (k, v))
     with torch.no_grad():
-        got = fla_backend.window_attention_blocked(q[:, p0:], keys, vals, w, D ** -0.5, sinks=s, base=s + n_prev,
-                                                   lo=s, q_pos0=p0)
+        got = window.window_attention_blocked(q[:, p0:], keys, vals, w, D ** -0.5, sinks=s, base=s + n_prev,
+                                              lo=s, q_pos0=p0)
         want, _ = reference.window_sink_attention(q[:, p0:].float(), k.float(), v.float(), s, w, D ** -0.5,
                                                   q_offset=p0)
     assert rel(got, want) < TOL[torch.bfloat16][0]

@@ -147,13 +147,13 @@ def test_latency_bad_input(argv, needle, tmp_path, capsys):
     assert needle in capsys.readouterr().err
 
 
-# ------------------------------------------------------------------------------------ fla_backend's torch parts
+# ------------------------------------------------------------------ the CUDA backend's plain-PyTorch parts
 @pytest.mark.parametrize("T,window,sinks,groups", [(1, 4, 2, 1), (15, 8, 4, 3), (65, 56, 8, 2), (130, 0, 4, 2),
                                                     (100, 7, 0, 2)])
 def test_blocked_window_and_sink_merge_match_reference(T, window, sinks, groups):
     """The autograd window path (blocked) + sink merge, and the no-grad add_sinks, equal the reference."""
     import math
-    from models.ops import fla_backend as fb, reference
+    from models.ops import reference, window as win
     g = torch.Generator().manual_seed(T)
     B, Hkv, D = 2, 2, 16
     q = torch.randn(B, T, Hkv * groups, D, generator=g, dtype=torch.float64, requires_grad=True)
@@ -161,13 +161,13 @@ def test_blocked_window_and_sink_merge_match_reference(T, window, sinks, groups)
     want, want_lse = reference.window_sink_attention(q, k, v, sinks, window, 0.3)
     pos = torch.arange(T)
     if window:
-        o_w, lse_w = fb.window_part_blocked(q, k, v, window, 0.3)
+        o_w, lse_w = win.window_part_blocked(q, k, v, window, 0.3)
     else:
         o_w = torch.zeros(B, T, Hkv * groups, D, dtype=torch.float64)
         lse_w = torch.full((B, T, Hkv * groups), -math.inf, dtype=torch.float64)
     got, lse = o_w, lse_w
     if sinks:
-        got, lse = fb.merge_attention(o_w, lse_w, *fb.sink_part(q, k[:, :sinks], v[:, :sinks], window, 0.3, pos))
+        got, lse = win.merge_attention(o_w, lse_w, *win.sink_part(q, k[:, :sinks], v[:, :sinks], window, 0.3, pos))
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(lse.double(), want_lse, rtol=1e-5, atol=1e-5)
     cot = torch.randn(want.shape, generator=g, dtype=torch.float64)
@@ -176,7 +176,7 @@ def test_blocked_window_and_sink_merge_match_reference(T, window, sinks, groups)
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     if window and sinks:
         with torch.no_grad():
-            fast, fast_lse = fb.add_sinks(q, o_w, lse_w, k[:, :sinks], v[:, :sinks], window, 0.3, pos)
+            fast, fast_lse = win.add_sinks(q, o_w, lse_w, k[:, :sinks], v[:, :sinks], window, 0.3, pos)
         torch.testing.assert_close(fast.double(), want.detach(), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(fast_lse.double(), want_lse.detach(), rtol=1e-5, atol=1e-5)
 

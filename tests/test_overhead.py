@@ -24,7 +24,7 @@ from torch.autograd.profiler import record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models import ops  # noqa: E402
-from models.ops import fla_backend, reference  # noqa: E402
+from models.ops import fla_backend, reference, window  # noqa: E402
 
 # shapes: SmolLM2-135M's head layout (9 q / 3 kv heads, head dim 64), a narrow MLP, short sequences
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 576, 9, 3, 64
@@ -359,8 +359,8 @@ def test_window_attention_blocked_chunk_form(p0):
     n_prev = min(p0, w)
     keys, vals = (torch.cat([x[:, :s], x[:, p0 - n_prev:]], 1) for x in (k, v))
     with torch.no_grad():
-        got = fla_backend.window_attention_blocked(q[:, p0:], keys, vals, w, D ** -0.5, sinks=s, base=s + n_prev,
-                                                   lo=s, q_pos0=p0)
+        got = window.window_attention_blocked(q[:, p0:], keys, vals, w, D ** -0.5, sinks=s, base=s + n_prev,
+                                              lo=s, q_pos0=p0)
     assert rel(got, want[:, p0:]) < 1e-6
 
 

@@ -18,7 +18,7 @@ import torch
 import triton
 
 sys.path.insert(0, os.getcwd())
-from models.ops import fla_backend, reference  # noqa: E402
+from models.ops import fla_backend, reference, window  # noqa: E402
 
 B, HQ, HKV, D, S, W = 8, 32, 8, 128, 8, 56
 LENGTHS = [int(x) for x in os.environ.get("BENCH_LENGTHS", "4096,32768").split(",")]
@@ -35,9 +35,9 @@ def bench(fn):
 
 
 def blocked(q, k, v):
-    o_w, l_w = fla_backend.window_part_blocked(q, k, v, W, scale)
-    o_s, l_s = fla_backend.sink_part(q, k[:, :S], v[:, :S], W, scale, torch.arange(q.shape[1], device=q.device))
-    return fla_backend.merge_attention(o_w, l_w, o_s, l_s)
+    o_w, l_w = window.window_part_blocked(q, k, v, W, scale)
+    o_s, l_s = window.sink_part(q, k[:, :S], v[:, :S], W, scale, torch.arange(q.shape[1], device=q.device))
+    return window.merge_attention(o_w, l_w, o_s, l_s)
 
 
 def sdpa_masked(q, k, v):
@@ -108,9 +108,9 @@ def train_shape(B=1, T=4096, hq=9, hkv=3, d=64):
         return run
 
     def old_blocked():
-        o_w, l_w = fla_backend.window_part_blocked(q, k, v, W, sc)
-        o_s, l_s = fla_backend.sink_part(q, k[:, :S], v[:, :S], W, sc, torch.arange(T, device="cuda"))
-        return fla_backend.merge_attention(o_w, l_w, o_s, l_s)[0].to(q.dtype)
+        o_w, l_w = window.window_part_blocked(q, k, v, W, sc)
+        o_s, l_s = window.sink_part(q, k[:, :S], v[:, :S], W, sc, torch.arange(T, device="cuda"))
+        return window.merge_attention(o_w, l_w, o_s, l_s)[0].to(q.dtype)
 
     res = {"fused SDPA blocks (the layer's choice)": bench(fwd_bwd(
                lambda: fla_backend.window_sink_softmax(q, k, v, S, W, sc))),
