@@ -17,11 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.cli_args import CHECK_LIMIT, CHECK_SUITES, CHECK_Z
 from models.atomic import atomic_write
 
-DEFAULT_SUITES = "cr,lambada"
-DEFAULT_LIMIT = 20
-DEFAULT_Z = 2.0
 TMP_PREFIX = "golinear-check-"
 
 
@@ -159,10 +157,10 @@ def run_check(model: str, baseline_path, update=False, suites=None, limit=None, 
     if limit is not None and limit < 1:
         raise ValueError(f"--limit {limit!r}: expected a positive integer")
     subset = (baseline or {}).get("subset", {})
-    suites = suites or subset.get("suites") or DEFAULT_SUITES
-    limit = limit or subset.get("limit") or DEFAULT_LIMIT
+    suites = suites or subset.get("suites") or CHECK_SUITES
+    limit = limit or subset.get("limit") or CHECK_LIMIT
     tol = (baseline or {}).get("tolerance", {})
-    z = z if z is not None else tol.get("z", DEFAULT_Z)
+    z = z if z is not None else tol.get("z", CHECK_Z)
     min_abs = min_abs if min_abs is not None else tol.get("min_abs", 0.0)
     if update:
         try:
@@ -187,20 +185,6 @@ def run_check(model: str, baseline_path, update=False, suites=None, limit=None, 
     verdict = (f"FAILED: {len(bad)} of {len(rows)} scores regressed or missing" if bad
                else f"passed: {len(rows)} scores within tolerance")
     return (1 if bad else 0), "\n".join([head, render(rows), verdict])
-
-
-def add_arguments(p):
-    p.add_argument("--model", required=True, help="model spec (preset, key=value list or checkpoint folder)")
-    p.add_argument("--baseline", required=True, help="baseline JSON, e.g. leaderboards/baseline/smollm2-full.json")
-    p.add_argument("--update", action="store_true", help="(re)write the baseline from this model")
-    p.add_argument("--suites", default=None, help=f"with --update: suites of the subset (default {DEFAULT_SUITES})")
-    p.add_argument("--limit", type=int, default=None, help=f"with --update: docs per task (default {DEFAULT_LIMIT})")
-    p.add_argument("--z", type=float, default=None, help=f"tolerance in baseline stderrs (default {DEFAULT_Z})")
-    p.add_argument("--min-abs", type=float, default=None, help="absolute tolerance added to z x stderr (default 0)")
-    p.add_argument("--store", default=None, help="keep the evaluated cells in this store (default: a temp folder)")
-    p.add_argument("--data-dir", default=None, help="local data folder (default $GOLINEAR_DATA or ../shared/data)")
-    p.add_argument("--batch-size", default="8", help="positive integer, 'auto' or 'auto:N' (default 8)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0, ...")
 
 
 def main(args) -> int:

@@ -1,7 +1,9 @@
-"""The `golinear` console command: one subcommand per module, imported lazily.
+"""The `golinear` console command: one subcommand per module, imported only to run it.
 
-Each module named in COMMANDS defines `add_arguments(parser)` and `main(args) -> int`; only the chosen
-command's module is imported, so `golinear --help` answers without loading torch or lm-eval.
+COMMANDS names, per command, the module whose `main(args) -> int` runs it and the light module holding its
+options (bench.cli_args / models.cli_args: one function per command, named after it). Building a parser
+imports only the options module, so `golinear --help` and `golinear COMMAND --help` answer without torch
+or lm-eval (tests/test_cli.py checks it for every command).
 """
 from __future__ import annotations
 
@@ -12,16 +14,21 @@ import sys
 
 from bench import quiet
 
-COMMANDS = {
-    "demo": ("bench.demo", "main job: evaluate the embedded default (full attention and the default recipe)"),
-    "params": ("bench.params", "new-parameter counts per mechanism on named configurations"),
-    "run": ("bench.runner", "evaluate models x suites x configurations into the result store (resumable)"),
-    "leaderboard": ("bench.leaderboard", "render leaderboards/*.md|csv|html from the result store"),
-    "check": ("bench.check", "regression check against a committed baseline"),
-    "latency": ("bench.latency", "latency/memory sweep over prompt lengths against full attention"),
-    "generation": ("bench.generation", "generation throughput on S-NIAH-1: full attention vs batched linearized"),
-    "train": ("models.train_cli", "train the new parameters of a linearized model (frozen backbone)"),
-    "diagnose": ("models.diagnostics", "approximation diagnostics: nMSE, key concentration, residuals"),
+COMMANDS = {  # name: (module that runs it, module of its options, help)
+    "demo": ("bench.demo", "bench.cli_args",
+             "main job: evaluate the embedded default (full attention and the default recipe)"),
+    "params": ("bench.params", "bench.cli_args", "new-parameter counts per mechanism on named configurations"),
+    "run": ("bench.runner", "bench.cli_args",
+            "evaluate models x suites x configurations into the result store (resumable)"),
+    "leaderboard": ("bench.leaderboard", "bench.cli_args", "render leaderboards/*.md|csv|html from the result store"),
+    "check": ("bench.check", "bench.cli_args", "regression check against a committed baseline"),
+    "latency": ("bench.latency", "bench.cli_args", "latency/memory sweep over prompt lengths against full attention"),
+    "generation": ("bench.generation", "bench.cli_args",
+                   "generation throughput on S-NIAH-1: full attention vs batched linearized"),
+    "train": ("models.train_cli", "models.cli_args",
+              "train the new parameters of a linearized model (frozen backbone)"),
+    "diagnose": ("models.diagnostics", "models.cli_args",
+                 "approximation diagnostics: nMSE, key concentration, residuals"),
 }
 
 SAYS_DEFAULT = re.compile(r"(?<![\w-])default\b", re.IGNORECASE)  # "(default 8)", not "gdn-default"
@@ -38,16 +45,17 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser; only the chosen command's module is imported (its options), so `--help` stays fast."""
+    """The parser, with the options of `command` only (from its options module; the command's own module is
+    not imported), so `--help` stays fast."""
     parser = argparse.ArgumentParser(
         prog="golinear", description="Benchmark suite for post hoc linearized transformers (arXiv 2607.07706).",
         epilog="`golinear COMMAND --help` lists a command's options with their defaults; start with `golinear demo`.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
+    for name, (module, options, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter)
         p.set_defaults(_module=module)
         if name == command:
-            importlib.import_module(module).add_arguments(p)
+            getattr(importlib.import_module(options), name)(p)
     return parser
 
 

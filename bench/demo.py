@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
+from bench.cli_args import MMLU_BATCH, MMLU_CATEGORIES  # noqa: F401 - the --mmlu choices
 from models.linearize import DEFAULT_RECIPE, decode_state_bytes
 from models.load import load_model
 
@@ -72,33 +73,6 @@ def summary_rows(checkpoint: str | None, n_tokens: int, data_dir=None) -> list[d
     return rows
 
 
-MMLU_CATEGORIES = ("social_sciences", "humanities", "other", "stem", "all")
-MMLU_BATCH = 2  # 2 x 1,061 tokens (the longest social-science prompt) x 49,152 x fp32, twice: 0.8 GB
-
-
-def add_arguments(p):
-    p.add_argument("--checkpoint", default=None,
-                   help="trained checkpoint of the default recipe (default: the shipped one if present, "
-                        "else an untrained conversion)")
-    p.add_argument("--tokens", type=int, default=512, help="held-out passage length for perplexity")
-    p.add_argument("--limit", type=int, default=4, help="documents per standard task (CR, LAMBADA)")
-    p.add_argument("--mmlu", choices=MMLU_CATEGORIES, default="social_sciences",
-                   help="MMLU subjects evaluated (one question each, 5-shot): one category (12-19 subjects) "
-                        "or all 57")
-    p.add_argument("--long-samples", type=int, default=1, help="samples per S-NIAH/RULER task")
-    p.add_argument("--context-length", type=int, default=1024,
-                   help="S-NIAH/RULER context length; tasks that cannot fit it are skipped with a note "
-                        "(RULER's HQA/SQA need >= 2048 with SmolLM2)")
-    p.add_argument("--suites", default="cr,mmlu,lambada,sniah,ruler",
-                   help="comma-separated suites to evaluate, from cr, mmlu, lambada, sniah, ruler")
-    p.add_argument("--store", default="runs/demo/store", help="result store folder (finished cells are skipped)")
-    p.add_argument("--out", default="runs/demo/leaderboards", help="folder for the rendered leaderboard")
-    p.add_argument("--data-dir", default=None,
-                   help="local data folder (default: $GOLINEAR_DATA, else ../shared/data if it exists, else the Hub)")
-    p.add_argument("--batch-size", type=int, default=8,
-                   help=f"lm-eval batch size; 5-shot MMLU uses at most {MMLU_BATCH} (its logits are batch x prompt "
-                        "length x 49,152 floats); scores do not depend on it")
-    p.add_argument("--skip-eval", action="store_true", help="only the model summary (step 1)")
 
 
 def mmlu_entry(category: str) -> dict:

@@ -24,35 +24,14 @@ from pathlib import Path
 
 import torch
 
+from bench.cli_args import DEFAULT_LINEAR, GENERATION_ROWS
+
 TASK = "golinear_sniah_1"
 KEY = ["model", "config", "device", "dtype", "context_length", "batch_size"]
 COLUMNS = KEY + ["generation", "samples", "samples_per_s", "tokens_per_s", "wall_s", "new_tokens", "score",
                  "status", "commit", "date", "note"]
 PARITY_KEY = ["model", "reference", "device", "dtype", "context_length", "batch_size"]
 PARITY_COLUMNS = PARITY_KEY + ["samples", "identical", "fraction", "commit", "date"]
-DEFAULT_LINEAR = "checkpoints/smollm2-135m/gdn-w56-s8-sc-10m"  # the default recipe, trained (10M tokens)
-ROWS = ("full", "full-static", "linear", "linear-sequential")
-
-
-def add_arguments(p):
-    p.add_argument("--context-length", type=int, default=None, help="S-NIAH-1 length in tokens (prompt + 128 "
-                   "generated); default 4096 on CUDA, 2048 on CPU")
-    p.add_argument("--samples", type=int, default=None, help="prompts per row; default 200 on CUDA, 20 on CPU")
-    p.add_argument("--sequential-samples", type=int, default=None,
-                   help="prompts for the slow one-at-a-time row (its own cap, stated in the table); default 20 on "
-                        "CUDA, 5 on CPU; 0 skips the row")
-    p.add_argument("--batch-size", default=None, help="generation batch size (a number or auto); default 32 on CUDA, "
-                   "4 on CPU")
-    p.add_argument("--linear", default=DEFAULT_LINEAR,
-                   help="the linearized model: a checkpoint folder or a spec (bench/specs.py), e.g. gdn-default")
-    p.add_argument("--rows", default=";".join(ROWS),
-                   help=f"';'-separated rows to run, of {list(ROWS)} (linear = the --linear model)")
-    p.add_argument("--parity", type=int, default=0, help="compare batched vs alone on this many samples (0: off)")
-    p.add_argument("--dtype", default=None, help="bfloat16 (default on CUDA) or float32 (default on CPU)")
-    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    p.add_argument("--data-dir", default=None, help="RULER data folder (default $GOLINEAR_DATA or ../shared/data)")
-    p.add_argument("--out-dir", default=None, help="folder for generation.csv/.md (default: <repo>/leaderboards)")
-    p.add_argument("--seed", type=int, default=42, help="RULER sample seed (the suite's default 42)")
 
 
 def _repo_root() -> Path:
@@ -82,9 +61,9 @@ def _check(args):
         raise ValueError(f"--batch-size {args.batch_size!r}; allowed: a positive integer or auto")
     args.batch_size = bs if bs == "auto" else int(bs)
     args.rows = [r.strip() for r in args.rows.split(";") if r.strip()]
-    bad = [r for r in args.rows if r not in ROWS]
+    bad = [r for r in args.rows if r not in GENERATION_ROWS]
     if bad or not args.rows:
-        raise ValueError(f"--rows {bad or args.rows}: allowed {list(ROWS)}")
+        raise ValueError(f"--rows {bad or args.rows}: allowed {list(GENERATION_ROWS)}")
     from bench.specs import parse_model_spec
     args.linear_spec = parse_model_spec(args.linear)
     if args.linear_spec.is_full_attention:

@@ -30,34 +30,6 @@ COLUMNS = KEY + ["new_tokens", "prefill_s", "decode_ms_per_token", "e2e_s", "pea
                  "status", "prefill_chunk", "cuda_graph", "torch", "fla", "date", "note"]
 GPU_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768]
 CPU_LENGTHS = [64, 128, 256]
-DEFAULT_CONFIGS = "full;gdn-default"
-
-
-def add_arguments(p):
-    p.add_argument("--model", default=None,
-                   help="named configuration (llama-3.1-8b, qwen3-8b, smollm2-135m) or, with --weights real, a "
-                        "backbone; default llama-3.1-8b on CUDA, smollm2-135m on CPU")
-    p.add_argument("--weights", choices=["random", "real"], default="random",
-                   help="random: a named configuration with random weights (speed does not depend on them); "
-                        "real: load --model's weights")
-    p.add_argument("--configs", default=DEFAULT_CONFIGS,
-                   help="';'-separated configuration specs (bench/specs.py), e.g. 'full;gdn-default;gla-default'; "
-                        "'full-static' = full attention through the same static-cache + CUDA-graph decoder")
-    p.add_argument("--lengths", default=None,
-                   help="comma-separated prompt lengths; default 1024..32768 on CUDA, 64,128,256 on CPU")
-    p.add_argument("--batch", type=int, default=None, help="batch size; default 8 on CUDA, 2 on CPU")
-    p.add_argument("--new-tokens", type=int, default=16, help="greedy decode steps after the prefill")
-    p.add_argument("--dtype", default=None, help="bfloat16 (default on CUDA) or float32 (default on CPU)")
-    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    p.add_argument("--prefill-chunk", type=int, default=8192,
-                   help="linearized models prefill in chunks of this many positions (0 = whole prompt)")
-    p.add_argument("--no-graph", action="store_true", help="decode linearized models eagerly (no CUDA graph)")
-    p.add_argument("--out-dir", default=None, help="folder for latency.csv/.md/.png (default: <repo>/leaderboards)")
-    p.add_argument("--layers", type=int, default=None,
-                   help="keep only the first N decoder layers (quick speed-only runs; the row's model name says so; default: all)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompts")
-    p.add_argument("--render-only", action="store_true",
-                   help="measure nothing: re-render latency.md and latency.png from the existing latency.csv")
 
 
 def _repo_root() -> Path:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.cli_args import REFERENCE_DIR
 from bench.store import Store
 from models.atomic import atomic_write
 
-REFERENCE_DIR = Path(__file__).resolve().parent.parent / "leaderboards" / "reference"
 CR_COLS = ["PIQA", "ARC-e", "ARC-c", "HellaSwag", "WinoGrande"]
 STANDARD_COLS = CR_COLS + ["CR", "MMLU", "LAMBADA", "LAMBADA ppl"]
 REF_STANDARD = {"piqa": "PIQA", "arc_easy": "ARC-e", "arc_challenge": "ARC-c", "hellaswag": "HellaSwag",
@@ -384,12 +384,6 @@ def render(store, out_dir, reference_dir=REFERENCE_DIR) -> list[Path]:
     if write_if_changed(out_dir / "index.html", page):
         changed.append(out_dir / "index.html")
     return changed
-
-
-def add_arguments(p):
-    p.add_argument("--store", default="runs/store", help="result store folder (default runs/store)")
-    p.add_argument("--out", default="leaderboards", help="output folder (default leaderboards/)")
-    p.add_argument("--reference-dir", default=str(REFERENCE_DIR), help="paper rows (CSV) to show as reported")
 
 
 def main(args) -> int:

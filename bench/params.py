@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from models.backbone import NAMED_CONFIGS
 from models.linearize import LinearizeConfig, count_for_config
 
 # Table 1 (no SWA, frozen q/k/v) and Table 3 (short conv), in millions, as the paper prints them.
@@ -34,11 +33,6 @@ def table(configs=("llama-3.1-8b", "qwen3-8b", "smollm2-135m")) -> list[dict]:
                              "golinear (M)": round(n / 1e6, 3), "paper (M)": paper,
                              "diff (M)": None if paper is None else round(n / 1e6 - paper, 2)})
     return rows
-
-
-def add_arguments(p):
-    p.add_argument("--configs", default="llama-3.1-8b,qwen3-8b,smollm2-135m",
-                   help=f"comma-separated named configurations; allowed: {', '.join(NAMED_CONFIGS)}")
 
 
 def main(args) -> int:

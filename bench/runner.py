@@ -195,24 +195,6 @@ def _int_list(text):
         raise ValueError(f"--budgets {text!r}: expected comma-separated integers, e.g. 128,256,512") from None
 
 
-def add_arguments(p):
-    p.add_argument("--models", required=True,
-                   help="';'-separated model specs: presets (" + ", ".join(sorted(S.PRESETS)) +
-                        "), key=value lists (e.g. 'mechanism=gdn,window=120,sinks=8') or checkpoint folders")
-    p.add_argument("--suites", default="cr,mmlu,lambada", help=f"comma-separated, from {','.join(ALL_SUITES)}")
-    p.add_argument("--limit", type=int, default=None, help="first N documents per task (subtask for MMLU)")
-    p.add_argument("--store", default="runs/store", help="result store folder (default runs/store)")
-    p.add_argument("--budgets", default=None, help="cache budgets for sniah/ruler, e.g. 128,256,512,1024")
-    p.add_argument("--sinks", type=int, default=8, help="sink tokens within each budget (default 8)")
-    p.add_argument("--context-length", type=int, default=4096, help="sniah/ruler prompt length (default 4096)")
-    p.add_argument("--num-samples", type=int, default=None, help="sniah/ruler samples per task (default: --limit, else the task's 500)")
-    p.add_argument("--seed", type=int, default=42, help="seed of the generated sniah/ruler samples (RULER's 42)")
-    p.add_argument("--data-dir", default=None, help="local data folder (default $GOLINEAR_DATA or ../shared/data)")
-    p.add_argument("--include-path", default=None, help="extra lm-eval task folder")
-    p.add_argument("--batch-size", default="1", help="batch size (int or 'auto')")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0, ...")
-
-
 def main(args) -> int:
     bs = parse_batch_size(args.batch_size)
     s = run_matrix(args.models, args.suites, args.store, limit=args.limit,

@@ -296,21 +296,6 @@ def plot_geometry(geometry: dict, runs: dict, out: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------- CLI
-def add_arguments(p) -> None:
-    p.add_argument("--base", default="smollm2-135m", help="backbone (default: the embedded SmolLM2-135M)")
-    p.add_argument("--checkpoint", action="append", default=[], help="linearized checkpoint folder (repeatable)")
-    p.add_argument("--fresh", action="append", default=[], help="also diagnose an untrained linearization: "
-                   "mechanism[:window[:sinks]] (repeatable), e.g. gdn or gdn:56:8")
-    p.add_argument("--data-dir", default=None, help="data folder (default $GOLINEAR_DATA or ../shared/data)")
-    p.add_argument("--tokens", default=None, help="prepared token file (.npz) whose held-out stream to use")
-    p.add_argument("--heldout-docs", type=int, default=8, help="books held out (must match training)")
-    p.add_argument("--sequences", type=int, default=8, help="held-out sequences (default 8)")
-    p.add_argument("--seq-len", type=int, default=1024, help="tokens per sequence (default 1024)")
-    p.add_argument("--seed", type=int, default=None, help="init seed for 'before' (default: the run's seed)")
-    p.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
-    p.add_argument("--out", default="runs/diagnose", help="output folder (JSON + PNGs + layer_scores.json)")
-
-
 def _heldout(args, tokenizer) -> tuple[torch.Tensor, dict]:
     from models import data as data_mod
     if args.sequences < 1 or args.seq_len < 2:

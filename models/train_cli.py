@@ -1,5 +1,6 @@
-"""`golinear train` on the command line: options, data preparation, loading (whole or sharded), the
-held-out losses, the run record (`train_config.json`), checkpoint and plot; the loop is models.train."""
+"""`golinear train` on the command line (options: models.cli_args): data preparation, loading (whole or
+sharded), the held-out losses, the run record (`train_config.json`), checkpoint and plot; the loop is
+models.train."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,75 +13,10 @@ from pathlib import Path
 import torch
 
 from models import data as data_mod
+from models.cli_args import train as add_arguments  # noqa: F401 - the options, apart (no torch for --help)
 from models.train import CONFIG_FILE, LOG_FILE, PLOT_FILE, STATE_FILE, Trainer, TrainConfig
 from models.train_fsdp import fsdp_settings, load_sharded
 from models.train_utils import atomic_write_json, heldout_loss, plot_loss, read_json, read_log, seed_everything
-
-
-def add_arguments(p) -> None:
-    import argparse
-    from models.spec import MECHANISMS, SELECTIONS  # the allowed values, one place
-    d = TrainConfig()
-    g = p.add_argument_group("model")
-    g.add_argument("--base", default="smollm2-135m", help="backbone: smollm2-135m (embedded), hub id or folder")
-    g.add_argument("--mechanism", default="gdn", help=" | ".join(MECHANISMS) + " (default gdn)")
-    g.add_argument("--window", type=int, default=56, help="sliding-window tokens (default 56)")
-    g.add_argument("--sinks", type=int, default=8, help="sink tokens (default 8)")
-    g.add_argument("--short-conv", action=argparse.BooleanOptionalAction, default=True,
-                   help="short convolutions on q/k/v (default on)")
-    g.add_argument("--lora", action="store_true", help="LoRA on Wq/Wk/Wv (lr --lora-lr)")
-    g.add_argument("--full-layers", default=None, help="comma-separated layers kept as full attention")
-    g.add_argument("--keep-full", type=float, default=0.0, help="fraction of layers kept as full attention")
-    g.add_argument("--select", default="uniform", help=" | ".join(SELECTIONS) + " (hardness needs --layer-scores)")
-    g.add_argument("--layer-scores", default=None, help="JSON from `golinear diagnose` (layer_scores)")
-    g = p.add_argument_group("data")
-    g.add_argument("--data-dir", default=None, help="data folder (default $GOLINEAR_DATA or ../shared/data)")
-    g.add_argument("--dataset", default=None, help="a Hugging Face dataset instead of the books corpus")
-    g.add_argument("--dataset-config", default=None, help="configuration name of --dataset, if it has several")
-    g.add_argument("--dataset-split", default="train", help="split of --dataset to read")
-    g.add_argument("--dataset-files", nargs="*", default=None, help="data_files for local builders (json, text)")
-    g.add_argument("--text-field", default="text", help="record field holding the text (--dataset, --dataset-files)")
-    g.add_argument("--heldout-docs", type=int, default=8, help="books held out (smallest sha256 of the id)")
-    g.add_argument("--heldout-fraction", type=float, default=0.01, help="HF datasets: fraction held out by hash")
-    g.add_argument("--tokens", default=None, help="prepared token file (.npz): read if present, else written")
-    g.add_argument("--prepare-only", action="store_true", help="write --tokens and exit")
-    g.add_argument("--prepare-train-tokens", type=int, default=None, help="train tokens to prepare "
-                   "(default: what --steps needs)")
-    g = p.add_argument_group("optimisation")
-    g.add_argument("--seq-len", type=int, default=d.seq_len, help="tokens per packed training sequence")
-    g.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per process per step")
-    g.add_argument("--steps", type=int, default=d.steps,
-                   help="optimizer steps (tokens = steps x seq-len x batch size x processes)")
-    g.add_argument("--lr", type=float, default=d.lr, help="AdamW peak learning rate of the new parameters")
-    g.add_argument("--lora-lr", type=float, default=d.lora_lr, help="peak learning rate of the LoRA parameters")
-    g.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay")
-    g.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="linear warm-up steps before the cosine decay")
-    g.add_argument("--min-lr-ratio", type=float, default=d.min_lr_ratio, help="the cosine decays to lr x this ratio")
-    g.add_argument("--grad-clip", type=float, default=d.grad_clip, help="gradient-norm clipping threshold")
-    g.add_argument("--seed", type=int, default=d.seed, help="seed of the new parameters' initialisation and the data order")
-    g.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="autocast (default: on GPU)")
-    g.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
-                   help="capture the training step in a CUDA graph, which removes the CPU launch overhead that "
-                        "bounds small models (default: on for one CUDA process without FSDP)")
-    g = p.add_argument_group("run")
-    g.add_argument("--out", default=None, help="run folder (default runs/train/<mechanism...>)")
-    g.add_argument("--save-every", type=int, default=d.save_every, help="resume-state interval in steps")
-    g.add_argument("--log-every", type=int, default=d.log_every, help="log loss, lr, gradient norm and tokens/s every N steps")
-    g.add_argument("--eval-sequences", type=int, default=d.eval_sequences,
-                   help="held-out sequences of --seq-len tokens for the final losses")
-    g.add_argument("--time-budget-s", type=float, default=None,
-                   help="fit the step count into this many seconds (measured after a few steps)")
-    g.add_argument("--stop-after", type=int, default=None, help="leave after this global step (resume later)")
-    g.add_argument("--stop-at-s", type=float, default=None, help="leave after this many seconds of this run, "
-                   "saving a resumable state (the schedule is not shortened, unlike --time-budget-s)")
-    g.add_argument("--save-every-s", type=float, default=d.save_every_s,
-                   help=f"also save the resume state at least this often, in seconds (default {d.save_every_s:g})")
-    g.add_argument("--keep-state", action="store_true", help="keep state.pt after a finished run")
-    g.add_argument("--force", action="store_true", help="train again although --out holds a finished run "
-                   "(its checkpoint and log are replaced)")
-    g.add_argument("--fsdp", action="store_true", help="shard backbone and new parameters over the processes "
-                   "(FSDP2, one unit per decoder layer); also on with an accelerate FSDP config")
-    g.add_argument("--note", default=None, help="free text stored in the config (e.g. why fewer tokens)")
 
 
 def linearize_options(args) -> dict:

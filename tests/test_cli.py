@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench import quiet
 from bench.cli import COMMANDS, build_parser
 
@@ -19,6 +21,26 @@ def test_top_level_help_imports_no_command_module():
             "print(sorted(m for m in ('torch', 'lm_eval', 'transformers', 'bench.runner') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_command_help_imports_neither_torch_nor_the_command(command):
+    """`golinear COMMAND --help` builds its parser from the options module alone: no torch, lm-eval or
+    transformers, and not the command's own module (imported only when the command runs)."""
+    module = COMMANDS[command][0]
+    code = ("import contextlib, io, sys\nfrom bench.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            f"    try:\n        main([{command!r}, '--help'])\n    except SystemExit:\n        pass\n"
+            "assert '--help' in out.getvalue()\n"
+            f"print(sorted(m for m in ('torch', 'lm_eval', 'transformers', {module!r}) if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_named_configurations_listed_in_params_help_are_the_backbones():
+    from bench.cli_args import NAMED_CONFIG_NAMES
+    from models.backbone import NAMED_CONFIGS
+    assert NAMED_CONFIG_NAMES == tuple(NAMED_CONFIGS)
 
 
 def test_help_lists_every_command_and_a_chosen_command_gets_its_options():

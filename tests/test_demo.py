@@ -5,13 +5,13 @@ import argparse
 
 import pytest
 
-from bench import demo
+from bench import cli_args, demo
 from bench.cli import main as cli
 
 
 def _args(**kw):
     p = argparse.ArgumentParser()
-    demo.add_arguments(p)
+    cli_args.demo(p)
     args = p.parse_args([])
     for k, v in kw.items():
         setattr(args, k, v)

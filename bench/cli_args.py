@@ -1,0 +1,147 @@
+"""The options of the bench commands (`golinear demo|params|run|leaderboard|check|latency|generation`).
+
+They live apart from the commands so that `golinear COMMAND --help` builds its parser without importing
+the command's module (and with it torch or lm-eval); bench.cli imports a command's module only to run it.
+The defaults that the help text states are defined here, and the commands import them from here.
+One function per command, named after it, taking the subparser.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# demo
+MMLU_CATEGORIES = ("social_sciences", "humanities", "other", "stem", "all")
+MMLU_BATCH = 2  # 2 x 1,061 tokens (the longest social-science prompt) x 49,152 x fp32, twice: 0.8 GB
+# params (models.backbone.NAMED_CONFIGS, which needs torch to import; a test keeps the two equal)
+NAMED_CONFIG_NAMES = ("llama-3.1-8b", "qwen3-8b", "qwen3-32b", "smollm2-135m")
+# check
+CHECK_SUITES = "cr,lambada"
+CHECK_LIMIT = 20
+CHECK_Z = 2.0
+# leaderboard
+REFERENCE_DIR = REPO_ROOT / "leaderboards" / "reference"
+# latency
+LATENCY_CONFIGS = "full;gdn-default"
+# generation
+DEFAULT_LINEAR = "checkpoints/smollm2-135m/gdn-w56-s8-sc-10m"  # the default recipe, trained (10M tokens)
+GENERATION_ROWS = ("full", "full-static", "linear", "linear-sequential")
+
+
+def demo(p):
+    p.add_argument("--checkpoint", default=None,
+                   help="trained checkpoint of the default recipe (default: the shipped one if present, "
+                        "else an untrained conversion)")
+    p.add_argument("--tokens", type=int, default=512, help="held-out passage length for perplexity")
+    p.add_argument("--limit", type=int, default=4, help="documents per standard task (CR, LAMBADA)")
+    p.add_argument("--mmlu", choices=MMLU_CATEGORIES, default="social_sciences",
+                   help="MMLU subjects evaluated (one question each, 5-shot): one category (12-19 subjects) "
+                        "or all 57")
+    p.add_argument("--long-samples", type=int, default=1, help="samples per S-NIAH/RULER task")
+    p.add_argument("--context-length", type=int, default=1024,
+                   help="S-NIAH/RULER context length; tasks that cannot fit it are skipped with a note "
+                        "(RULER's HQA/SQA need >= 2048 with SmolLM2)")
+    p.add_argument("--suites", default="cr,mmlu,lambada,sniah,ruler",
+                   help="comma-separated suites to evaluate, from cr, mmlu, lambada, sniah, ruler")
+    p.add_argument("--store", default="runs/demo/store", help="result store folder (finished cells are skipped)")
+    p.add_argument("--out", default="runs/demo/leaderboards", help="folder for the rendered leaderboard")
+    p.add_argument("--data-dir", default=None,
+                   help="local data folder (default: $GOLINEAR_DATA, else ../shared/data if it exists, else the Hub)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help=f"lm-eval batch size; 5-shot MMLU uses at most {MMLU_BATCH} (its logits are batch x prompt "
+                        "length x 49,152 floats); scores do not depend on it")
+    p.add_argument("--skip-eval", action="store_true", help="only the model summary (step 1)")
+
+
+def params(p):
+    p.add_argument("--configs", default="llama-3.1-8b,qwen3-8b,smollm2-135m",
+                   help=f"comma-separated named configurations; allowed: {', '.join(NAMED_CONFIG_NAMES)}")
+
+
+def run(p):
+    from bench.plan import ALL_SUITES  # light: no torch, no lm-eval
+    from models.spec import PRESETS
+    p.add_argument("--models", required=True,
+                   help="';'-separated model specs: presets (" + ", ".join(sorted(PRESETS)) +
+                        "), key=value lists (e.g. 'mechanism=gdn,window=120,sinks=8') or checkpoint folders")
+    p.add_argument("--suites", default="cr,mmlu,lambada", help=f"comma-separated, from {','.join(ALL_SUITES)}")
+    p.add_argument("--limit", type=int, default=None, help="first N documents per task (subtask for MMLU)")
+    p.add_argument("--store", default="runs/store", help="result store folder (default runs/store)")
+    p.add_argument("--budgets", default=None, help="cache budgets for sniah/ruler, e.g. 128,256,512,1024")
+    p.add_argument("--sinks", type=int, default=8, help="sink tokens within each budget (default 8)")
+    p.add_argument("--context-length", type=int, default=4096, help="sniah/ruler prompt length (default 4096)")
+    p.add_argument("--num-samples", type=int, default=None, help="sniah/ruler samples per task (default: --limit, else the task's 500)")
+    p.add_argument("--seed", type=int, default=42, help="seed of the generated sniah/ruler samples (RULER's 42)")
+    p.add_argument("--data-dir", default=None, help="local data folder (default $GOLINEAR_DATA or ../shared/data)")
+    p.add_argument("--include-path", default=None, help="extra lm-eval task folder")
+    p.add_argument("--batch-size", default="1", help="batch size (int or 'auto')")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0, ...")
+
+
+def leaderboard(p):
+    p.add_argument("--store", default="runs/store", help="result store folder (default runs/store)")
+    p.add_argument("--out", default="leaderboards", help="output folder (default leaderboards/)")
+    p.add_argument("--reference-dir", default=str(REFERENCE_DIR), help="paper rows (CSV) to show as reported")
+
+
+def check(p):
+    p.add_argument("--model", required=True, help="model spec (preset, key=value list or checkpoint folder)")
+    p.add_argument("--baseline", required=True, help="baseline JSON, e.g. leaderboards/baseline/smollm2-full.json")
+    p.add_argument("--update", action="store_true", help="(re)write the baseline from this model")
+    p.add_argument("--suites", default=None, help=f"with --update: suites of the subset (default {CHECK_SUITES})")
+    p.add_argument("--limit", type=int, default=None, help=f"with --update: docs per task (default {CHECK_LIMIT})")
+    p.add_argument("--z", type=float, default=None, help=f"tolerance in baseline stderrs (default {CHECK_Z})")
+    p.add_argument("--min-abs", type=float, default=None, help="absolute tolerance added to z x stderr (default 0)")
+    p.add_argument("--store", default=None, help="keep the evaluated cells in this store (default: a temp folder)")
+    p.add_argument("--data-dir", default=None, help="local data folder (default $GOLINEAR_DATA or ../shared/data)")
+    p.add_argument("--batch-size", default="8", help="positive integer, 'auto' or 'auto:N' (default 8)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0, ...")
+
+
+def latency(p):
+    p.add_argument("--model", default=None,
+                   help="named configuration (llama-3.1-8b, qwen3-8b, smollm2-135m) or, with --weights real, a "
+                        "backbone; default llama-3.1-8b on CUDA, smollm2-135m on CPU")
+    p.add_argument("--weights", choices=["random", "real"], default="random",
+                   help="random: a named configuration with random weights (speed does not depend on them); "
+                        "real: load --model's weights")
+    p.add_argument("--configs", default=LATENCY_CONFIGS,
+                   help="';'-separated configuration specs (bench/specs.py), e.g. 'full;gdn-default;gla-default'; "
+                        "'full-static' = full attention through the same static-cache + CUDA-graph decoder")
+    p.add_argument("--lengths", default=None,
+                   help="comma-separated prompt lengths; default 1024..32768 on CUDA, 64,128,256 on CPU")
+    p.add_argument("--batch", type=int, default=None, help="batch size; default 8 on CUDA, 2 on CPU")
+    p.add_argument("--new-tokens", type=int, default=16, help="greedy decode steps after the prefill")
+    p.add_argument("--dtype", default=None, help="bfloat16 (default on CUDA) or float32 (default on CPU)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--prefill-chunk", type=int, default=8192,
+                   help="linearized models prefill in chunks of this many positions (0 = whole prompt)")
+    p.add_argument("--no-graph", action="store_true", help="decode linearized models eagerly (no CUDA graph)")
+    p.add_argument("--out-dir", default=None, help="folder for latency.csv/.md/.png (default: <repo>/leaderboards)")
+    p.add_argument("--layers", type=int, default=None,
+                   help="keep only the first N decoder layers (quick speed-only runs; the row's model name says so; default: all)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompts")
+    p.add_argument("--render-only", action="store_true",
+                   help="measure nothing: re-render latency.md and latency.png from the existing latency.csv")
+
+
+def generation(p):
+    p.add_argument("--context-length", type=int, default=None, help="S-NIAH-1 length in tokens (prompt + 128 "
+                   "generated); default 4096 on CUDA, 2048 on CPU")
+    p.add_argument("--samples", type=int, default=None, help="prompts per row; default 200 on CUDA, 20 on CPU")
+    p.add_argument("--sequential-samples", type=int, default=None,
+                   help="prompts for the slow one-at-a-time row (its own cap, stated in the table); default 20 on "
+                        "CUDA, 5 on CPU; 0 skips the row")
+    p.add_argument("--batch-size", default=None, help="generation batch size (a number or auto); default 32 on CUDA, "
+                   "4 on CPU")
+    p.add_argument("--linear", default=DEFAULT_LINEAR,
+                   help="the linearized model: a checkpoint folder or a spec (bench/specs.py), e.g. gdn-default")
+    p.add_argument("--rows", default=";".join(GENERATION_ROWS),
+                   help=f"';'-separated rows to run, of {list(GENERATION_ROWS)} (linear = the --linear model)")
+    p.add_argument("--parity", type=int, default=0, help="compare batched vs alone on this many samples (0: off)")
+    p.add_argument("--dtype", default=None, help="bfloat16 (default on CUDA) or float32 (default on CPU)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--data-dir", default=None, help="RULER data folder (default $GOLINEAR_DATA or ../shared/data)")
+    p.add_argument("--out-dir", default=None, help="folder for generation.csv/.md (default: <repo>/leaderboards)")
+    p.add_argument("--seed", type=int, default=42, help="RULER sample seed (the suite's default 42)")
