@@ -1,30 +1,41 @@
 """The decode cache: constant size per linearized layer, whatever the prompt length.
 
-Per linearized layer it holds the recurrent state, the sink KV (first `sinks` tokens), a rolling
-window of the last `window` tokens (their softmax KV and the linear-path inputs they will fold into
-the state when they leave the window) and the short-convolution state. Full-attention layers of a
-hybrid keep an ordinary growing KV cache (transformers' DynamicLayer).
+Per linearized layer it holds a models.decode_state.DecodeState (the recurrent state, the sink KV, a ring of
+the last `window` tokens with their softmax KV and the linear-path inputs they fold into the state when they
+leave it, the short-convolution state) plus each row's next position; LinearizedAttention.prefill fills it and
+LinearizedAttention.step updates it, the same operations the static-cache decoder (models.fast_decode) runs.
+Full-attention layers of a hybrid keep an ordinary growing KV cache (transformers' DynamicLayer).
 """
 from __future__ import annotations
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer
 
+from models.decode_state import DecodeState
+
 
 class LinearLayerCache(CacheLayerMixin):
-    """State of one linearized layer. Tensors are None until the first forward fills them."""
+    """State of one linearized layer. Empty until the first forward (the prompt) fills it."""
 
     is_compileable = False
     is_sliding = False
 
     def __init__(self, **kwargs):
         super().__init__()
-        self.seen = 0                    # tokens processed so far (positions 0..seen-1)
-        self.state = None                # recurrent state (tensor, or (S, Z) for Hedgehog)
-        self.sink_k = self.sink_v = None  # [B, Hkv, <=s, D] post-RoPE
-        self.win_k = self.win_v = None    # [B, Hkv, <=w, D] post-RoPE, oldest first
-        self.win_lin = None              # dict of linear-path inputs of the window tokens, [B, <=w, ...]
-        self.conv = None                 # dict name -> [B, D, W-1]
+        self.seen = 0                  # tokens processed so far (positions 0..seen-1)
+        self.state: DecodeState | None = None
+        self.pos = self.rows = None     # [B] device tensors: each row's next position; arange(B)
+
+    def filled(self, state: DecodeState, B: int, T: int, device) -> None:
+        """After the prompt (T tokens per row): hold its decode state."""
+        self.state, self.seen = state, T
+        self.pos = torch.full((B,), T, dtype=torch.long, device=device)
+        self.rows = torch.arange(B, device=device)
+
+    def advance(self) -> None:
+        """After a decode step."""
+        self.seen += 1
+        self.pos.add_(1)
 
     def lazy_initialization(self, key_states, value_states):
         self.is_initialized = True
@@ -46,34 +57,17 @@ class LinearLayerCache(CacheLayerMixin):
 
     def tensors(self):
         """Every cached tensor (for memory accounting and batch reordering)."""
-        out = []
-        for t in (self.sink_k, self.sink_v, self.win_k, self.win_v):
-            if t is not None:
-                out.append(t)
-        for group in (self.win_lin or {}, self.conv or {}):
-            out.extend(v for v in group.values() if v is not None)
-        if isinstance(self.state, tuple):
-            out.extend(self.state)
-        elif self.state is not None:
-            out.append(self.state)
-        return out
+        return [] if self.state is None else self.state.tensors()
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors())
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        def pick(t):
-            return None if t is None else t.index_select(0, beam_idx.to(t.device))
-        self.sink_k, self.sink_v = pick(self.sink_k), pick(self.sink_v)
-        self.win_k, self.win_v = pick(self.win_k), pick(self.win_v)
-        if self.win_lin:
-            self.win_lin = {k: pick(v) for k, v in self.win_lin.items()}
-        if self.conv:
-            self.conv = {k: pick(v) for k, v in self.conv.items()}
-        if isinstance(self.state, tuple):
-            self.state = tuple(pick(s) for s in self.state)
-        else:
-            self.state = pick(self.state)
+        if self.state is None:
+            return
+        self.state.select(beam_idx)
+        self.pos = self.pos.index_select(0, beam_idx.to(self.pos.device))
+        self.rows = torch.arange(self.pos.shape[0], device=self.pos.device)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         self.reorder_cache(indices)
@@ -82,7 +76,7 @@ class LinearLayerCache(CacheLayerMixin):
         self.reorder_cache(torch.arange(self._batch()).repeat_interleave(repeats))
 
     def _batch(self) -> int:
-        return self.tensors()[0].shape[0]
+        return self.pos.shape[0]
 
 
 class LinearCache(Cache):

@@ -100,10 +100,6 @@ def causal_attention(q, k, v, scale: float) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- model hooks
-def _decoder_layers(model):
-    return model.model.layers
-
-
 @contextlib.contextmanager
 def lora_disabled(module):
     """Temporarily switch off PEFT LoRA adapters inside `module` (frozen projections for the teacher)."""
@@ -119,22 +115,12 @@ def lora_disabled(module):
 
 
 def frozen_qkv(attn, x: torch.Tensor, position_embeddings):
-    """q [B,T,H,D], k, v [B,T,Hkv,D] from the frozen projections (+ q/k norm, RoPE), no conv, no LoRA."""
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+    """q [B,T,H,D], k, v [B,T,Hkv,D] from the frozen projections (+ q/k norm, RoPE), no conv, no LoRA
+    (models.projection: a linearized layer's fused form, a full-attention layer's own)."""
+    from models.projection import project_qkv
 
     with lora_disabled(attn):
-        if hasattr(attn, "project"):  # LinearizedAttention
-            q, k, v, _ = attn.project(x, position_embeddings, use_conv=False)
-            return q, k, v
-        B, T = x.shape[:2]
-        hd = attn.head_dim
-        q = attn.q_proj(x).view(B, T, -1, hd)
-        k = attn.k_proj(x).view(B, T, -1, hd)
-        v = attn.v_proj(x).view(B, T, -1, hd)
-        if getattr(attn, "q_norm", None) is not None:
-            q, k = attn.q_norm(q), attn.k_norm(k)
-        cos, sin = position_embeddings
-        q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)
+        _, q, k, v, _ = project_qkv(attn, x, position_embeddings, fused=hasattr(attn, "project"))
         return q, k, v
 
 
@@ -148,7 +134,8 @@ class Collector:
         self._handles = []
 
     def __enter__(self):
-        for idx, layer in enumerate(_decoder_layers(self.model)):
+        from models.projection import decoder_layers
+        for idx, layer in enumerate(decoder_layers(self.model)):
             attn = layer.self_attn
             self._handles.append(attn.register_forward_pre_hook(self._attn_hook(idx), with_kwargs=True))
             if self.with_nmse and hasattr(attn, "project"):

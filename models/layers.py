@@ -6,9 +6,13 @@ is applied to q/k of both paths. Positions are 0-indexed. At query t:
   - the linear path sees exactly the tokens s <= j <= t - w (w = 0: s <= j <= t);
   - GLA/kGLA/GDN: y = y_lin + y_swa (the paper's disjoint sum); Hedgehog: one shared normaliser.
 The parallel pass runs the chunked op over tokens sinks..T-1-w with q shifted by `window`
-(o_t = q_t^T S_{t-w}; earlier rows read a zero state and get no linear term); decoding keeps
-sinks, a rolling window and the state in `LinearLayerCache`, folding each token into the state when it
-leaves the window.
+(o_t = q_t^T S_{t-w}; earlier rows read a zero state and get no linear term).
+Decoding (one implementation, two holders): `prefill(x, pe, state)` fills a models.decode_state.DecodeState
+(sinks, a ring of the last w tokens, the conv state, the recurrent state; fixed shapes), either in one parallel
+pass (HF generate through models.cache.LinearLayerCache) or chunk by chunk for a right-padded batch
+(models.prefill, driven by models.fast_decode.FastDecoder); `step(x, pe, state, pos, rows)` decodes one token
+per row in place with device-side indexing (no host sync, static shapes: FastDecoder captures it in a CUDA
+graph), folding the token leaving the window into the state.
 Launch overhead (tests/test_overhead.py counts kernels per layer): q/k/v are one matmul, the three short
 convs one conv over [q|k|v], RoPE/l2norm run on q and k at once, window + sinks are one fused attention
 call; GOLINEAR_COMPILE=1 compiles the elementwise regions (models.ops.compiled).
@@ -18,43 +22,17 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, rotate_half
-
 from transformers.cache_utils import DynamicLayer
 
 from models import ops
 from models.cache import LinearLayerCache
+from models.decode_state import LIN_KEYS, DecodeState, gather_ring, put, ring_index
 from models.mechanisms import MECHANISM_CLASSES, ShortConvs
+from models.prefill import prefill_chunk
+from models.projection import matmul_dtype, project_qkv
+from models.projection import _rope_formula, rope as _rope  # noqa: F401  (the names tests/test_overhead.py uses)
 
-LIN_KEYS = ("k", "v", "log_a", "beta", "phi_k")  # per-token inputs a window token carries into the state
-
-
-def _matmul_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype the frozen projections compute in: autocast's when it is on (casting to it first is what
-    the autocast linear does anyway), else x's."""
-    if torch.is_autocast_enabled(x.device.type) and x.dtype == torch.float32:
-        return torch.get_autocast_dtype(x.device.type)
-    return x.dtype
-
-
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """apply_rotary_pos_emb's formula on [B, T, heads, D] (q and k heads at once), cast to dtype. Without
-    autograd and compile: x*cos plus two in-place multiply-adds on the halves (3 passes over x instead of
-    the formula's 6: rotate_half's neg and cat, two products, the sum)."""
-    if torch.is_grad_enabled() or ops.compile_enabled():
-        return _rope_formula(x, cos, sin, dtype)
-    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
-    h = x.shape[-1] // 2
-    out = x * cos
-    out[..., :h].addcmul_(x[..., h:], sin[..., :h], value=-1)
-    out[..., h:].addcmul_(x[..., :h], sin[..., h:])
-    return out.to(dtype)
-
-
-@ops.compiled
-def _rope_formula(x, cos, sin, dtype):
-    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
-    return ((x * cos) + (rotate_half(x) * sin)).to(dtype)
+__all__ = ["LIN_KEYS", "LinearizedAttention", "step_attention"]
 
 
 @ops.compiled
@@ -62,6 +40,18 @@ def _shared_normaliser(swa, num, den, window_logmass):
     """Hedgehog with a softmax path: (mass * y_swa + num) / (mass + den), mass = exp(window_logmass)."""
     mass = window_logmass.float().exp().view(1, 1, -1, 1)
     return (swa.float() * mass + num) / (mass + den.unsqueeze(-1))
+
+
+def step_attention(q, keys, vals, allowed, scale):
+    """One decode query per sequence against a few keys, in one fused SDPA call: q [B,1,Hq,D], keys/vals
+    [B,L,Hkv,D], allowed [B, L] bool (per row) or None (all) -> out [B,1,Hq,D]. The G query heads of a KV
+    head are G query rows of that head, so keys are not expanded."""
+    B, _, Hq, D = q.shape
+    Hkv = keys.shape[2]
+    qg = q.reshape(B, Hkv, Hq // Hkv, D)
+    mask = None if allowed is None else allowed.view(B, 1, 1, -1)
+    o = F.scaled_dot_product_attention(qg, keys.transpose(1, 2), vals.transpose(1, 2), attn_mask=mask, scale=scale)
+    return o.reshape(B, 1, Hq, vals.shape[-1])
 
 
 class LinearizedAttention(nn.Module):
@@ -92,48 +82,15 @@ class LinearizedAttention(nn.Module):
                                                         windowed=(window + sinks) > 0)
 
     # ------------------------------------------------------------------ projections
-    def _qkv(self, x: torch.Tensor) -> torch.Tensor:
-        """[q|k|v] = x W^T in one matmul [B, T, (H+2Hkv)D] when the projections are plain nn.Linear (no LoRA,
-        no hooks); else the three projections, concatenated. One token at a time (decoding) also takes the
-        three projections: concatenating the weights would copy them on every step."""
-        mods = (self.q_proj, self.k_proj, self.v_proj)
-        plain = x.shape[1] > 1 and all(type(m) is nn.Linear and not m._forward_hooks and not m._forward_pre_hooks
-                                       for m in mods)
-        biases = [m.bias for m in mods]
-        if plain and (all(b is None for b in biases) or all(b is not None for b in biases)):
-            bias = None if biases[0] is None else torch.cat(biases)
-            return F.linear(x, torch.cat([m.weight for m in mods]), bias)
-        return torch.cat([m(x) for m in mods], -1)
-
-    def _project(self, x: torch.Tensor, position_embeddings, conv_state=None, use_conv: bool = True,
-                 want_conv_state: bool = True):
-        """(qk, q, k, v, new conv state): q [B,T,H,D], k/v [B,T,Hkv,D] after the short conv (one depthwise
-        conv over [q|k|v]), q/k norm and RoPE; qk [B,T,H+Hkv,D] is q and k in one tensor (q, k are its
-        slices) when RoPE ran on both at once, else None."""
-        B, T = x.shape[:2]
-        H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
-        qkv = self._qkv(x)
-        new_conv = None
-        if self.conv is not None and use_conv:
-            state = conv_state.get("qkv") if conv_state else None
-            qkv, new_state = ops.short_conv(qkv, self.conv.weight(), state=state, output_final_state=want_conv_state)
-            new_conv = {"qkv": new_state} if want_conv_state else None
-        # split (not slices): its backward is one cat instead of a zero-filled copy per slice
-        qk, v = (t.unflatten(-1, (-1, D)) for t in qkv.split([(H + Hkv) * D, Hkv * D], -1))
-        cos, sin = position_embeddings
-        # under autocast RoPE's fp32 cos/sin promote q/k while v stays bf16: FLA kernels need one dtype
-        if self.q_norm is None:  # RoPE on q and k at once (the same formula as apply_rotary_pos_emb)
-            qk = _rope(qk, cos, sin, v.dtype)
-            q, k = qk.split([H, Hkv], 2)
-            return qk, q, k, v, new_conv
-        q, k = qk.split([H, Hkv], 2)
-        q, k = apply_rotary_pos_emb(self.q_norm(q), self.k_norm(k), cos, sin, unsqueeze_dim=2)
-        return None, q.to(v.dtype), k.to(v.dtype), v, new_conv
+    def conv_weight(self):
+        """The short convs' weight over [q|k|v] [C, W] (None without short conv)."""
+        return self.conv.weight() if self.conv is not None else None
 
     def project(self, x: torch.Tensor, position_embeddings, conv_state=None, use_conv: bool = True):
         """q [B,T,H,D], k/v [B,T,Hkv,D] after short conv, q/k norm and RoPE; new conv state ({"qkv": [B,D,W-1]})."""
-        _, q, k, v, new_conv = self._project(x, position_embeddings, conv_state, use_conv)
-        return q, k, v, new_conv
+        _, q, k, v, new = project_qkv(self, x, position_embeddings, self.conv_weight() if use_conv else None,
+                                      conv_state.get("qkv") if conv_state else None)
+        return q, k, v, (None if new is None else {"qkv": new})
 
     def linear_inputs(self, x, q, k, v, qk=None):
         """The mechanism's op inputs, keys/values expanded to the query heads (qk: q and k in one tensor)."""
@@ -148,7 +105,7 @@ class LinearizedAttention(nn.Module):
         return self.o_proj(out.reshape(*x.shape[:2], -1).to(x.dtype))
 
     # ------------------------------------------------------------------ linear path
-    def _run(self, lin: dict, q_for_state: torch.Tensor, initial_state, chunked: bool):
+    def run(self, lin: dict, q_for_state: torch.Tensor, initial_state, chunked: bool):
         """Run the mechanism's op; returns (o or (num, den), final state)."""
         m = self.mechanism
         if m in ("gla", "kgla"):
@@ -164,8 +121,26 @@ class LinearizedAttention(nn.Module):
                             output_final_state=True)
         return (num, den), state
 
-    def _query(self, lin: dict) -> torch.Tensor:
+    def query(self, lin: dict) -> torch.Tensor:
+        """The query the linear state is read with (Hedgehog: its feature map)."""
         return lin["phi_q"] if self.mechanism == "hedgehog" else lin["q"]
+
+    def zero_output(self, qx, lin):
+        """The linear output of rows that read a zero state."""
+        B, T, H = qx.shape[:3]
+        V = lin["v"].shape[-1]
+        o = qx.new_zeros(B, T, H, V, dtype=torch.float32)
+        return (o, qx.new_zeros(B, T, H, dtype=torch.float32)) if self.mechanism == "hedgehog" else o
+
+    def zero_state(self, B: int, device):
+        """The recurrent state before any token, fp32: [B, H, D, D] or Hedgehog's (S [B,H,F,D], Z [B,H,F])."""
+        H, D = self.num_heads, self.head_dim
+        if self.mechanism == "hedgehog":
+            F2 = self.lin.phi_q.weight.shape[-1] * 2
+            return torch.zeros(B, H, F2, D, device=device), torch.zeros(B, H, F2, device=device)
+        return torch.zeros(B, H, D, D, device=device)
+
+    _run, _query, _zero_output = run, query, zero_output  # (the names tests/test_models.py uses)
 
     def _linear_parallel(self, lin: dict, T: int):
         """(out, state, first): out holds q_t^T S_{t-w} for the rows t >= first (every earlier row reads a
@@ -175,22 +150,16 @@ class LinearizedAttention(nn.Module):
         their keys the op simply starts at token `sinks`: it runs over tokens s..T-1-w, read by the
         queries s+w..T-1."""
         w, s = self.window, min(self.sinks, T)
-        qx = self._query(lin)
+        qx = self.query(lin)
         n = T - w  # tokens s..n-1 enter the state
         if n - s <= 0:
-            return self._zero_output(qx, lin), None, 0
+            return self.zero_output(qx, lin), None, 0
         entering = {key: val[:, s:n] for key, val in lin.items()}
-        out, state = self._run(entering, qx[:, w + s:], None, chunked=True)
+        out, state = self.run(entering, qx[:, w + s:], None, chunked=True)
         return out, state, w + s
 
-    def _zero_output(self, qx, lin):
-        B, T, H = qx.shape[:3]
-        V = lin["v"].shape[-1]
-        o = qx.new_zeros(B, T, H, V, dtype=torch.float32)
-        return (o, qx.new_zeros(B, T, H, dtype=torch.float32)) if self.mechanism == "hedgehog" else o
-
     # ------------------------------------------------------------------ combination
-    def _combine(self, lin_out, swa_out, dtype, first: int = 0):
+    def combine(self, lin_out, swa_out, dtype, first: int = 0):
         """y = y_lin + y_swa (GLA/kGLA/GDN) or the shared-normaliser mix (Hedgehog); lin_out covers the rows
         t >= first (earlier rows read a zero state). The disjoint sum of two bf16 (or fp32) tensors is
         computed in fp32 and rounded once, as before, without fp32 copies."""
@@ -223,99 +192,135 @@ class LinearizedAttention(nn.Module):
                 cache=None, **kwargs):
         # transformers < 5.24 passes the cache as `past_key_values`, newer releases as `cache`
         past_key_values = cache if cache is not None else past_key_values
-        cache = None
-        if past_key_values is not None:
-            cache = past_key_values.layers[self.layer_idx]
-            if isinstance(cache, DynamicLayer) and not cache.is_initialized:
-                # a stock DynamicCache (HF builds one when use_cache is on): take over this empty slot
-                cache = past_key_values.layers[self.layer_idx] = LinearLayerCache()
-            if not isinstance(cache, LinearLayerCache):
-                raise TypeError(f"layer {self.layer_idx} is linearized but the cache holds {type(cache).__name__}; "
-                                "generate with models.cache.LinearCache")
-        if cache is not None and cache.seen > 0:
-            y = self._decode(hidden_states, position_embeddings, cache)
-        else:
-            y = self._parallel(hidden_states, position_embeddings, cache)
-        B, T = hidden_states.shape[:2]
-        return self.o_proj(y.reshape(B, T, -1).to(_matmul_dtype(hidden_states))), None
+        if past_key_values is None:
+            return self.prefill(hidden_states, position_embeddings), None
+        cache = past_key_values.layers[self.layer_idx]
+        if isinstance(cache, DynamicLayer) and not cache.is_initialized:
+            # a stock DynamicCache (HF builds one when use_cache is on): take over this empty slot
+            cache = past_key_values.layers[self.layer_idx] = LinearLayerCache()
+        if not isinstance(cache, LinearLayerCache):
+            raise TypeError(f"layer {self.layer_idx} is linearized but the cache holds {type(cache).__name__}; "
+                            "generate with models.cache.LinearCache")
+        if cache.seen == 0:
+            state = DecodeState()
+            out = self.prefill(hidden_states, position_embeddings, state)
+            cache.filled(state, *hidden_states.shape[:2], hidden_states.device)
+            return out, None
+        outs = []  # token by token (T = 1 per generate step)
+        cos, sin = position_embeddings
+        for i in range(hidden_states.shape[1]):
+            pe = (cos[:, i:i + 1], sin[:, i:i + 1])
+            outs.append(self.step(hidden_states[:, i:i + 1], pe, cache.state, cache.pos, cache.rows,
+                                  steady=cache.seen >= self.sinks + self.window))
+            cache.advance()
+        return (outs[0] if len(outs) == 1 else torch.cat(outs, 1)), None
 
-    def _parallel(self, x, position_embeddings, cache):
+    def prefill(self, x, position_embeddings, state: DecodeState | None = None, chunk=None, carry=None):
+        """Attention output [B, T, hidden] of a prompt; given `state`, fills it for `step`.
+
+        chunk None: the whole prompt at once, every row T tokens long (positions 0..T-1): the parallel pass.
+        chunk (a models.prefill.ChunkEnds) and carry (a dict, one per layer, empty at the first chunk): one
+        chunk of a right-padded variable-length batch (see models.prefill); `state` is complete after the
+        last chunk."""
+        if chunk is not None:
+            return prefill_chunk(self, x, position_embeddings, state, chunk, carry)
+        B, T = x.shape[:2]
+        y = self._parallel(x, position_embeddings, state)
+        return self.o_proj(y.reshape(B, T, -1).to(matmul_dtype(x)))
+
+    def _parallel(self, x, position_embeddings, state: DecodeState | None = None):
+        """The parallel pass: y [B, T, H, D] before o_proj (filling `state` when given)."""
         T = x.shape[1]
-        x = x.to(_matmul_dtype(x))  # cast once under autocast (each projection would cast it again)
-        qk, q, k, v, conv_state = self._project(x, position_embeddings, want_conv_state=cache is not None)
+        x = x.to(matmul_dtype(x))  # cast once under autocast (each projection would cast it again)
+        qk, q, k, v, conv = project_qkv(self, x, position_embeddings, self.conv_weight(),
+                                        want_conv_state=state is not None)
         swa = None
         if self.has_softmax_path:
             swa = ops.window_sink_softmax(q, k, v, sinks=self.sinks, window=self.window, scale=self.scaling)
-        lin_out = state = None
+        lin_out = lin = lin_state = None
         first = 0
         if self.lin is not None:
             lin = self.linear_inputs(x, q, k, v, qk=qk)
-            lin_out, state, first = self._linear_parallel(lin, T)
-        if cache is not None:
-            self._fill_cache(cache, T, k, v, lin if self.lin is not None else None, state, conv_state)
-        return self._combine(lin_out, swa, x.dtype, first)
+            lin_out, lin_state, first = self._linear_parallel(lin, T)
+        if state is not None:
+            self._fill(state, k, v, lin, lin_state, conv)
+        return self.combine(lin_out, swa, x.dtype, first)
 
-    def _fill_cache(self, cache, T, k, v, lin, state, conv_state):
+    def _fill(self, state: DecodeState, k, v, lin, lin_state, conv):
+        """The decode state after a whole prompt (every row of length T) from the parallel pass's tensors."""
+        B, T = k.shape[:2]
         s, w = self.sinks, self.window
-        cache.conv = conv_state
-        cache.sink_k = k[:, :min(s, T)].transpose(1, 2)
-        cache.sink_v = v[:, :min(s, T)].transpose(1, 2)
-        lo = max(s, T - w)  # window holds tokens max(s, T-w) .. T-1
-        cache.win_k = k[:, lo:].transpose(1, 2)
-        cache.win_v = v[:, lo:].transpose(1, 2)
-        if lin is not None:
-            cache.win_lin = {key: lin[key][:, lo:] for key in LIN_KEYS if key in lin}
-            cache.state = state if state is not None else None
-        cache.seen = T
+        if s > 0:
+            state.sink_k, state.sink_v = (F.pad(t[:, :s], (0, 0, 0, 0, 0, max(0, s - T))) for t in (k, v))
+        if w > 0:
+            idx, pos = ring_index(T, w, 0)
+            rows = torch.arange(B, device=k.device)
+            idx = torch.tensor(idx, device=k.device).expand(B, w)
+            state.ring_pos = torch.tensor(pos, device=k.device).expand(B, w).contiguous()
+            empty = any(p < 0 for p in pos)
+            state.ring_k, state.ring_v = (gather_ring(t, rows, idx, state.ring_pos, empty) for t in (k, v))
+            if lin is not None:
+                state.ring_lin = {key: gather_ring(lin[key], rows, idx, state.ring_pos, empty)
+                                  for key in LIN_KEYS if key in lin}
+        state.conv = None if conv is None else conv.clone()
+        if self.lin is not None:
+            st = lin_state if lin_state is not None else self.zero_state(B, k.device)
+            state.state = tuple(t.float() for t in st) if isinstance(st, tuple) else st.float()
 
-    def _decode(self, x, position_embeddings, cache):
-        """Token-by-token continuation from a filled cache (T = 1 per step; longer inputs loop)."""
-        outs = []
-        cos, sin = position_embeddings
-        for i in range(x.shape[1]):
-            outs.append(self._step(x[:, i:i + 1], (cos[:, i:i + 1], sin[:, i:i + 1]), cache))
-        return torch.cat(outs, 1)
-
-    def _step(self, x, position_embeddings, cache):
-        t, s, w = cache.seen, self.sinks, self.window
-        q, k, v, cache.conv = self.project(x, position_embeddings, cache.conv)
-        kt, vt = k.transpose(1, 2), v.transpose(1, 2)
-        if t < s:
-            cache.sink_k = torch.cat([cache.sink_k, kt], 2)
-            cache.sink_v = torch.cat([cache.sink_v, vt], 2)
-        else:
-            cache.win_k = torch.cat([cache.win_k, kt], 2)
-            cache.win_v = torch.cat([cache.win_v, vt], 2)
+    # ------------------------------------------------------------------ decode step (static shapes)
+    def step(self, x, position_embeddings, state: DecodeState, pos, rows, steady: bool = False):
+        """One token per row [B, 1, hidden] at the row's own position pos [B] (ring slot pos % w, sink slot, masks
+        per row; rows = arange(B)); updates `state` in place and returns the attention output [B, 1, hidden].
+        steady (every row's pos >= sinks + window, known when the step is built): the sinks are written, every
+        slot is a real token and the leaving one is not a sink, so no sink write, mask or validity check."""
+        B = x.shape[0]
+        s, w = self.sinks, self.window
+        qk, q, k, v, new_conv = project_qkv(self, x, position_embeddings, self.conv_weight(), state.conv)
+        if new_conv is not None:
+            state.conv.copy_(new_conv)
+        slot = pos % w if w > 0 else None
         lin_out = None
         if self.lin is not None:
-            lin = self.linear_inputs(x, q, k, v)
-            lin_out = self._linear_step(lin, cache, entered_window=t >= s)
-        if cache.win_k.shape[2] > w:  # the oldest window token has been folded into the state
-            cache.win_k, cache.win_v = cache.win_k[:, :, 1:], cache.win_v[:, :, 1:]
+            lin = self.linear_inputs(x, q, k, v, qk=qk)
+            qx = self.query(lin)
+            cur = {key: lin[key] for key in LIN_KEYS if key in lin}
+            if w > 0:  # the token leaving the window (position pos - w) folds into the state
+                leaving = {key: state.ring_lin[key][rows, slot].unsqueeze(1) for key in cur}
+                for key, val in cur.items():
+                    put(state.ring_lin[key], rows, slot, val[:, 0])
+            else:
+                leaving = cur
+            if not steady:  # a sink or an empty slot (zeros) leaves nothing in the state: zero its inputs
+                valid = state.ring_pos[rows, slot] >= s if w > 0 else pos >= s
+                leaving = {key: val * valid.view(B, 1, *([1] * (val.dim() - 2))) for key, val in leaving.items()}
+            lin_out, new = self.run(leaving, qx, state.state, chunked=False)
+            if isinstance(new, tuple):
+                state.state[0].copy_(new[0])
+                state.state[1].copy_(new[1])
+            else:
+                state.state.copy_(new)
+        if w > 0 and not steady:  # (read only by non-steady steps; a prefill rewrites it)
+            put(state.ring_pos, rows, slot, pos)
         swa = None
         if self.has_softmax_path:
-            keys = torch.cat([cache.sink_k, cache.win_k], 2).transpose(1, 2)
-            vals = torch.cat([cache.sink_v, cache.win_v], 2).transpose(1, 2)
-            swa, _ = ops.window_sink_decode(q, keys, vals, scale=self.scaling)
-        cache.seen = t + 1
-        return self._combine(lin_out, swa, x.dtype)
-
-    def _linear_step(self, lin, cache, entered_window: bool):
-        """Append the token to the window; if a token leaves it, fold it into the state; read q^T S."""
-        qx = self._query(lin)
-        if entered_window:
-            new = {key: lin[key] for key in LIN_KEYS if key in lin}
-            cache.win_lin = new if cache.win_lin is None else {
-                key: torch.cat([cache.win_lin[key], new[key]], 1) for key in new}
-        n_win = 0 if cache.win_lin is None else next(iter(cache.win_lin.values())).shape[1]
-        if n_win > self.window:
-            leaving = {key: val[:, :1] for key, val in cache.win_lin.items()}
-            cache.win_lin = {key: val[:, 1:] for key, val in cache.win_lin.items()}
-            out, cache.state = self._run(leaving, qx, cache.state, chunked=False)
-            return out
-        if cache.state is None:
-            return self._zero_output(qx, lin)
-        # nothing to fold: read the state with a no-op token (zero key, unit decay, zero beta)
-        noop = {key: torch.zeros_like(lin[key]) for key in LIN_KEYS if key in lin}
-        out, cache.state = self._run(noop, qx, cache.state, chunked=False)
-        return out
+            keys, vals, allowed = [], [], []
+            if s > 0 and not steady:  # a row still inside its first s tokens writes its sink slot
+                idx = pos.clamp(max=s - 1)
+                is_sink = (pos < s).view(B, 1, 1)
+                for buf, new in ((state.sink_k, k), (state.sink_v, v)):
+                    put(buf, rows, idx, torch.where(is_sink, new[:, 0], buf[rows, idx]))
+                allowed.append(torch.arange(s, device=x.device).view(1, s) <= pos.view(B, 1))
+            if s > 0:
+                keys.append(state.sink_k)
+                vals.append(state.sink_v)
+            if w > 0:
+                put(state.ring_k, rows, slot, k[:, 0])
+                put(state.ring_v, rows, slot, v[:, 0])
+                keys.append(state.ring_k)
+                vals.append(state.ring_v)
+                if not steady:
+                    allowed.append(state.ring_pos >= s)
+            cat = lambda xs: xs[0] if len(xs) == 1 else torch.cat(xs, 1)  # noqa: E731
+            swa = step_attention(q, cat(keys), cat(vals), None if steady else cat(allowed), self.scaling)
+        y = self.combine(lin_out, swa, x.dtype)
+        return self.o_proj(y.reshape(B, 1, -1).to(matmul_dtype(x)))

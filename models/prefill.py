@@ -1,0 +1,183 @@
+"""Chunked prefill of a right-padded, variable-length batch into a DecodeState (LinearizedAttention.prefill
+with a `chunk`, driven by models.fast_decode.FastDecoder).
+
+The prompt runs in chunks of positions [p0, p1), carrying per layer (`carry`, a dict) the window tail, the
+sinks seen so far, the linear inputs of the last w tokens and the conv state across chunks; the recurrent
+state is carried in the DecodeState being filled. Every op is causal, so a row's real tokens never see its
+padding; what remains per row is the end of its prompt: the tokens that enter the recurrent state stop at its
+own length - window (later ones are masked: zero key, value, beta, feature map and log decay, which leave the
+state unchanged), and its window ring, conv state and last hidden state are gathered at its own last token, in
+the chunk where the row ends (`ChunkEnds`). After the last chunk the state is complete: sinks padded to s
+slots, the recurrent state fp32 (zeros where no token entered it).
+"""
+from __future__ import annotations
+
+import torch
+
+from models.decode_state import LIN_KEYS, DecodeState, gather_ring, ring_index
+from models.ops import fla_backend  # window_attention_blocked, sink_part (also on the CPU)
+from models.projection import fused_qkv, project_qkv
+
+
+def check_lengths(lengths, B: int, T: int) -> list[int]:
+    """Real prompt lengths of a right-padded [B, T] batch (None: all T); ValueError naming a bad one."""
+    lens = [T] * B if lengths is None else [int(n) for n in lengths]
+    if len(lens) != B or any(not 1 <= n <= T for n in lens):
+        raise ValueError(f"lengths {lens} must give one length per row ({B} rows), each 1..{T} (the padded width)")
+    return lens
+
+
+class ChunkEnds:
+    """The prefill chunk [p0, p1) of a right-padded batch of prompts `lens` (padded width T), and the rows
+    whose prompt ends inside it; shared by every layer of the chunk."""
+
+    def __init__(self, lens: list[int], p0: int, p1: int, T: int, device):
+        self.p0, self.p1, self.B = p0, p1, len(lens)
+        self.last = p1 == T  # the state is completed after this chunk
+        self.rows = [b for b, n in enumerate(lens) if p0 < n <= p1]
+        self.rows_lengths = [lens[b] for b in self.rows]
+        self.index = torch.tensor(self.rows, device=device, dtype=torch.long)
+        self.last_token = torch.tensor([n - 1 for n in self.rows_lengths], device=device, dtype=torch.long)
+        self.short = any(n < p1 for n in lens)  # some row has padding in this chunk
+        self.lengths = torch.tensor(lens, device=device) if self.short else None
+        self.all = len(self.rows) == len(lens)
+        self._rings = {}
+
+    def ring(self, w: int, origin: int):
+        """(index [R, w] into a tensor starting at position `origin`, positions [R, w] (-1: empty slot),
+        whether any slot is empty) of these rows' rings; shared by every tensor and layer."""
+        if (w, origin) not in self._rings:
+            idx, pos = zip(*(ring_index(n, w, origin) for n in self.rows_lengths))
+            dev = self.index.device
+            self._rings[w, origin] = (torch.tensor(idx, device=dev), torch.tensor(pos, device=dev),
+                                      any(p < 0 for row in pos for p in row))
+        return self._rings[w, origin]
+
+    def scatter(self, buf, val):
+        """These rows' values val [R, ...] into buf [B, ...] (made, zeros, on first use); val itself if the
+        chunk ends every row."""
+        if self.all:
+            return val
+        if buf is None:
+            buf = val.new_zeros(self.B, *val.shape[1:])
+        buf[self.index] = val
+        return buf
+
+    def ring_of(self, buf, ext: torch.Tensor, origin: int, w: int):
+        """(buf with these rows' rings [B, w, ...] gathered from ext [B, L, ...] (entry 0 is position `origin`;
+        slot j: the one of the row's last w positions p with p % w == j; zeros where none), positions [R, w])."""
+        idx, pos, empty = self.ring(w, origin)
+        return self.scatter(buf, gather_ring(ext, self.index, idx, pos, empty)), pos
+
+
+def prefill_chunk(attn, x, pe, state: DecodeState, ends: ChunkEnds, carry: dict):
+    """One chunk of LinearizedAttention.prefill: the attention output [B, Tc, hidden] of positions
+    [ends.p0, ends.p1); fills `state` for the rows ending in the chunk and completes it after the last one."""
+    B, Tc = x.shape[:2]
+    p0, p1 = ends.p0, ends.p0 + Tc
+    s, w = attn.sinks, attn.window
+    prev_conv = carry.get("conv")
+    qk, q, k, v, new_conv = project_qkv(attn, x, pe, attn.conv_weight(), prev_conv)
+    # carries are cloned: a view would keep the whole chunk's tensors alive (memory grows per layer)
+    carry["conv"] = new_conv.clone() if new_conv is not None else None
+    if new_conv is not None and ends.rows:
+        _conv_ends(attn, x, prev_conv, carry["conv"], ends, state)
+    swa = None
+    if attn.has_softmax_path:
+        if p0 < s:  # the first s keys overall are the sinks
+            prev = carry.get("sink_k")
+            take = min(s, p1) - p0
+            carry["sink_k"] = k[:, :take].clone() if prev is None else torch.cat([prev, k[:, :take]], 1)
+            carry["sink_v"] = v[:, :take].clone() if prev is None else torch.cat([carry["sink_v"], v[:, :take]], 1)
+        if w > 0:  # window + sinks in one fused attention call over [sinks | previous w keys | these]
+            tk, tv = carry.get("win_k"), carry.get("win_v")
+            n_tail = 0 if tk is None else tk.shape[1]
+            k_ext = k if tk is None else torch.cat([tk, k], 1)
+            v_ext = v if tv is None else torch.cat([tv, v], 1)
+            n_sink = carry["sink_k"].shape[1] if s > 0 and p1 - 1 - w >= 0 else 0  # a sink outside a window
+            keys = torch.cat([carry["sink_k"], k_ext], 1) if n_sink else k_ext
+            vals = torch.cat([carry["sink_v"], v_ext], 1) if n_sink else v_ext
+            swa = fla_backend.window_attention_blocked(q, keys, vals, w, attn.scaling, sinks=n_sink,
+                                                       base=n_sink + n_tail, lo=n_sink, q_pos0=p0).to(q.dtype)
+            if ends.rows:
+                state.ring_k, pos = ends.ring_of(state.ring_k, k_ext, p0 - n_tail, w)
+                state.ring_v, _ = ends.ring_of(state.ring_v, v_ext, p0 - n_tail, w)
+                state.ring_pos = ends.scatter(state.ring_pos, pos)
+            carry["win_k"], carry["win_v"] = k_ext[:, -w:].clone(), v_ext[:, -w:].clone()  # last w keys
+        else:  # sinks only
+            q_pos = torch.arange(p0, p1, device=x.device)
+            o_s, _ = fla_backend.sink_part(q, carry["sink_k"], carry["sink_v"], 0, attn.scaling, q_pos)
+            swa = o_s.to(q.dtype)
+    lin_out = None
+    first = 0  # lin_out covers the rows >= first (earlier rows read a zero state)
+    if attn.lin is not None:
+        lin = attn.linear_inputs(x, q, k, v, qk=qk)
+        qx = attn.query(lin)
+        lin = {key: lin[key] for key in LIN_KEYS if key in lin}
+        prev = carry.get("lin")
+        ext = lin if prev is None else {key: torch.cat([prev[key], lin[key]], 1) for key in lin}
+        e0 = p0 - (0 if prev is None else next(iter(prev.values())).shape[1])  # position of ext[:, 0]
+        n = p1 - w - e0  # tokens entering the state in this chunk: positions e0 .. p1-w-1
+        # sinks never enter the state, and they come before any other token, so the state is still
+        # zero when they would: skip them instead of zeroing their key and beta
+        n_sink = min(max(0, s - e0), max(n, 0))
+        if n - n_sink > 0:
+            entering = {key: val[:, n_sink:n] for key, val in ext.items()}
+            if ends.short:  # a row's tokens from its length - window on never enter its state
+                stop = (ends.lengths - w).view(B, 1)  # first position that must not enter
+                keep = torch.arange(e0 + n_sink, e0 + n, device=x.device).view(1, -1) < stop
+                entering = {key: torch.where(keep.view(*keep.shape, *([1] * (val.dim() - 2))), val,
+                                             torch.zeros((), dtype=val.dtype, device=val.device))
+                            for key, val in entering.items()}
+            first = Tc - n + n_sink  # first query row reading a state (row of position e0 + n_sink + w)
+            lin_out, state.state = attn.run(entering, qx[:, first:], state.state, chunked=True)
+        else:
+            lin_out = attn.zero_output(qx, lin)
+        if w > 0 and ends.rows:
+            for key, val in ext.items():
+                state.ring_lin[key], _ = ends.ring_of(state.ring_lin.get(key), val, e0, w)
+        carry["lin"] = {key: val[:, -w:].clone() for key, val in ext.items()} if w > 0 else None
+    y = attn.combine(lin_out, swa, x.dtype, first)
+    if ends.last:
+        _complete(attn, state, carry, B, x.device)
+    return attn.o_proj(y.reshape(B, Tc, -1).to(x.dtype))
+
+
+def _conv_ends(attn, x, prev, new, ends: ChunkEnds, state: DecodeState):
+    """The conv state of each row ending in this chunk: [q|k|v] before the conv of its last W-1 tokens.
+    A row ending at the chunk's end has it in `new` (the chunk's conv state); another row's is gathered
+    from the previous chunk's state `prev` (zeros before position 0) and recomputed from x."""
+    Tc = x.shape[1]
+    p0, W1 = ends.p0, new.shape[-1]
+    if all(n == p0 + Tc for n in ends.rows_lengths):
+        state.conv = ends.scatter(state.conv, new if ends.all else new[ends.index])
+        return
+    # entry i of [prev | x] is position p0 - W1 + i; a row of length n needs positions n - W1 .. n - 1
+    idx = torch.tensor([list(range(n - p0, n - p0 + W1)) for n in ends.rows_lengths], device=x.device)
+    rows = ends.index.unsqueeze(1)
+    from_x = fused_qkv(attn, x[rows, (idx - W1).clamp(min=0)])  # [R, W1, D]
+    before = (idx < W1).unsqueeze(-1)
+    if prev is None:
+        from_prev = torch.zeros((), dtype=from_x.dtype, device=x.device)  # positions < 0 (first chunk)
+    else:
+        from_prev = prev.transpose(1, 2)[rows, idx.clamp(max=W1 - 1)].to(from_x.dtype)
+    vals = torch.where(before, from_prev, from_x).transpose(1, 2)  # [R, D, W1]
+    state.conv = ends.scatter(state.conv, vals.to(new.dtype))
+
+
+def _complete(attn, state: DecodeState, carry: dict, B: int, device):
+    """After the last chunk: sinks in s slots (a row shorter than s holds padding keys in its last sink slots:
+    masked, then overwritten by the step), keys in the layer's dtype, the recurrent state fp32."""
+    s = attn.sinks
+    dt = attn.o_proj.weight.dtype
+    if s > 0:
+        sk = torch.zeros(B, s, attn.num_kv_heads, attn.head_dim, dtype=dt, device=device)
+        sv = torch.zeros_like(sk)
+        n = carry["sink_k"].shape[1]
+        sk[:, :n], sv[:, :n] = carry["sink_k"], carry["sink_v"]
+        state.sink_k, state.sink_v = sk, sv
+    if state.ring_k is not None:
+        state.ring_k, state.ring_v = state.ring_k.to(dt), state.ring_v.to(dt)
+    if attn.lin is not None:
+        st = state.state if state.state is not None else attn.zero_state(B, device)
+        state.state = tuple(t.float() for t in st) if isinstance(st, tuple) else st.float()
