@@ -15,6 +15,7 @@ import torch
 from models.backbone import check_architecture, fingerprint
 from models.cache import LinearCache
 from models.layers import LinearizedAttention
+from models.projection import decoder_layers as _decoder_layers  # one definition (train*.py use this name)
 from models.spec import check_window_only, linearize_values  # the values are checked there
 
 
@@ -81,13 +82,6 @@ def validate(cfg: LinearizeConfig, config) -> list[int]:
         raise ValueError(f"select='hardness' needs layer_scores with one score per layer ({n}), "
                          f"got {None if scores is None else len(scores)}")
     return sorted(sorted(range(n), key=lambda i: (-scores[i], i))[:k])
-
-
-def _decoder_layers(model):
-    inner = getattr(model, "model", None)
-    if inner is None or not hasattr(inner, "layers"):
-        raise ValueError(f"unsupported model class {type(model).__name__}: expected a *ForCausalLM with .model.layers")
-    return inner.layers
 
 
 class LinearGenerationMixin:
