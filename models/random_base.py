@@ -161,3 +161,22 @@ def fill_sharded(model, p: dict, seed: int, device, new_full: dict) -> str:
         h.update(json.dumps(shape).encode())
         h.update(sample.numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+def main(argv=None) -> int:
+    """python -m models.random_base OUT NAME [--seed S] [--tokenizer-from T] [--set key=value ...]"""
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m models.random_base", description=main.__doc__)
+    p.add_argument("out")
+    p.add_argument("name", help="a models.backbone.NAMED_CONFIGS name (llama-3.1-8b, qwen3-32b, ...)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tokenizer-from", default="smollm2-135m", help="backbone or folder whose tokenizer is copied")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides (int values)")
+    args = p.parse_args(argv)
+    overrides = {k: int(v) for k, v in (kv.split("=", 1) for kv in args.set)}
+    print(write_random_base(args.out, args.name, args.seed, overrides, args.tokenizer_from))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,120 @@ def test_fsdp_on_a_random_base_resumes_and_matches_one_process(tmp_path):
     assert rec["environment"]["fsdp"] and rec["summary"]["world_size"] == 2
     ranks = sorted(json.loads(p.read_text())["rank"] for p in tmp_path.glob("fsdp.peak.rank*.json"))
     assert ranks == [0, 1]
+
+
+def _fake_run(folder: Path, gpus: int, batch: int, tps: float, peaks: list[float], fsdp: bool = False,
+              base: str = "") -> Path:
+    folder.mkdir(parents=True)
+    rec = {"base": base, "train": {"seq_len": 4096, "batch_size": batch},
+           "environment": {"processes": gpus, "fsdp": {"activation_checkpointing": True} if fsdp else None},
+           "summary": {"world_size": gpus, "steady_tokens_per_s": tps, "tokens_per_s": tps / 2, "train_wall_s": 60.0,
+                       "step": 30}}
+    (folder / "train_config.json").write_text(json.dumps(rec))
+    (folder / "train_log.jsonl").write_text("".join(json.dumps({"step": s, "loss": 11.0 - s / 100 + gpus / 1e4})
+                                                    + "\n" for s in (10, 20, 30)))
+    for rank, peak in enumerate(peaks):
+        Path(f"{folder}.peak.rank{rank}.json").write_text(json.dumps({"rank": rank, "peak_allocated_gib": peak}))
+    return folder
+
+
+def test_render_merges_by_key_and_extrapolates(tmp_path):
+    from bench import scaling
+    base = _base(tmp_path, "llama-3.1-8b")
+    one = _fake_run(tmp_path / "r1", 1, 2, 10_000.0, [70.0], base=str(base))
+    two = _fake_run(tmp_path / "r2", 2, 1, 19_000.0, [50.0, 51.5], base=str(base))
+    fsdp = _fake_run(tmp_path / "r3", 2, 1, 900.0, [60.0, 61.0], fsdp=True, base="qwen3-32b")
+    timing = tmp_path / "timing.json"
+    timing.write_text(json.dumps({"runs": [{"suite": "cr", "gpus": 1, "wall_s": 300.0, "batch_size": 32, "models": "full"},
+                                           {"suite": "cr", "gpus": 2, "wall_s": 160.0, "batch_size": 32, "models": "full"}]}))
+    out = tmp_path / "lb"
+    assert scaling.main(["--runs", str(one), str(two), str(fsdp), "--eval-timing", str(timing), "--commit", "abc",
+                         "--same-curve", str(one), str(two), "--out", str(out)]) == 0
+    rows = scaling.read_csv(out / "scaling.csv")
+    assert list(rows[0])[:9] == ["mode", "gpus", "model_dims", "seq_len", "global_batch", "tokens_per_s",
+                                 "peak_gib_per_gpu", "wall_s", "commit"]
+    by = {(r["mode"], r["gpus"], r["model_dims"]): r for r in rows}
+    dims = "llama-3.1-8b+" + ",".join(f"{k}={v}" for k, v in sorted(TINY.items()))
+    ddp = by[("ddp", "2", dims)]
+    assert ddp["speedup_vs_1gpu"] == "1.9" and ddp["peak_gib_per_gpu"] == "51.5" and ddp["global_batch"] == "2"
+    assert by[("eval-cr", "2", "smollm2-135m")]["speedup_vs_1gpu"] == "1.875"
+    assert by[("fsdp2", "2", "qwen3-32b")]["tokens_per_s"] == "900.0"
+    # a later call's row with the same key replaces the old one; other rows stay
+    _fake_run(tmp_path / "r2b", 2, 1, 18_000.0, [50.0, 50.0], base=str(base))
+    assert scaling.main(["--runs", str(tmp_path / "r2b"), "--out", str(out)]) == 0
+    rows = scaling.read_csv(out / "scaling.csv")
+    assert len(rows) == 5 and {r["tokens_per_s"] for r in rows if r["mode"] == "ddp"} == {"18000.0"}
+    md = (out / "scaling.md").read_text()
+    assert "max |difference| 0.0001 over 3 logged steps" in md  # the first call's check is kept
+    rows = [dict(r, model_dims="llama-3.1-8b") for r in rows]
+    ext = scaling.extrapolate(rows)
+    assert [e["gpus"] for e in ext] == [1, 2, 8]
+    assert ext[0]["hours"] == pytest.approx(10.24e6 / 10_000 / 3600)
+    assert ext[2]["tokens_per_s"] == pytest.approx(8 * 10_000 * 18_000 / 20_000)
+    assert "Not yet measured" in scaling.render_md([]) and "not yet measured" in scaling.render_md([])
+
+
+def test_compare_stores_names_identical_and_differing_cells(tmp_path):
+    from bench import scaling
+    for store, value, n in (("ref", 0.5, 100), ("dp", 0.5, 100)):
+        for task, v in (("golinear_piqa", value), ("golinear_arc_easy", value + (0.01 if store == "dp" else 0))):
+            f = tmp_path / store / "cells" / "full-1" / f"{task}--x.json"
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(json.dumps({"task": task, "n": n, "value": v, "metric": "acc",
+                                     "provenance": {"world_size": 2 if store == "dp" else 1}}))
+    lines = scaling.compare_stores(tmp_path / "dp", tmp_path / "ref")
+    assert len(lines) == 2
+    assert any("golinear_piqa: identical" in x for x in lines) and any("arc_easy: DIFFERS" in x for x in lines)
+
+
+def _dry_env(tmp: Path, base: Path, tokens: Path) -> dict:
+    env = _env()
+    env.update(SCALING_DRY="1", SCALING_TMP=str(tmp / "scaling"), OUT=str(tmp / "out"), BASE=str(base),
+               TOK=str(tokens), SEQ="128", PORT=str(free_port() - 40), GOLINEAR_GIT_COMMIT="dry",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    (tmp / "out").mkdir()
+    return env
+
+
+def _tokens(tmp: Path, base: Path) -> Path:
+    from bench.cli import main as cli
+    tokens = tmp / "tok.npz"
+    assert cli(["train", "--prepare-only", "--base", str(base), "--tokens", str(tokens), "--data-dir",
+                str(write_books(tmp / "data")), "--seq-len", "128", "--steps", "40", "--eval-sequences", "2",
+                "--heldout-docs", "2"]) == 0
+    return tokens
+
+
+@pytest.mark.slow
+def test_device_train_script_runs_on_cpu(tmp_path):
+    """scripts/scaling/device_train.sh, tiny: one process at batch 2, DDP over 2 gloo processes at batch 1, the
+    ranks' fingerprints, and the rendered table with the loss-curve check (the GPU call's exact commands)."""
+    base = _base(tmp_path, "llama-3.1-8b")
+    env = _dry_env(tmp_path, base, _tokens(tmp_path, base))
+    env.update(STEPS="6", DEADLINE="170")
+    proc = subprocess.run(["bash", "scripts/scaling/device_train.sh"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    md = (tmp_path / "out" / "lb" / "scaling.md").read_text()
+    assert "| single | 1 |" in md and "| ddp | 2 |" in md, proc.stdout[-4000:]
+    assert "loss curves single-b2 vs ddp-b1: max |difference|" in md
+    assert "rank fingerprints" in md and "identical" in md
+    assert (tmp_path / "out" / "runs-ddp.tgz").exists()
+
+
+@pytest.mark.slow
+def test_device_fsdp_script_runs_on_cpu(tmp_path):
+    """scripts/scaling/device_fsdp.sh, tiny: FSDP2 run killed (SIGKILL) after its first state and resumed to the
+    end; a 4-layer variant trained in one process and under FSDP2 writes the same checkpoint files."""
+    base = _base(tmp_path, "llama-3.1-8b")
+    env = _dry_env(tmp_path, base, _tokens(tmp_path, base))
+    env.update(STEPS="12", PROBE_LAYERS="0", DEADLINE="400",
+               QWEN_SET=" ".join(f"{k}={v}" for k, v in TINY.items() if k != "num_hidden_layers"))
+    proc = subprocess.run(["bash", "scripts/scaling/device_fsdp.sh"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=500)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    md = (tmp_path / "out" / "lb" / "scaling.md").read_text()
+    assert "| fsdp2 | 2 | qwen3-32b+" in md, proc.stdout[-4000:]
+    resumed = re.search(r"killed \(SIGKILL\) after a saved state, resumed from step (\d+): step 12/12 finished=True", md)
+    assert resumed and int(resumed.group(1)) in (4, 8), proc.stdout[-4000:]  # states every 4 steps
+    assert "checkpoint files l4-single vs l4-fsdp: same files, tensor names, shapes, dtypes and config" in md

@@ -37,7 +37,10 @@ def main(argv: list[str]) -> int:
     rank = int(os.environ.get("RANK", "0"))
     path = Path(f"{argv[0]}.rank{rank}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**peak_record(rank), "returncode": rc}) + "\n")
+    base = argv[argv.index("--base") + 1] if "--base" in argv else None
+    from models.random_base import read_spec  # the renderer names the dimensions from it off the device
+    spec = read_spec(base) if base and Path(base).is_dir() else None
+    path.write_text(json.dumps({**peak_record(rank), "returncode": rc, "base": base, "random_spec": spec}) + "\n")
     return rc
 
 
