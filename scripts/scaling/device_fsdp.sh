@@ -5,10 +5,10 @@
 # tokens/s and peak memory per GPU from the resumed invocation. 2) the same files as a one-process run: a 4-layer
 # variant of the same dimensions trained on one GPU and under FSDP2, compared by scripts/scaling/compare_runs.py.
 # 3) as time allows, a deeper variant (PROBE_LAYERS, default 96 = ~48B parameters) for the largest that fits.
-# Carry: .whl .device/scaling/inputs .device/scaling/chunk/01. Env: STEPS (16), SEQ (4096), DEADLINE (540 s);
+# Carry: .whl .device/scaling/inputs .device/scaling/chunk/01. Env: STEPS (16), SEQ (4096), DEADLINE (480 s);
 # tests: BASE, TOK, QWEN_SET (config overrides, e.g. tiny dimensions), PORT, SCALING_TMP, SCALING_DRY.
 set -u
-T0=$(date +%s)
+T0=$(date +%s); DEADLINE=${DEADLINE:-480}
 SCALING_TMP=${SCALING_TMP:-/tmp/scaling}
 source scripts/scaling/device_common.sh || exit $?
 R=$SCALING_TMP/fsdp; B=$SCALING_TMP/bases; mkdir -p $R $B

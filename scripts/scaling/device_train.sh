@@ -4,11 +4,11 @@
 # corpus in the SmolLM2 tokenizer. Same global batch (2) on one GPU (batch 2) and on two (DDP, batch 1 each):
 # tokens/s, peak memory per GPU, loss curves. Eager steps in both (--no-cuda-graph: the graph exists only for one
 # process), so the ratio is DDP's alone. Then, as time allows: one GPU at batch 1, and the ranks' weights compared.
-# Carry: .whl .device/scaling/inputs .device/scaling/chunk/00. Env: STEPS (40), SEQ (4096), DEADLINE (540 s);
+# Carry: .whl .device/scaling/inputs .device/scaling/chunk/00. Env: STEPS (40), SEQ (4096), DEADLINE (420 s);
 # tests: BASE, TOK, PORT, SCALING_TMP, SCALING_DRY.
 # Writes $OUT/runs-ddp.tgz (run records, logs, peak files; no weights) and $OUT/lb/scaling.{csv,md}.
 set -u
-T0=$(date +%s)
+T0=$(date +%s); DEADLINE=${DEADLINE:-420}
 SCALING_TMP=${SCALING_TMP:-/tmp/scaling}
 source scripts/scaling/device_common.sh || exit $?
 R=$SCALING_TMP/ddp; mkdir -p $R
