@@ -7,9 +7,9 @@
 # Needs every evaluation chunk stashed by the earlier calls of this warm machine (device_common.sh); exits 7
 # at once, naming the missing ones, otherwise. In priority order, each step time-boxed: DP CR full, 1-GPU CR full,
 # DP CR default recipe, DP LAMBADA both, long context (S-NIAH at 4,096, NS samples) on 2 GPUs and on 1.
-# Carry: .whl .device/scaling/inputs .device/scaling/chunk/04. Env: EVAL_BATCH (32), NS (25), DEADLINE (480 s).
+# Carry: .whl .device/scaling/inputs .device/scaling/chunk/04. Env: EVAL_BATCH (32), NS (25), DEADLINE (560 s).
 set -u
-T0=$(date +%s); DEADLINE=${DEADLINE:-480}
+T0=$(date +%s); DEADLINE=${DEADLINE:-560}
 source .device/scaling/inputs/manifest.env
 SCALING_STASH=/tmp/golinear-scaling; mkdir -p $SCALING_STASH
 for f in .device/scaling/chunk/*/part.*; do [ -f "$f" ] && cp -n "$f" $SCALING_STASH/; done

@@ -5,10 +5,10 @@
 # tokens/s and peak memory per GPU from the resumed invocation. 2) the same files as a one-process run: a 4-layer
 # variant of the same dimensions trained on one GPU and under FSDP2, compared by scripts/scaling/compare_runs.py.
 # 3) as time allows, a deeper variant (PROBE_LAYERS, default 96 = ~48B parameters) for the largest that fits.
-# Carry: .whl .device/scaling/inputs .device/scaling/chunk/01. Env: STEPS (16), SEQ (4096), DEADLINE (480 s);
+# Carry: .whl .device/scaling/inputs .device/scaling/chunk/01. Env: STEPS (12), SEQ (4096), DEADLINE (450 s);
 # tests: BASE, TOK, QWEN_SET (config overrides, e.g. tiny dimensions), PORT, SCALING_TMP, SCALING_DRY.
 set -u
-T0=$(date +%s); DEADLINE=${DEADLINE:-480}
+T0=$(date +%s); DEADLINE=${DEADLINE:-450}
 SCALING_TMP=${SCALING_TMP:-/tmp/scaling}
 source scripts/scaling/device_common.sh || exit $?
 R=$SCALING_TMP/fsdp; B=$SCALING_TMP/bases; mkdir -p $R $B
@@ -19,8 +19,9 @@ ARGS="--tokens $TOK --seq-len ${SEQ:-4096} --eval-sequences 1 --log-every 2 --sa
 FSDP="accelerate launch --config_file scripts/scaling/accelerate/fsdp2.yaml --num_processes 2"
 # 1. kill after the first saved state, then resume
 CMD="$FSDP --main_process_port $((${PORT:-29510}+11)) scripts/scaling/train_peak.py $R/fsdp-32b.peak train --base $B/qwen3-32b $ARGS
-     --steps ${STEPS:-16} --save-every 4 --out $R/fsdp-32b"
-tree() { local c; for c in $(ps -o pid= --ppid $1 2>/dev/null); do tree $c; done; echo $1; }  # torchrun's workers
+     --steps ${STEPS:-12} --save-every 4 --out $R/fsdp-32b"
+tree() {  # a process and all its descendants (from /proc: no ps needed), children first
+  local c; for c in $(awk -v p=$1 '$4 == p {print $1}' /proc/[0-9]*/stat 2>/dev/null); do tree $c; done; echo $1; }
 $CMD > $SCALING_TMP/fsdp-32b-killed.log 2>&1 & PID=$!   # start new sessions: a process-group kill misses them
 while kill -0 $PID 2>/dev/null && [ ! -f $R/fsdp-32b/state.pt ] && [ $(left) -gt 200 ]; do sleep 0.5; done
 ALL=$(tree $PID); kill -9 $ALL 2>/dev/null; wait $PID 2>/dev/null  # state.pt appears whole (atomic rename)

@@ -4,16 +4,16 @@
 # corpus in the SmolLM2 tokenizer. Same global batch (2) on one GPU (batch 2) and on two (DDP, batch 1 each):
 # tokens/s, peak memory per GPU, loss curves. Eager steps in both (--no-cuda-graph: the graph exists only for one
 # process), so the ratio is DDP's alone. Then, as time allows: one GPU at batch 1, and the ranks' weights compared.
-# Carry: .whl .device/scaling/inputs .device/scaling/chunk/00. Env: STEPS (40), SEQ (4096), DEADLINE (420 s);
+# Carry: .whl .device/scaling/inputs .device/scaling/chunk/00. Env: STEPS (30), SEQ (4096), DEADLINE (330 s);
 # tests: BASE, TOK, PORT, SCALING_TMP, SCALING_DRY.
 # Writes $OUT/runs-ddp.tgz (run records, logs, peak files; no weights) and $OUT/lb/scaling.{csv,md}.
 set -u
-T0=$(date +%s); DEADLINE=${DEADLINE:-420}
+T0=$(date +%s); DEADLINE=${DEADLINE:-330}
 SCALING_TMP=${SCALING_TMP:-/tmp/scaling}
 source scripts/scaling/device_common.sh || exit $?
 R=$SCALING_TMP/ddp; mkdir -p $R
 BASE=${BASE:-.device/scaling/inputs/llama-3.1-8b}; TOK=${TOK:-.device/scaling/inputs/tokens.npz}
-ARGS="--base $BASE --tokens $TOK --seq-len ${SEQ:-4096} --steps ${STEPS:-40} --eval-sequences 1 --save-every 0
+ARGS="--base $BASE --tokens $TOK --seq-len ${SEQ:-4096} --steps ${STEPS:-30} --eval-sequences 1 --save-every 0
       --save-every-s 3600 --log-every 5 --no-cuda-graph --force"
 DDP="accelerate launch --config_file scripts/scaling/accelerate/ddp.yaml --num_processes 2 --main_process_port $((${PORT:-29510}+1))"
 step single-b2 env CUDA_VISIBLE_DEVICES=0 python3 scripts/scaling/train_peak.py $R/single-b2.peak train $ARGS \
