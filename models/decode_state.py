@@ -76,13 +76,14 @@ class DecodeState:
 
 
 def assign(old, new):
-    """(buffer, replaced): old with new copied in when shapes and dtypes match, else a copy of new."""
+    """(buffer, replaced): old with new copied in when shapes and dtypes match, else a contiguous copy of new
+    (a static buffer is dense row-major whatever view it was filled from: the step reads it every token)."""
     if new is None:
         return old, False
     if old is not None and old.shape == new.shape and old.dtype == new.dtype:
         old.copy_(new)
         return old, False
-    return new.clone(), True
+    return new.clone(memory_format=torch.contiguous_format), True
 
 
 def put(buf: torch.Tensor, rows: torch.Tensor, idx: torch.Tensor, value: torch.Tensor) -> None:

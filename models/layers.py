@@ -262,7 +262,7 @@ class LinearizedAttention(nn.Module):
             if lin is not None:
                 state.ring_lin = {key: gather_ring(lin[key], rows, idx, state.ring_pos, empty)
                                   for key in LIN_KEYS if key in lin}
-        state.conv = None if conv is None else conv.clone()
+        state.conv = None if conv is None else conv.clone(memory_format=torch.contiguous_format)
         if self.lin is not None:
             st = lin_state if lin_state is not None else self.zero_state(B, k.device)
             state.state = tuple(t.float() for t in st) if isinstance(st, tuple) else st.float()
