@@ -146,6 +146,8 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
                         lm.barrier()  # every rank is done with its request cache before rank 0 removes them all
                     if rank == 0:
                         Store.drop_request_cache(cache)
+                    if world > 1:  # ...and no rank makes the next cell's cache folder while rank 0 removes empty
+                        lm.barrier()  # ones (seen on CPU: rank 1's sqlite "unable to open database file")
                 finally:
                     if world == 1:
                         store.release(c.key)

@@ -63,8 +63,10 @@ def eval_rows(timing: str | Path, commit: str = "") -> list[dict]:
     data = json.loads(Path(timing).read_text())
     return [{"mode": f"eval-{r['suite']}", "gpus": int(r["gpus"]), "model_dims": "smollm2-135m", "seq_len": "",
              "global_batch": int(r.get("batch_size", 0)) * int(r["gpus"]), "tokens_per_s": None,
-             "peak_gib_per_gpu": None, "wall_s": r.get("wall_s"), "commit": commit or data.get("commit", ""),
-             "steps": None, "note": f"models={r.get('models')}; rc={r.get('returncode')}"}
+             "peak_gib_per_gpu": None, "wall_s": r.get("wall_s") if r.get("returncode") == 0 else None,
+             "commit": commit or data.get("commit", ""), "steps": None,
+             "note": f"models={r.get('models')}" + ("" if r.get("returncode") == 0 else
+                                                     f"; FAILED or cut (rc={r.get('returncode')}): no wall time")}
             for r in data.get("runs", [])]
 
 
@@ -205,7 +207,8 @@ def compare_stores(dp_store: str | Path, reference: str | Path) -> list[str]:
             lines.append(f"{key[0]}/{d.get('task')}: no one-GPU cell to compare")
             continue
         same = d.get("n") == r.get("n") and d.get("value") == r.get("value")
-        delta = (d.get("value") or math.nan) - (r.get("value") or math.nan)
+        a, b = d.get("value"), r.get("value")
+        delta = a - b if isinstance(a, (int, float)) and isinstance(b, (int, float)) else math.nan
         lines.append(f"{key[0]}/{d.get('task')}: {'identical' if same else 'DIFFERS'} (n {d.get('n')} vs "
                      f"{r.get('n')}, {d.get('metric')} {d.get('value')} vs {r.get('value')}, delta {delta:.3g}; "
                      f"world size {(d.get('provenance') or {}).get('world_size')})")

@@ -29,7 +29,12 @@ step() {  # step NAME CMD...: run CMD time-boxed to what is left, log to /tmp/sc
   local budget=$(left)
   [ $budget -lt 30 ] && { echo "skip $name: ${budget}s left"; return 99; }
   local t=$(date +%s)
-  timeout -k 10 $budget "$@" > $SCALING_TMP/$name.log 2>&1; local rc=$?
+  local tag=scaling-$$-$name
+  SCALING_TAG=$tag timeout -k 10 $budget "$@" > $SCALING_TMP/$name.log 2>&1; local rc=$?
+  if [ $rc = 124 ] || [ $rc = 137 ]; then  # torchrun's workers start their own sessions: timeout's kill misses them
+    local e; for e in /proc/[0-9]*/environ; do
+      grep -qz "^SCALING_TAG=$tag\$" $e 2>/dev/null && kill -9 $(basename $(dirname $e)) 2>/dev/null; done
+  fi
   echo "$name: rc=$rc in $(( $(date +%s) - t ))s (t=$(( $(date +%s) - T0 ))s)"; tail -4 $SCALING_TMP/$name.log
   return $rc
 }
