@@ -338,7 +338,8 @@ def test_window_sink_attention_matches_brute_force(case):
 
 
 def test_window_sink_attention_in_memory_bounded_groups(monkeypatch):
-    monkeypatch.setattr(R, "ATTN_MAX_SCORES", 1)  # one query block per group
+    from models.ops import reference_window
+    monkeypatch.setattr(reference_window, "ATTN_MAX_SCORES", 1)  # one query block per group
     for Tq, Tk, off, sinks, window in [(100, 100, 0, 2, 200), (100, 100, 0, 2, 5), (50, 120, 70, 1, 80)]:
         g = gen(16)
         q = torch.randn(1, Tq, 4, 8, generator=g)
