@@ -163,8 +163,8 @@ def test_render_merges_by_key_and_extrapolates(tmp_path):
     two = _fake_run(tmp_path / "r2", 2, 1, 19_000.0, [50.0, 51.5], base=str(base))
     fsdp = _fake_run(tmp_path / "r3", 2, 1, 900.0, [60.0, 61.0], fsdp=True, base="qwen3-32b")
     timing = tmp_path / "timing.json"
-    timing.write_text(json.dumps({"runs": [{"suite": "cr", "gpus": 1, "wall_s": 300.0, "batch_size": 32, "models": "full"},
-                                           {"suite": "cr", "gpus": 2, "wall_s": 160.0, "batch_size": 32, "models": "full"}]}))
+    timing.write_text(json.dumps({"runs": [{"suite": "cr", "gpus": 1, "wall_s": 300.0, "batch_size": 32, "models": "full", "returncode": 0},
+                                           {"suite": "cr", "gpus": 2, "wall_s": 160.0, "batch_size": 32, "models": "full", "returncode": 0}]}))
     out = tmp_path / "lb"
     assert scaling.main(["--runs", str(one), str(two), str(fsdp), "--eval-timing", str(timing), "--commit", "abc",
                          "--same-curve", str(one), str(two), "--out", str(out)]) == 0
