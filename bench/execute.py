@@ -43,7 +43,6 @@ def backend_and_args(spec: S.ModelSpec) -> tuple[str, dict]:
     return ("golinear-hf" if spec.is_full_attention else "linearized"), spec.model_args()
 
 
-LINEARIZE_KEYS = ("mechanism", "window", "sinks", "short_conv", "lora", "full_layers", "keep_full", "select")
 
 
 def validate_model(spec: S.ModelSpec, device: str) -> None:
@@ -51,13 +50,11 @@ def validate_model(spec: S.ModelSpec, device: str) -> None:
     folder), the backbone's config (base) and the linearize options against it (models.spec)."""
     from bench.lm_backend import check_model_args
     from models.spec import backbone_config, check_linearize
-    a = spec.full
     try:
         backend, args = backend_and_args(spec)
         check_model_args(backend, {**args, "device": device})
-        if a["mechanism"] is not None and not a["checkpoint"]:
-            opts = {k: (list(a[k]) if isinstance(a[k], tuple) else a[k]) for k in LINEARIZE_KEYS}
-            check_linearize(opts, spec.base_name)
+        if spec.mechanism is not None and not spec.checkpoint:
+            check_linearize(spec.linearize_options(), spec.base_name)
         else:
             backbone_config(spec.base_name)
     except ValueError as e:
@@ -80,9 +77,8 @@ def check_checkpoint_base(spec: S.ModelSpec) -> None:
     if not ckpt or not base:
         return
     if (Path(ckpt) / "config.json").exists():
-        from models.checkpoint import read_config
-        meta = read_config(ckpt)  # names the file when its JSON is broken
-        ck_base = meta.get("base") or meta.get("base_model")
+        from models.spec import read_checkpoint_config
+        ck_base = read_checkpoint_config(ckpt).get("base")  # names the file when its JSON is broken
         if ck_base and ck_base != base:
             raise ValueError(f"checkpoint {ckpt!r} was trained on {ck_base!r}, not on base {base!r}")
 

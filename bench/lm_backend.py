@@ -137,13 +137,8 @@ class GolinearHF(HFLM):
 
     def _base(self) -> str:
         """The backbone: the spec's, else the checkpoint's own, else the embedded default."""
-        from models.backbone import DEFAULT_BACKBONE
-        if self.golinear_spec.get("base"):
-            return self.golinear_spec["base"]
-        if self.golinear_spec.get("checkpoint"):
-            from models.checkpoint import read_config
-            return read_config(self.golinear_spec["checkpoint"]).get("base") or DEFAULT_BACKBONE
-        return DEFAULT_BACKBONE
+        from models.spec import ModelSpec
+        return ModelSpec(base=self.golinear_spec.get("base"), checkpoint=self.golinear_spec.get("checkpoint")).base_name
 
     def _get_config(self, pretrained, **kwargs):
         """The backbone's config, read without weights (the golinear loader resolves the embedded GGUF)."""
