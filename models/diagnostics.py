@@ -299,13 +299,15 @@ def _heldout(args, tokenizer) -> tuple[torch.Tensor, dict]:
 
 
 def _parse_fresh(spec: str) -> dict:
+    """--fresh mechanism[:window[:sinks]] -> linearize options, every value checked by the one schema (models.spec)."""
+    from models.spec import ModelSpec
     parts = spec.split(":")
     try:
-        window = int(parts[1]) if len(parts) > 1 else 0
-        sinks = int(parts[2]) if len(parts) > 2 else 0
-    except ValueError:
-        raise ValueError(f"--fresh {spec!r}: expected mechanism[:window[:sinks]] with integers")
-    return {"mechanism": parts[0], "window": window, "sinks": sinks}
+        if len(parts) > 3:
+            raise ValueError("expected mechanism[:window[:sinks]]")
+        return ModelSpec(**dict(zip(("mechanism", "window", "sinks"), parts))).linearize_options()
+    except ValueError as e:
+        raise ValueError(f"--fresh {spec!r}: {e}") from None
 
 
 def main(args) -> int:
