@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from models.configs import NAMED_CONFIGS
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # demo
 MMLU_CATEGORIES = ("social_sciences", "humanities", "other", "stem", "all")
 MMLU_BATCH = 2  # 2 x 1,061 tokens (the longest social-science prompt) x 49,152 x fp32, twice: 0.8 GB
-# params (models.backbone.NAMED_CONFIGS, which needs torch to import; a test keeps the two equal)
-NAMED_CONFIG_NAMES = ("llama-3.1-8b", "qwen3-8b", "qwen3-32b", "smollm2-135m")
+# params, latency: the named configurations (models.configs: data, no torch)
+NAMED_CONFIG_NAMES = tuple(NAMED_CONFIGS)
 # check
 CHECK_SUITES = "cr,lambada"
 CHECK_LIMIT = 20
@@ -101,7 +103,7 @@ def check(p):
 
 def latency(p):
     p.add_argument("--model", default=None,
-                   help="named configuration (llama-3.1-8b, qwen3-8b, smollm2-135m) or, with --weights real, a "
+                   help=f"named configuration ({', '.join(NAMED_CONFIG_NAMES)}) or, with --weights real, a "
                         "backbone; default llama-3.1-8b on CUDA, smollm2-135m on CPU")
     p.add_argument("--weights", choices=["random", "real"], default="random",
                    help="random: a named configuration with random weights (speed does not depend on them); "

@@ -49,7 +49,7 @@ def validate_model(spec: S.ModelSpec, device: str) -> None:
     """Every check that needs no weights: the backend's argument check (names, dtype, device, checkpoint
     folder), the backbone's config (base) and the linearize options against it (models.spec)."""
     from bench.lm_backend import check_model_args
-    from models.spec import backbone_config, check_linearize
+    from models.spec_checks import backbone_config, check_linearize
     try:
         backend, args = backend_and_args(spec)
         check_model_args(backend, {**args, "device": device})

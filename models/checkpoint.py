@@ -15,7 +15,8 @@ from safetensors.torch import load_file, save_file
 
 from models.atomic import atomic_path, atomic_write
 from models.backbone import fingerprint, load_backbone, stored_fingerprint
-from models.linearize import count_new_parameters, linearize, match_new_parameters_to_backbone, new_parameters
+from models.linearize import (LinearizeConfig, count_new_parameters, linearize, match_new_parameters_to_backbone,
+                              new_parameters)
 from models.spec import CONFIG, WEIGHTS, ModelSpec, read_checkpoint_config  # the one schema of config.json
 
 FORMAT_VERSION = 1
@@ -63,7 +64,7 @@ def apply_checkpoint(model, folder: str | os.PathLike, base_fingerprint: str | N
                          f"{config['base_fingerprint']}), but the given base model has fingerprint {fp}; load it "
                          f"onto the base it was trained on")
     spec = ModelSpec.from_checkpoint_config(config, folder)
-    linearize(model, spec.linearize_config(), base_name=spec.base)
+    linearize(model, LinearizeConfig.from_dict(spec.linearize_options()), base_name=spec.base)
     tensors = load_file(str(Path(folder) / WEIGHTS))
     params = new_parameters(model)
     missing, unexpected = sorted(set(params) - set(tensors)), sorted(set(tensors) - set(params))
@@ -87,7 +88,7 @@ def load_checkpoint(folder: str | os.PathLike, base: str | None = None, dtype: s
     model, tok = load_backbone(base, dtype=dtype, device="cpu")
     fp = stored_fingerprint(model, base)
     apply_checkpoint(model, folder, base_fingerprint=fp)
-    cfg = spec.linearize_config()
+    cfg = LinearizeConfig.from_dict(spec.linearize_options())
     info = {"base": base, "base_fingerprint": fp, "checkpoint": str(folder),
             "checkpoint_fingerprint": checkpoint_fingerprint(folder), "linearize": cfg.to_dict(),
             "new_parameters": count_new_parameters(model), "cache_budget": cfg.cache_budget, "trained": True}

@@ -316,7 +316,8 @@ def main(args) -> int:
     from models.linearize import LinearizeConfig, linearize
     from models.train_utils import atomic_write_json, seed_everything
 
-    from models.spec import check_checkpoint_files, check_linearize
+    from models.spec import check_checkpoint_files
+    from models.spec_checks import check_linearize
     # every value is checked before any model loads or any file is written
     if args.sequences < 1 or args.seq_len < 2:
         raise ValueError(f"--sequences {args.sequences} / --seq-len {args.seq_len}: need >= 1 and >= 2")

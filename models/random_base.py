@@ -22,28 +22,6 @@ import torch
 MARKER = "golinear_random.json"
 
 
-def write_random_base(out, name: str, seed: int = 0, overrides: dict | None = None,
-                      tokenizer_from: str = "smollm2-135m") -> Path:
-    """Write the folder for named configuration `name` (models.backbone.NAMED_CONFIGS) plus `overrides`."""
-    import transformers
-    from models.backbone import NAMED_CONFIGS, load_tokenizer, named_config
-    named_config(name)  # an unknown name: the allowed ones in the message
-    kw = {**NAMED_CONFIGS[name], **(overrides or {})}
-    config = transformers.AutoConfig.for_model(kw.pop("model_type"), **kw)
-    tok = load_tokenizer(tokenizer_from)
-    if len(tok) > config.vocab_size:
-        raise ValueError(f"tokenizer {tokenizer_from!r} has {len(tok)} ids, more than vocab_size {config.vocab_size}")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    config.save_pretrained(out)
-    tok.save_pretrained(out)
-    spec = {"named_config": name, "overrides": overrides or {}, "seed": seed, "tokenizer_from": tokenizer_from,
-            "init": "per parameter: generator seeded by seed*1000003+crc32(name) on the target device; "
-                    "matrices N(0, initializer_range), norm weights 1, other vectors 0"}
-    (out / MARKER).write_text(json.dumps(spec, indent=2) + "\n")
-    return out
-
-
 def read_spec(path) -> dict | None:
     """The folder's random-weight spec, or None for an ordinary backbone."""
     marker = Path(str(path)) / MARKER
@@ -63,7 +41,7 @@ def param_value(name: str, shape, seed: int, std: float, device, dtype=torch.flo
 def skeleton(path, dtype=torch.float32, attn_implementation: str = "sdpa"):
     """The model on the meta device (no memory), frozen."""
     import transformers
-    from models.backbone import check_architecture
+    from models.configs import check_architecture
     config = transformers.AutoConfig.from_pretrained(str(path))
     check_architecture(config)
     with torch.device("meta"):
@@ -122,8 +100,8 @@ def new_parameters_on_cpu(model):
     the q projection's device, and LoRA beside q/k/v, so these get (untouched, uninitialised) CPU storage
     meanwhile. The new parameters then take the same random draws as a one-process CPU run (or rank 0 of a
     loaded FSDP run)."""
-    from models.linearize import _decoder_layers
-    projs = [getattr(layer.self_attn, name) for layer in _decoder_layers(model) for name in ("q_proj", "k_proj", "v_proj")]
+    from models.projection import decoder_layers
+    projs = [getattr(layer.self_attn, name) for layer in decoder_layers(model) for name in ("q_proj", "k_proj", "v_proj")]
     for m in projs:
         m.to_empty(device="cpu")
     try:
@@ -138,7 +116,7 @@ def fill_sharded(model, p: dict, seed: int, device, new_full: dict) -> str:
     on `device`, one at a time, each rank keeping its shard), new parameters from `new_full` (CPU tensors every
     rank holds alike). Returns the backbone fingerprint a one-process build would have (models.backbone)."""
     import hashlib
-    from models.train_fsdp import shard_like
+    from models.sharding import shard_like
     samples = {}
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -161,22 +139,3 @@ def fill_sharded(model, p: dict, seed: int, device, new_full: dict) -> str:
         h.update(json.dumps(shape).encode())
         h.update(sample.numpy().tobytes())
     return h.hexdigest()[:16]
-
-
-def main(argv=None) -> int:
-    """python -m models.random_base OUT NAME [--seed S] [--tokenizer-from T] [--set key=value ...]"""
-    import argparse
-    p = argparse.ArgumentParser(prog="python -m models.random_base", description=main.__doc__)
-    p.add_argument("out")
-    p.add_argument("name", help="a models.backbone.NAMED_CONFIGS name (llama-3.1-8b, qwen3-32b, ...)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tokenizer-from", default="smollm2-135m", help="backbone or folder whose tokenizer is copied")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides (int values)")
-    args = p.parse_args(argv)
-    overrides = {k: int(v) for k, v in (kv.split("=", 1) for kv in args.set)}
-    print(write_random_base(args.out, args.name, args.seed, overrides, args.tokenizer_from))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

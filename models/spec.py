@@ -112,7 +112,6 @@ def _mechanism(key, value):
 
 def _checkpoint(key, value) -> str:
     """A whole checkpoint folder (its config.json parses, its weights are complete), as an absolute path."""
-    from models.spec_checks import check_checkpoint_files
     path = Path(str(value)).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(f"checkpoint folder {str(value)!r} does not exist")
@@ -152,6 +151,36 @@ def read_checkpoint_config(folder) -> dict:
         raise ValueError(f"checkpoint config {str(folder / CONFIG)!r} is not valid JSON: {e}") from None
     if not isinstance(config, dict):
         raise ValueError(f"checkpoint config {str(folder / CONFIG)!r} is not a JSON object")
+    return config
+
+
+def check_checkpoint_files(folder: str | Path) -> dict:
+    """A checkpoint's config.json parses and its safetensors file is complete; returns the config.
+
+    safetensors' header states every tensor's byte range: a file shorter than that (a truncated copy)
+    or with a garbled header is refused here, naming the file, instead of as a traceback at load time."""
+    from safetensors import SafetensorError, safe_open
+    folder = Path(folder)
+    config = read_checkpoint_config(folder)  # names the file if its JSON is broken
+    if not isinstance(config.get("linearize"), dict):
+        raise ValueError(f"checkpoint config {str(folder / CONFIG)!r} has no 'linearize' options")
+    weights = folder / WEIGHTS
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            f.keys()
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ValueError(f"checkpoint weights {str(weights)!r} are unreadable ({e})") from None
+    with open(weights, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        try:
+            meta = json.loads(fh.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ValueError(f"checkpoint weights {str(weights)!r} have a damaged header") from None
+    end = max((v["data_offsets"][1] for k, v in meta.items() if k != "__metadata__"), default=0)
+    size = weights.stat().st_size
+    if size < 8 + n + end:
+        raise ValueError(f"checkpoint weights {str(weights)!r} are truncated ({size} bytes, the header "
+                         f"describes {8 + n + end})")
     return config
 
 
@@ -275,10 +304,6 @@ class ModelSpec:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in
                 ((k, getattr(self, k)) for k in LINEARIZE_KEYS)}
 
-    def linearize_config(self):
-        from models.linearize import LinearizeConfig
-        return LinearizeConfig(**self.linearize_options())
-
     # ------------------------------------------------------------------ derived
     def checkpoint_config(self) -> dict | None:
         return read_checkpoint_config(self.checkpoint) if self.checkpoint else None
@@ -371,5 +396,3 @@ def local_files_identity(value) -> str | None:
             h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
     return h.hexdigest()[:10]
 
-
-from models.spec_checks import backbone_config, check_checkpoint_files, check_linearize  # noqa: E402,F401

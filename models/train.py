@@ -30,7 +30,8 @@ from models import data as data_mod
 from models import graph_step
 from models.atomic import atomic_path, atomic_write
 from models.train_config import TrainConfig  # apart, so that `golinear train --help` needs no torch
-from models.train_fsdp import full_attention, full_tensor, shard_like
+from models.sharding import shard_like
+from models.train_fsdp import full_attention, full_tensor
 from models.train_utils import heldout_loss, read_log, rng_state, set_rng_state
 
 STATE_FILE = "state.pt"

@@ -181,7 +181,7 @@ def check_inputs(args, opts: dict) -> None:
     """Everything checkable without weights: linearize options against the backbone's config, the token
     file or the books corpus (present, matching the data folder's SHA256SUMS, gzip complete)."""
     from models.data_hashes import verify_files
-    from models.spec import check_linearize
+    from models.spec_checks import check_linearize
     check_linearize(opts, args.base)
     if args.tokens and Path(args.tokens).exists():
         return

@@ -131,14 +131,6 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
-def shard_like(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
-    """This rank's shard of `full`, laid out as `param` (no communication: every rank holds `full`)."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-    if not isinstance(param, DTensor):
-        return full.to(param.device)
-    return distribute_tensor(full.to(param.device), param.device_mesh, param.placements, src_data_rank=None)
-
-
 @contextlib.contextmanager
 def full_attention(model, attention_modules: list):
     """Run `model` with its original softmax attention modules (they share the frozen q/k/v/o projections,

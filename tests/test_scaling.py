@@ -37,7 +37,7 @@ def _run(cmd: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
 
 
 def _base(tmp: Path, name: str = "qwen3-32b", seed: int = 0) -> Path:
-    from models.random_base import write_random_base
+    from models.random_base_write import write_random_base
     tok_dir = tmp / "tok"
     if not tok_dir.exists():
         tiny_tokenizer().save_pretrained(tok_dir)

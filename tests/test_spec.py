@@ -80,7 +80,7 @@ def test_linearize_config_takes_the_spec_fields():
     assert names == M.LINEARIZE_KEYS
     model_side = LinearizeConfig()
     assert all(getattr(model_side, k) == M.FIELD_DEFAULTS[k] for k in names if k != "mechanism")
-    cfg = ModelSpec.from_string("gdn-default,full_layers=1+2").linearize_config()
+    cfg = LinearizeConfig.from_dict(ModelSpec.from_string("gdn-default,full_layers=1+2").linearize_options())
     assert cfg == LinearizeConfig(mechanism="gdn", window=56, sinks=8, short_conv=True, full_layers=[1, 2])
     assert LinearizeConfig.from_dict({"window": "12", "short_conv": "on"}) == LinearizeConfig(window=12, short_conv=True)
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from models.ops import compile_enabled, compiled, reference
+from models.ops import reference
+from models.ops.compile import compile_enabled, compiled
 
 
 def short_conv(x, weight, state=None, output_final_state=False):

@@ -13,8 +13,8 @@ SCALING_TMP=${SCALING_TMP:-/tmp/scaling}
 source scripts/scaling/device_common.sh || exit $?
 R=$SCALING_TMP/fsdp; B=$SCALING_TMP/bases; mkdir -p $R $B
 TOK=${TOK:-.device/scaling/inputs/tokens.npz}; L8=${BASE:-.device/scaling/inputs/llama-3.1-8b}
-python3 -m models.random_base $B/qwen3-32b qwen3-32b --tokenizer-from $L8 --set ${QWEN_SET:-}
-python3 -m models.random_base $B/qwen3-32b-l4 qwen3-32b --tokenizer-from $L8 --set ${QWEN_SET:-} num_hidden_layers=4
+python3 -m models.random_base_write $B/qwen3-32b qwen3-32b --tokenizer-from $L8 --set ${QWEN_SET:-}
+python3 -m models.random_base_write $B/qwen3-32b-l4 qwen3-32b --tokenizer-from $L8 --set ${QWEN_SET:-} num_hidden_layers=4
 ARGS="--tokens $TOK --seq-len ${SEQ:-4096} --eval-sequences 1 --log-every 2 --save-every-s 3600"
 FSDP="accelerate launch --config_file scripts/scaling/accelerate/fsdp2.yaml --num_processes 2"
 # 1. kill after the first saved state, then resume
@@ -49,7 +49,7 @@ python3 scripts/scaling/compare_runs.py $R/l4-single $R/l4-fsdp >> $R/checks.txt
 # 3. the largest that fits: a deeper variant, a few steps
 RUNS="$R/fsdp-32b"
 if [ $(left) -gt 200 ] && [ "${PROBE_LAYERS:-96}" != 0 ]; then
-  python3 -m models.random_base $B/probe qwen3-32b --tokenizer-from $L8 --set ${QWEN_SET:-} num_hidden_layers=${PROBE_LAYERS:-96}
+  python3 -m models.random_base_write $B/probe qwen3-32b --tokenizer-from $L8 --set ${QWEN_SET:-} num_hidden_layers=${PROBE_LAYERS:-96}
   step fsdp-probe $FSDP --main_process_port $((${PORT:-29510}+13)) scripts/scaling/train_peak.py $R/fsdp-probe.peak train \
     --base $B/probe $ARGS --steps 6 --save-every 0 --out $R/fsdp-probe && RUNS="$RUNS $R/fsdp-probe"
   grep -m1 -o "OutOfMemoryError.*" $SCALING_TMP/fsdp-probe.log >> $R/checks.txt

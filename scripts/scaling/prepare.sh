@@ -11,7 +11,7 @@ set -euo pipefail
 PY=${PY:-.venv/bin/python}; DATA=${DATA:-../shared/data}; CHUNK_MB=${CHUNK_MB:-24}
 S=.device/scaling
 rm -rf $S/inputs $S/chunk $S/payload && mkdir -p $S/inputs $S/chunk $S/payload/data
-$PY -m models.random_base $S/inputs/llama-3.1-8b llama-3.1-8b --seed 0 --tokenizer-from smollm2-135m
+$PY -m models.random_base_write $S/inputs/llama-3.1-8b llama-3.1-8b --seed 0 --tokenizer-from smollm2-135m
 $PY -m bench.cli train --prepare-only --base $S/inputs/llama-3.1-8b --tokens $S/inputs/tokens.npz \
   --data-dir $DATA --seq-len 4096 --steps 100 --prepare-train-tokens 1000000 --eval-sequences 2
 # the evaluation payload
