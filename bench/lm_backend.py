@@ -176,18 +176,19 @@ class GolinearHF(HFLM):
                 strings.update((stripped, context + continuation))
         return self._encode_strings(strings)
 
-    def _encode_kwargs(self, text: str) -> dict:
-        """tok_encode's rule for a string: the tokenizer's own special tokens, none if it starts with BOS."""
+    def _encode_kwargs(self, text: str, bos: str) -> dict:
+        """tok_encode's rule for a string: the tokenizer's own special tokens, none if it starts with `bos` (the
+        BOS text, decoded once by the caller, not once per string)."""
         kw = _add_special_kwargs(None, self.add_bos_token)
-        if has_bos_prefix(text, self.tokenizer.decode(self.prefix_token_id)):
+        if has_bos_prefix(text, bos):
             kw["add_special_tokens"] = False
         return kw
 
     def _encode_strings(self, strings, chunk: int = 2048) -> dict:
         """{string: tok_encode(string)}, encoded in batches (one tokenizer call per chunk of strings)."""
-        by_kwargs = {}
+        by_kwargs, bos = {}, self.tokenizer.decode(self.prefix_token_id)
         for text in sorted(set(strings)):
-            by_kwargs.setdefault(tuple(sorted(self._encode_kwargs(text).items())), []).append(text)
+            by_kwargs.setdefault(tuple(sorted(self._encode_kwargs(text, bos).items())), []).append(text)
         out = {}
         for kw, texts in by_kwargs.items():
             for i in range(0, len(texts), chunk):
@@ -242,7 +243,8 @@ class GolinearHF(HFLM):
             batch_kw = {"add_special_tokens": False}
         elif self.add_bos_token is not None:
             batch_kw = {"add_special_tokens": self.add_bos_token}
-        if any(self._encode_kwargs(s) != batch_kw for s in strings):
+        bos = self.tokenizer.decode(self.prefix_token_id)
+        if any(self._encode_kwargs(s, bos) != batch_kw for s in strings):
             return None, None
         rows = [cache[s] for s in strings]
         width = max(len(r) for r in rows)
