@@ -13,9 +13,12 @@ from __future__ import annotations
 import argparse
 import csv
 import glob
+import io
 import json
 import math
 from pathlib import Path
+
+from models.atomic import atomic_write
 
 COLUMNS = ["mode", "gpus", "model_dims", "seq_len", "global_batch", "tokens_per_s", "peak_gib_per_gpu", "wall_s",
            "commit", "steps", "speedup_vs_1gpu", "note"]
@@ -139,11 +142,12 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
+    atomic_write(path, buf.getvalue())
 
 
 def _fmt(v) -> str:
@@ -241,9 +245,9 @@ def main(argv=None) -> int:
     kept = out / "scaling_checks.txt"  # the checks of earlier calls stay (one line each, no repeats)
     old = kept.read_text().splitlines() if kept.exists() else []
     checks = list(dict.fromkeys(old + checks))
-    kept.write_text("".join(c + "\n" for c in checks))
+    atomic_write(kept, "".join(c + "\n" for c in checks))
     write_csv(out / "scaling.csv", rows)
-    (out / "scaling.md").write_text(render_md(rows, checks))
+    atomic_write(out / "scaling.md", render_md(rows, checks))
     print(f"wrote {out / 'scaling.csv'} ({len(rows)} rows), {out / 'scaling.md'} and {kept}")
     return 0
 
