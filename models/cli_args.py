@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from models.spec import MECHANISMS, SELECTIONS  # the allowed values, one place
+from models.spec import MECHANISMS, RETAIN_SCORES, SELECTIONS  # the allowed values, one place
 from models.train_config import TrainConfig
 
 
@@ -24,6 +24,10 @@ def train(p) -> None:
     g.add_argument("--keep-full", type=float, default=0.0, help="fraction of layers kept as full attention")
     g.add_argument("--select", default="uniform", help=" | ".join(SELECTIONS) + " (hardness needs --layer-scores)")
     g.add_argument("--layer-scores", default=None, help="JSON from `golinear diagnose` (layer_scores)")
+    g.add_argument("--retain", type=int, default=0, help="retention slots per KV head beside sinks + window "
+                   "(gdn with a window; docs/retention.md; default 0)")
+    g.add_argument("--retain-score", default=RETAIN_SCORES[0],
+                   help=" | ".join(RETAIN_SCORES) + f": what earns a slot (default {RETAIN_SCORES[0]})")
     g = p.add_argument_group("data")
     g.add_argument("--data-dir", default=None, help="data folder (default $GOLINEAR_DATA or ../shared/data)")
     g.add_argument("--dataset", default=None, help="a Hugging Face dataset instead of the books corpus")

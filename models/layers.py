@@ -57,7 +57,7 @@ def step_attention(q, keys, vals, allowed, scale):
 class LinearizedAttention(nn.Module):
     def __init__(self, attn: nn.Module, config, layer_idx: int, mechanism: str, window: int = 0,
                  sinks: int = 0, short_conv: bool = False, conv_size: int = 4, gate_rank: int = 16,
-                 feature_dim: int = 64):
+                 feature_dim: int = 64, retain: int = 0, retain_score: str = "delta_error"):
         super().__init__()
         self.layer_idx = layer_idx
         self.head_dim = attn.head_dim
@@ -66,6 +66,7 @@ class LinearizedAttention(nn.Module):
         self.groups = self.num_heads // self.num_kv_heads
         self.scaling = attn.scaling
         self.mechanism, self.window, self.sinks = mechanism, window, sinks
+        self.retain, self.retain_score = retain, retain_score  # retention slots (models.ops.retention)
         # frozen modules, same attribute names as the original attention => same state-dict keys
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
         self.q_norm = getattr(attn, "q_norm", None)

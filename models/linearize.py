@@ -16,7 +16,8 @@ from models.backbone import check_architecture, fingerprint
 from models.cache import LinearCache
 from models.layers import LinearizedAttention
 from models.projection import decoder_layers as _decoder_layers  # one definition (train*.py use this name)
-from models.spec import check_window_only, linearize_values  # the values are checked there
+from models.spec import (RETAIN_SCORES, check_retention, check_window_only, linearize_values,  # checked there
+                         without_unused_retention)
 
 
 @dataclasses.dataclass
@@ -35,13 +36,16 @@ class LinearizeConfig:
     layer_scores: list[float] | None = None
     gate_rank: int = 16             # GLA gate low rank
     feature_dim: int = 64           # Hedgehog feature dim per half
+    retain: int = 0                 # retention slots per KV head (GDN with a window): docs/retention.md
+    retain_score: str = RETAIN_SCORES[0]  # what earns a slot when a token leaves the window
 
     @property
     def cache_budget(self) -> int:
-        return self.sinks + self.window
+        return self.sinks + self.window + self.retain
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields (without the retention keys when retain is 0: records made before retention match)."""
+        return without_unused_retention(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, d: dict) -> "LinearizeConfig":
@@ -60,9 +64,10 @@ def validate(cfg: LinearizeConfig, config) -> list[int]:
     for name in ("window", "sinks"):
         if getattr(cfg, name) > max_len:
             raise ValueError(f"{name}={getattr(cfg, name)} exceeds the model's max_position_embeddings={max_len}")
-    if cfg.window + cfg.sinks > max_len:
-        raise ValueError(f"cache budget sinks+window={cfg.cache_budget} exceeds max_position_embeddings={max_len}")
+    if cfg.cache_budget > max_len:
+        raise ValueError(f"cache budget sinks+window+retain={cfg.cache_budget} exceeds max_position_embeddings={max_len}")
     check_window_only(cfg.mechanism, cfg.window, cfg.sinks)
+    check_retention(cfg.mechanism, cfg.window, cfg.retain, cfg.retain_score)
     if cfg.full_layers is not None:
         if cfg.keep_full:
             raise ValueError("give either full_layers or keep_full, not both")
@@ -108,7 +113,7 @@ def linearize(model, cfg: LinearizeConfig, base_name: str | None = None):
             continue
         layer.self_attn = LinearizedAttention(layer.self_attn, model.config, idx, cfg.mechanism, cfg.window,
                                               cfg.sinks, cfg.short_conv, cfg.conv_size, cfg.gate_rank,
-                                              cfg.feature_dim)
+                                              cfg.feature_dim, cfg.retain, cfg.retain_score)
         for name in ("lin", "conv"):  # new parameters stay fp32 (they are tiny); frozen ones keep their dtype
             sub = getattr(layer.self_attn, name)
             if sub is not None:
@@ -182,6 +187,9 @@ def decode_state_bytes(model, batch: int = 1, dtype_bytes: int = 4, context: int
         per_layer += (H * f * hd + H * f) * 4
     if cfg.mechanism != "none":  # window tokens' pending linear inputs
         per_layer += min(context, cfg.window) * H * hd * 3 * 4
+    if cfg.retain:  # retention slots (their KV is in the budget above): a score per KV head, the linear inputs
+        held = min(max(context - cfg.sinks - cfg.window, 0), cfg.retain)  # they fold with per query head
+        per_layer += held * (Hkv * dtype_bytes + H * (2 * hd + 2) * 4)
     if cfg.short_conv:
         per_layer += (H + 2 * Hkv) * hd * (cfg.conv_size - 1) * dtype_bytes
     full_layer = 2 * Hkv * hd * context * dtype_bytes

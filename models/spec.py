@@ -20,19 +20,24 @@ from pathlib import Path
 DEFAULT_BASE = "smollm2-135m"  # models.backbone.DEFAULT_BACKBONE (that module imports torch)
 MECHANISMS = ("gla", "kgla", "gdn", "hedgehog", "none")  # "none": window+sink softmax alone, no linear state
 SELECTIONS = ("uniform", "hardness")  # how keep_full picks its full-attention layers
+# retention slots (issue #17, models.ops.retention): the scores a layer computes itself (the op adds "given",
+# a caller's tensor); retain=0 (no slots) is the default recipe, and its keys are then left out of config.json
+RETAIN_SCORES = ("delta_error", "proj_residual")
+RETENTION_KEYS = ("retain", "retain_score")
 DTYPES = ("bf16", "bfloat16", "float16", "float32", "fp16", "fp32")
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 WEIGHTS, CONFIG = "new_params.safetensors", "config.json"  # a checkpoint's two files (models.checkpoint)
 # integer options and their least allowed value
-MINIMUM = {"window": 0, "sinks": 0, "conv_size": 1, "lora_rank": 1, "lora_alpha": 1, "gate_rank": 1,
+MINIMUM = {"window": 0, "sinks": 0, "retain": 0, "conv_size": 1, "lora_rank": 1, "lora_alpha": 1, "gate_rank": 1,
            "feature_dim": 1}
 # the keys of the CLI/store string and of lm-eval's model_args (the other linearize options keep their defaults)
 STRING_KEYS = ("base", "checkpoint", "mechanism", "window", "sinks", "short_conv", "lora", "full_layers",
-               "keep_full", "select", "dtype")
+               "keep_full", "select", "retain", "retain_score", "dtype")
 LINEAR_KEYS = STRING_KEYS[1:-1]  # the linearization keys of model_args
 # LinearizeConfig's fields, in its order (tests/test_spec.py checks that they agree)
 LINEARIZE_KEYS = ("mechanism", "window", "sinks", "short_conv", "conv_size", "lora", "lora_rank", "lora_alpha",
-                  "full_layers", "keep_full", "select", "layer_scores", "gate_rank", "feature_dim")
+                  "full_layers", "keep_full", "select", "layer_scores", "gate_rank", "feature_dim", "retain",
+                  "retain_score")
 PRESETS = {
     "full": {},
     # The paper's final recipe (Sec. 5): GDN + SWA 56 + 8 sinks + short convolutions (cache 64).
@@ -123,6 +128,7 @@ PARSERS = {"base": lambda k, v: str(v).strip(), "checkpoint": _checkpoint, "mech
            **{k: _integer for k in MINIMUM}, "short_conv": _boolean, "lora": _boolean,
            "full_layers": lambda k, v: parse_full_layers(v), "keep_full": _fraction,
            "select": lambda k, v: _choice(k, v, SELECTIONS, "layer selection"), "layer_scores": _scores,
+           "retain_score": lambda k, v: _choice(k, v, RETAIN_SCORES, "retention score"),
            "dtype": lambda k, v: _choice(k, v, DTYPES, "dtype")}
 
 
@@ -138,6 +144,23 @@ def parse_value(key: str, value):
 def check_window_only(mechanism, window: int, sinks: int) -> None:
     if mechanism == "none" and not (window or sinks):
         raise ValueError("mechanism=none (window+sink softmax, no linear state) needs a window and/or sinks")
+
+
+def check_retention(mechanism, window: int, retain: int, retain_score: str) -> None:
+    """Retention slots are built for GDN with a window (models.ops.retention); a score only with slots."""
+    if retain and (mechanism != "gdn" or not window):
+        raise ValueError(f"retain={retain} needs mechanism=gdn and window > 0; got mechanism={mechanism}, "
+                         f"window={window}")
+    if not retain and retain_score != RETAIN_SCORES[0]:
+        raise ValueError(f"retain_score={retain_score!r} needs retain > 0 (retention slots)")
+
+
+def without_unused_retention(options: dict) -> dict:
+    """Linearize options without the retention keys when retain is 0: checkpoints and run records written
+    before retention existed stay byte-identical."""
+    if options.get("retain"):
+        return options
+    return {k: v for k, v in options.items() if k not in RETENTION_KEYS}
 
 
 def read_checkpoint_config(folder) -> dict:
@@ -204,11 +227,15 @@ class ModelSpec:
     layer_scores: tuple[float, ...] | None = None
     gate_rank: int = 16
     feature_dim: int = 64
+    retain: int = 0                # retention slots per KV head (GDN with a window; models.ops.retention)
+    retain_score: str = RETAIN_SCORES[0]
     dtype: str = "float32"
 
     def __post_init__(self):
         for key in PARSERS:
             object.__setattr__(self, key, parse_value(key, getattr(self, key)))
+        if self.checkpoint is None:  # (a checkpoint's own options are checked when it is linearized)
+            check_retention(self.mechanism, self.window, self.retain, self.retain_score)
 
     # ------------------------------------------------------------------ the CLI/store string
     @classmethod
@@ -279,7 +306,8 @@ class ModelSpec:
         """`golinear train`'s model flags (models.train_cli.add_arguments); --layer-scores names a JSON file."""
         return cls(base=args.base, mechanism=args.mechanism, window=args.window, sinks=args.sinks,
                    short_conv=args.short_conv, lora=args.lora, full_layers=args.full_layers or None,
-                   keep_full=args.keep_full, select=args.select, layer_scores=read_layer_scores(args.layer_scores))
+                   keep_full=args.keep_full, select=args.select, layer_scores=read_layer_scores(args.layer_scores),
+                   retain=args.retain, retain_score=args.retain_score)
 
     # ------------------------------------------------------------------ checkpoint config.json
     @classmethod
@@ -298,11 +326,12 @@ class ModelSpec:
         return {"base": self.base, "linearize": self.linearize_options()}
 
     def linearize_options(self) -> dict:
-        """LinearizeConfig's fields as JSON values (lists, not tuples); needs a mechanism."""
+        """LinearizeConfig's fields as JSON values (lists, not tuples; no retention keys without slots); needs a
+        mechanism."""
         if self.mechanism is None:
             raise ValueError(f"a linearized model needs a mechanism; allowed: {list(MECHANISMS)}")
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in
-                ((k, getattr(self, k)) for k in LINEARIZE_KEYS)}
+        return without_unused_retention({k: (list(v) if isinstance(v, tuple) else v) for k, v in
+                                         ((k, getattr(self, k)) for k in LINEARIZE_KEYS)})
 
     # ------------------------------------------------------------------ derived
     def checkpoint_config(self) -> dict | None:
@@ -321,16 +350,16 @@ class ModelSpec:
 
     @property
     def budget(self) -> float:
-        """Cache budget in tokens: sinks + window for windowed models, inf for full attention."""
+        """Cache budget in tokens: sinks + window (+ retention slots) for windowed models, inf for full attention."""
         if self.is_full_attention:
             return math.inf
         if self.checkpoint is not None and not (self.sinks or self.window):
             try:  # a checkpoint carries its own window and sinks
                 lin = self.checkpoint_config()["linearize"]
-                return lin.get("sinks", 0) + lin.get("window", 0)
+                return lin.get("sinks", 0) + lin.get("window", 0) + lin.get("retain", 0)
             except (FileNotFoundError, KeyError, ValueError):
                 return 0
-        return self.sinks + self.window
+        return self.sinks + self.window + self.retain
 
 
 FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelSpec)}

@@ -31,6 +31,8 @@ def run_name(opts: dict) -> str:
         parts.append(f"w{opts['window']}")
     if opts["sinks"]:
         parts.append(f"s{opts['sinks']}")
+    if opts.get("retain"):
+        parts.append(f"r{opts['retain']}-{opts['retain_score']}")
     if opts["short_conv"]:
         parts.append("sc")
     if opts["lora"]:

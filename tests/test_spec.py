@@ -119,6 +119,9 @@ BAD = [  # (key, value, the whole message)
     ("keep_full", "x", "keep_full='x': expected a fraction in [0, 1)"),
     ("full_layers", "1+x", "full_layers='1+x': expected layer indices joined by '+', e.g. 3+7+11"),
     ("layer_scores", ["a"], "layer_scores=['a']: expected a list of numbers, one per layer"),
+    ("retain", -1, "retain=-1: expected a non-negative integer"),
+    ("retain_score", "attention_mass",
+     "unknown retention score 'attention_mass'; allowed: ['delta_error', 'proj_residual']"),
 ]
 
 
@@ -174,3 +177,58 @@ def test_cell_provenance_reads_the_loaded_configuration_through_the_schema():
     assert full.spec.is_full_attention and full.spec.base == "smollm2-135m"
     with pytest.raises(ValueError, match="unknown mechanism 'gdm'"):
         ModelInfo.from_info({"linearize": {**config["linearize"], "mechanism": "gdm"}})
+
+
+def test_retention_options_flow_through_every_front_end():
+    """retain / retain_score (issue #17): string, model_args, checkpoint config and LinearizeConfig; without
+    slots the keys are absent everywhere, so store keys and checkpoints made before them are unchanged."""
+    from models.linearize import LinearizeConfig
+    text = "gdn-default,retain=8,retain_score=proj_residual"
+    spec = ModelSpec.from_string(text)
+    assert (spec.retain, spec.retain_score, spec.budget) == (8, "proj_residual", 72)
+    assert spec.to_string() == "mechanism=gdn,retain=8,retain_score=proj_residual,short_conv=true,sinks=8,window=56"
+    assert ModelSpec.from_string(spec.to_string()) == spec
+    assert ModelSpec.from_model_args(spec.to_model_args()) == dataclasses.replace(spec, base="smollm2-135m")
+    assert "retain=8,retain_score=proj_residual" in spec.store_key()
+    opts = spec.to_checkpoint_config()["linearize"]
+    assert (opts["retain"], opts["retain_score"]) == (8, "proj_residual")
+    assert ModelSpec.from_checkpoint_config(spec.to_checkpoint_config()) == spec
+    cfg = LinearizeConfig.from_dict(opts)
+    assert (cfg.retain, cfg.cache_budget, cfg.to_dict()) == (8, 72, opts)
+    plain = ModelSpec.from_string("gdn-default")
+    assert "retain" not in plain.store_key() and "retain" not in plain.to_model_args()
+    assert not set(M.RETENTION_KEYS) & set(plain.linearize_options())
+    assert not set(M.RETENTION_KEYS) & set(LinearizeConfig(mechanism="gdn").to_dict())
+    config = json.loads((CKPT / "config.json").read_text())  # a checkpoint saved before retention existed
+    assert ModelSpec.from_checkpoint_config(config).retain == 0
+
+
+@pytest.mark.parametrize("text,message", [
+    ("gla-default,retain=4", "retain=4 needs mechanism=gdn and window > 0; got mechanism=gla, window=56"),
+    ("mechanism=gdn,sinks=4,retain=4", "retain=4 needs mechanism=gdn and window > 0; got mechanism=gdn, window=0"),
+    ("gdn-default,retain_score=proj_residual", "retain_score='proj_residual' needs retain > 0 (retention slots)"),
+])
+def test_retention_combinations_have_one_message(text, message):
+    from models.linearize import LinearizeConfig, validate
+    with pytest.raises(ValueError) as err:
+        ModelSpec.from_string(text)
+    assert str(err.value) == message
+    options = dict(M.PRESETS[text.split(",")[0]]) if "=" not in text.split(",")[0] else {}
+    options.update(tok.split("=") for tok in text.split(",") if "=" in tok)
+    with pytest.raises(ValueError) as err:  # the model side refuses the same configuration, same message
+        validate(LinearizeConfig.from_dict(options), argparse.Namespace(num_hidden_layers=2,
+                                                                      max_position_embeddings=1024))
+    assert str(err.value) == message
+
+
+def test_retention_train_flags():
+    from models.train_cli import add_arguments, linearize_options, run_name
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--retain", "16", "--retain-score", "proj_residual"])
+    assert ModelSpec.from_train_args(args) == ModelSpec.from_string(
+        "gdn-default,retain=16,retain_score=proj_residual,base=smollm2-135m")
+    assert run_name(linearize_options(args)) == "gdn-w56-s8-r16-proj_residual-sc"
+    assert run_name(linearize_options(p.parse_args([]))) == "gdn-w56-s8-sc"
+    with pytest.raises(ValueError, match=r"^retain=16 needs mechanism=gdn and window > 0; got mechanism=gla"):
+        ModelSpec.from_train_args(p.parse_args(["--retain", "16", "--mechanism", "gla"]))
