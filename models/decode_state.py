@@ -10,7 +10,9 @@ place. Both decoders hold it: `models.cache.LinearLayerCache` (HF generate) and 
   - ring_lin: the linear-path inputs (LIN_KEYS) of those w tokens, [B, w, ...], folded into the recurrent
     state when the token leaves the window;
   - conv [B, C, W-1]: the short conv's previous inputs over [q|k|v];
-  - state: the recurrent state, fp32 ([B, H, D, D], or (S, Z) for Hedgehog).
+  - state: the recurrent state, fp32 ([B, H, D, D], or (S, Z) for Hedgehog);
+  - retention: with retention slots (retain > 0), a models.ops.retention.RetentionState instead of the sink,
+    ring and state fields (sinks, window ring, slots, GDN state; fixed shapes; conv stays here).
 """
 from __future__ import annotations
 
@@ -32,13 +34,14 @@ class DecodeState:
     conv: torch.Tensor | None = None
     ring_lin: dict = field(default_factory=dict)
     state: torch.Tensor | tuple | None = None
+    retention: object = None  # models.ops.retention.RetentionState (not imported: this module stays light)
 
     def tensors(self) -> list[torch.Tensor]:
         """Every tensor, in a fixed order (a CUDA graph's buffers, memory accounting, batch reordering)."""
         out = [getattr(self, name) for name in _FIELDS if getattr(self, name) is not None]
         out += [self.ring_lin[key] for key in LIN_KEYS if key in self.ring_lin]
         out += list(self.state) if isinstance(self.state, tuple) else ([self.state] if self.state is not None else [])
-        return out
+        return out + (self.retention.tensors() if self.retention is not None else [])
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors())
@@ -51,10 +54,15 @@ class DecodeState:
             setattr(self, name, pick(getattr(self, name)))
         self.ring_lin = {key: pick(val) for key, val in self.ring_lin.items()}
         self.state = tuple(pick(t) for t in self.state) if isinstance(self.state, tuple) else pick(self.state)
+        if self.retention is not None:
+            self.retention = self.retention.select(index)
 
     def load(self, other: "DecodeState") -> bool:
         """Copy `other` into these buffers where shapes and dtypes match (a captured graph holding them stays
         valid), else take a copy of its tensors. Returns whether any buffer was replaced."""
+        if other.retention is not None or self.retention is not None:
+            raise ValueError("a retention state (retain > 0) is not loaded into static buffers; decode it with "
+                             "HF generate (models.cache.LinearCache)")
         changed = False
         for name in _FIELDS:
             new, old = getattr(other, name), getattr(self, name)

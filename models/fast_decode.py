@@ -56,6 +56,9 @@ class FastDecoder:
         self.use_graph = (self.device.type == "cuda") if use_graph is None else use_graph
         self.max_len = max_len
         self.linear = [isinstance(layer.self_attn, LinearizedAttention) for layer in self.layers]
+        if any(lin and layer.self_attn.retain for layer, lin in zip(self.layers, self.linear)):
+            raise ValueError("FastDecoder has no static cache for retention slots (retain > 0); decode such a "
+                             "model with HF generate (models.cache.LinearCache)")
         self.states: list = [None] * len(self.layers)
         # from this position on, every sink and ring slot holds a real token and the token leaving the window
         # is not a sink: the decode step then skips the sink writes, the masks and the validity checks

@@ -16,6 +16,9 @@ graph), folding the token leaving the window into the state.
 Launch overhead (tests/test_overhead.py counts kernels per layer): q/k/v are one matmul, the three short
 convs one conv over [q|k|v], RoPE/l2norm run on q and k at once, window + sinks are one fused attention
 call; GOLINEAR_COMPILE=1 compiles the elementwise regions (models.ops.compiled).
+Retention slots (retain > 0, GDN with a window; docs/retention.md): the prompt runs models.ops.retention_prefill
+(chunk by chunk, pure PyTorch) and decoding models.ops.retention.retention_step on the fixed-size
+RetentionState held in DecodeState.retention (HF generate only: FastDecoder refuses such models).
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ from models import ops
 from models.cache import LinearLayerCache
 from models.decode_state import LIN_KEYS, DecodeState, gather_ring, put, ring_index
 from models.mechanisms import MECHANISM_CLASSES, ShortConvs
+from models.ops.retention import retention_step
+from models.ops.retention_prefill import retention_prefill
 from models.prefill import prefill_chunk
 from models.projection import matmul_dtype, project_qkv
 from models.projection import _rope_formula, rope as _rope  # noqa: F401  (the names tests/test_overhead.py uses)
@@ -235,6 +240,8 @@ class LinearizedAttention(nn.Module):
         x = x.to(matmul_dtype(x))  # cast once under autocast (each projection would cast it again)
         qk, q, k, v, conv = project_qkv(self, x, position_embeddings, self.conv_weight(),
                                         want_conv_state=state is not None)
+        if self.retain:
+            return self._retention_parallel(x, qk, q, k, v, conv, state)
         swa = None
         if self.has_softmax_path:
             swa = ops.window_sink_softmax(q, k, v, sinks=self.sinks, window=self.window, scale=self.scaling)
@@ -246,6 +253,28 @@ class LinearizedAttention(nn.Module):
         if state is not None:
             self._fill(state, k, v, lin, lin_state, conv)
         return self.combine(lin_out, swa, x.dtype, first)
+
+    def _retention_parallel(self, x, qk, q, k, v, conv, state: DecodeState | None):
+        """Sinks + window + retention slots + GDN state over the whole prompt (models.ops.retention_prefill).
+        Training: plain autograd through the values on the chosen paths; which token takes a slot is a
+        selection (argmin of the scores) and gets no gradient."""
+        lin = self.linear_inputs(x, q, k, v, qk=qk)
+        y, kept = retention_prefill(q, k, v, lin, self.scaling, self.lin.scale, self.sinks, self.window,
+                                    self.retain, self.retain_score)
+        if state is not None:
+            state.conv = None if conv is None else conv.clone(memory_format=torch.contiguous_format)
+            state.retention = kept
+        return y
+
+    def _retention_step(self, x, position_embeddings, state: DecodeState):
+        """One decode token (every row at the same position) on the fixed-size retention state."""
+        qk, q, k, v, new_conv = project_qkv(self, x, position_embeddings, self.conv_weight(), state.conv)
+        if new_conv is not None:
+            state.conv.copy_(new_conv)
+        lin = self.linear_inputs(x, q, k, v, qk=qk)
+        y, state.retention = retention_step(state.retention, q, k, v, lin, self.scaling, self.lin.scale,
+                                            self.retain_score)
+        return self.o_proj(y.reshape(x.shape[0], 1, -1).to(matmul_dtype(x)))
 
     def _fill(self, state: DecodeState, k, v, lin, lin_state, conv):
         """The decode state after a whole prompt (every row of length T) from the parallel pass's tensors."""
@@ -274,6 +303,8 @@ class LinearizedAttention(nn.Module):
         per row; rows = arange(B)); updates `state` in place and returns the attention output [B, 1, hidden].
         steady (every row's pos >= sinks + window, known when the step is built): the sinks are written, every
         slot is a real token and the leaving one is not a sink, so no sink write, mask or validity check."""
+        if self.retain:
+            return self._retention_step(x, position_embeddings, state)
         B = x.shape[0]
         s, w = self.sinks, self.window
         qk, q, k, v, new_conv = project_qkv(self, x, position_embeddings, self.conv_weight(), state.conv)

@@ -59,7 +59,7 @@ DEFAULT_RECIPE = LinearizeConfig(mechanism="gdn", window=56, sinks=8, short_conv
 def validate(cfg: LinearizeConfig, config) -> list[int]:
     """Check options against the backbone's config; return the sorted full-attention layer indices."""
     n = config.num_hidden_layers
-    linearize_values(cfg.to_dict())  # each value against its allowed set (models.spec)
+    linearize_values(dataclasses.asdict(cfg))  # each value against its allowed set (models.spec)
     max_len = getattr(config, "max_position_embeddings", None) or 1 << 20
     for name in ("window", "sinks"):
         if getattr(cfg, name) > max_len:

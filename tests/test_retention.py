@@ -1,6 +1,8 @@
 """Retention slots (models/ops/retention.py, issue #17): the chunked prefill and the decode step against the
 per-token definition, retain=0 against the default recipe (reference ops and LinearizedAttention itself),
-token accounting, a fixed-size cache, and which tokens the slots keep."""
+token accounting, a fixed-size cache, and which tokens the slots keep. Then the wiring: the layer with
+retain > 0 against the definition, HF-generate decoding against the full forward, a fixed-size LinearCache,
+checkpoints that keep the option, and the refusals."""
 import math
 
 import pytest
@@ -282,3 +284,149 @@ def test_delta_error_is_the_delta_rule_residual():
 def test_proj_residual_is_the_diagnose_formula():
     _, k, _, _, _ = make(33, seed=7, dtype=torch.float32)
     assert torch.allclose(entry_scores(k, "proj_residual"), projection_residual(k), atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- the wiring
+def tiny_model(seed=0, **options):
+    """A 3-layer Llama linearized with the given options, new parameters moved off their init."""
+    from models.linearize import LinearizeConfig, linearize, new_parameters
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    if options:
+        linearize(model, LinearizeConfig(**options))
+        with torch.no_grad():
+            for p in new_parameters(model).values():
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+RECIPE = dict(mechanism="gdn", window=4, sinks=2, short_conv=True)  # budget 2 + 4 (+ retain)
+
+
+def rel_err(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+@pytest.mark.parametrize("score", ["delta_error", "proj_residual"])
+def test_layer_with_slots_is_the_definition(score):
+    """LinearizedAttention(retain=3) on a tiny Llama attention (o_proj = identity) = retention_recurrent on its
+    own q/k/v/lin, and differs from the same layer without slots."""
+    cfg = transformers.LlamaConfig(hidden_size=24, num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=32, num_hidden_layers=1, vocab_size=10)
+    torch.manual_seed(0)
+    layer = LinearizedAttention(LlamaAttention(cfg, layer_idx=0), cfg, 0, "gdn", window=4, sinks=2, retain=3,
+                                retain_score=score)
+    with torch.no_grad():
+        layer.o_proj.weight.copy_(torch.eye(24))
+        x = torch.randn(2, 26, 24)
+        pe = LlamaRotaryEmbedding(cfg)(x, torch.arange(26).unsqueeze(0))
+        y_layer = layer(x, position_embeddings=pe)[0].view(2, 26, 4, 6)
+        q, k, v, _ = layer.project(x, pe)
+        lin = layer.linear_inputs(x, q, k, v)
+        y, _ = retention_recurrent(q, k, v, lin, layer.scaling, layer.lin.scale, 2, 4, 3, score=score)
+        layer.retain = 0
+        y_plain = layer(x, position_embeddings=pe)[0].view(2, 26, 4, 6)
+    assert_close(y_layer, y, 1e-5)
+    assert rel_err(y_plain, y) > 1e-3
+
+
+@pytest.mark.parametrize("score", ["delta_error", "proj_residual"])
+@pytest.mark.parametrize("prompt", [3, 8, 20])  # shorter than the sinks + window, than the budget 9, longer
+def test_generate_cache_equals_the_full_forward(score, prompt):
+    """Prefill through LinearCache, then one token per step (HF's own generate loop and a manual one, batch 2),
+    equals the full forward on the whole sequence (fp32, 1e-5)."""
+    from models.cache import LinearCache
+    model = tiny_model(**RECIPE, retain=3, retain_score=score)
+    ids = torch.randint(0, 97, (2, prompt), generator=torch.Generator().manual_seed(prompt))
+    out = model.generate(ids, max_new_tokens=16, do_sample=False, return_dict_in_generate=True, output_logits=True,
+                         pad_token_id=0)
+    assert isinstance(out.past_key_values, LinearCache)
+    with torch.no_grad():
+        full = model(out.sequences).logits
+        assert rel_err(torch.stack(out.logits, 1), full[:, prompt - 1:-1]) <= 1e-5
+        cache = LinearCache.for_model(model)
+        first = model(out.sequences[:, :prompt], past_key_values=cache, use_cache=True).logits
+        steps = [model(out.sequences[:, t:t + 1], past_key_values=cache, use_cache=True).logits
+                 for t in range(prompt, out.sequences.shape[1])]
+    assert rel_err(torch.cat([first] + steps, 1), full) <= 1e-5
+
+
+def test_generate_cache_has_a_fixed_size():
+    """The LinearCache of a model with slots holds the same bytes after a prompt of 3 or 40 tokens and after
+    every decode step; the slots are in it (more bytes than without)."""
+    from models.cache import LinearCache
+    model = tiny_model(**RECIPE, retain=3)
+    sizes = []
+    with torch.no_grad():
+        for T in (3, 40):
+            cache = LinearCache.for_model(model)
+            model(torch.randint(0, 97, (2, T)), past_key_values=cache, use_cache=True)
+            sizes.append(cache.nbytes())
+            for _ in range(5):
+                model(torch.randint(0, 97, (2, 1)), past_key_values=cache, use_cache=True)
+                sizes.append(cache.nbytes())
+        plain = LinearCache.for_model(tiny_model(**RECIPE))
+        tiny_model(**RECIPE)(torch.randint(0, 97, (2, 40)), past_key_values=plain, use_cache=True)
+    assert len(set(sizes)) == 1 and sizes[0] > plain.nbytes()
+
+
+def test_beam_reorder_keeps_each_rows_slots():
+    """Reordering the cache's rows (beam search) reorders the retention state with them."""
+    from models.cache import LinearCache
+    model = tiny_model(**RECIPE, retain=3)
+    ids = torch.randint(0, 97, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        cache = LinearCache.for_model(model)
+        model(ids[:, :15], past_key_values=cache, use_cache=True)
+        cache.reorder_cache(torch.tensor([1, 1]))
+        steps = [model(ids[[1, 1], t:t + 1], past_key_values=cache, use_cache=True).logits for t in range(15, 20)]
+        full = model(ids[[1, 1]]).logits
+    assert rel_err(torch.cat(steps, 1), full[:, 15:]) <= 1e-5
+
+
+def test_training_gradients_reach_the_new_parameters():
+    """The forward with slots is differentiable: every new parameter gets a gradient."""
+    from models.linearize import new_parameters
+    model = tiny_model(**RECIPE, retain=3)
+    ids = torch.randint(0, 97, (2, 24))
+    model(ids, labels=ids).loss.backward()
+    params = new_parameters(model)
+    assert params and all(p.grad is not None and p.grad.abs().sum() > 0 for p in params.values())
+
+
+def test_checkpoint_keeps_the_option(tmp_path):
+    import json
+    from models.checkpoint import apply_checkpoint, save_checkpoint
+    model = tiny_model(**RECIPE, retain=3, retain_score="proj_residual")
+    save_checkpoint(model, tmp_path / "ck")
+    lin = json.loads((tmp_path / "ck" / "config.json").read_text())["linearize"]
+    assert (lin["retain"], lin["retain_score"]) == (3, "proj_residual")
+    fresh = apply_checkpoint(tiny_model(), tmp_path / "ck")
+    assert all(layer.self_attn.retain == 3 and layer.self_attn.retain_score == "proj_residual"
+               for layer in fresh.model.layers)
+    ids = torch.randint(0, 97, (1, 30))
+    with torch.no_grad():
+        assert torch.equal(fresh(ids).logits, model(ids).logits)
+    save_checkpoint(tiny_model(**RECIPE), tmp_path / "plain")  # without slots: no retention keys at all
+    assert "retain" not in json.loads((tmp_path / "plain" / "config.json").read_text())["linearize"]
+
+
+@pytest.mark.parametrize("options,message", [
+    (dict(mechanism="gla", window=4, retain=2), "retain=2 needs mechanism=gdn and window > 0; got mechanism=gla, window=4"),
+    (dict(mechanism="gdn", sinks=2, retain=2), "retain=2 needs mechanism=gdn and window > 0; got mechanism=gdn, window=0"),
+    (dict(mechanism="gdn", window=4, retain_score="attention"),
+     "unknown retention score 'attention'; allowed: ['delta_error', 'proj_residual']"),
+])
+def test_linearize_refuses_bad_retention(options, message):
+    from models.linearize import LinearizeConfig, linearize
+    with pytest.raises(ValueError) as err:
+        linearize(tiny_model(), LinearizeConfig(**options))
+    assert str(err.value) == message
+
+
+def test_fast_decoder_refuses_slots():
+    from models.fast_decode import FastDecoder
+    with pytest.raises(ValueError, match=r"^FastDecoder has no static cache for retention slots \(retain > 0\)"):
+        FastDecoder(tiny_model(**RECIPE, retain=2), use_graph=False)

@@ -193,6 +193,20 @@ class RetentionState:
                    ret_pos=torch.full((B, Hkv, retain), -1, dtype=torch.long, device=device),
                    ksum=z(B, Hkv, D), folded=torch.zeros(B, Hkv, dtype=torch.long, device=device))
 
+    def tensors(self) -> list:
+        """Every tensor, in a fixed order (memory accounting: models.decode_state.DecodeState.tensors)."""
+        return ([self.S, self.sink_k, self.sink_v, self.win_pos, self.ret_pos, self.ksum, self.folded]
+                + list(self.win.values()) + list(self.ret.values()))
+
+    def select(self, index: torch.Tensor) -> "RetentionState":
+        """The rows `index` (reordered, repeated: beam search, batch expansion); win_pos is shared by all rows."""
+        def pick(x):
+            return x.index_select(0, index.to(x.device))
+        return dataclasses.replace(self, S=pick(self.S), sink_k=pick(self.sink_k), sink_v=pick(self.sink_v),
+                                   win={key: pick(x) for key, x in self.win.items()}, ret_pos=pick(self.ret_pos),
+                                   ret={key: pick(x) for key, x in self.ret.items()}, ksum=pick(self.ksum),
+                                   folded=pick(self.folded))
+
     def shapes(self) -> dict:
         """Every tensor's shape (the test that the cache does not grow compares these)."""
         out = {f: tuple(getattr(self, f).shape) for f in ("S", "sink_k", "sink_v", "win_pos", "ret_pos", "ksum",
