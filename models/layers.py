@@ -229,6 +229,9 @@ class LinearizedAttention(nn.Module):
         chunk of a right-padded variable-length batch (see models.prefill); `state` is complete after the
         last chunk."""
         if chunk is not None:
+            if self.retain:
+                raise ValueError("a chunked, right-padded prefill (models.prefill) has no retention slots "
+                                 f"(retain={self.retain}); prefill the whole prompt (HF generate)")
             return prefill_chunk(self, x, position_embeddings, state, chunk, carry)
         B, T = x.shape[:2]
         y = self._parallel(x, position_embeddings, state)

@@ -430,3 +430,6 @@ def test_fast_decoder_refuses_slots():
     from models.fast_decode import FastDecoder
     with pytest.raises(ValueError, match=r"^FastDecoder has no static cache for retention slots \(retain > 0\)"):
         FastDecoder(tiny_model(**RECIPE, retain=2), use_graph=False)
+    layer = tiny_model(**RECIPE, retain=2).model.layers[0].self_attn  # nor does its chunked prefill
+    with pytest.raises(ValueError, match=r"^a chunked, right-padded prefill \(models.prefill\) has no retention"):
+        layer.prefill(torch.zeros(1, 4, 64), None, chunk=object(), carry={})
