@@ -263,7 +263,7 @@ class LinearizedAttention(nn.Module):
         selection (argmin of the scores) and gets no gradient."""
         lin = self.linear_inputs(x, q, k, v, qk=qk)
         y, kept = retention_prefill(q, k, v, lin, self.scaling, self.lin.scale, self.sinks, self.window,
-                                    self.retain, self.retain_score)
+                                    self.retain, self.retain_score, want_state=state is not None)
         if state is not None:
             state.conv = None if conv is None else conv.clone(memory_format=torch.contiguous_format)
             state.retention = kept

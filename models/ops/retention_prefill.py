@@ -24,9 +24,10 @@ from models.ops.retention import (EPS, KV_KEYS, LIN, Q_KEYS, RetentionState, _ch
 
 
 def retention_prefill(q, k, v, lin, scale, lin_scale, sinks, window, retain, score="delta_error", scores=None,
-                      chunk_size=64):
+                      chunk_size=64, want_state=True):
     """A whole prompt from an empty cache, chunk by chunk. Inputs as retention_recurrent.
-    Returns (y [B, T, H, V] in q's dtype, RetentionState after the prompt)."""
+    Returns (y [B, T, H, V] in q's dtype, RetentionState after the prompt; None unless want_state: training
+    needs no decode state)."""
     _check(q, k, v, lin, sinks, window, retain)
     _check_chunk_size(chunk_size)
     B, T, H, D = q.shape
@@ -49,8 +50,9 @@ def retention_prefill(q, k, v, lin, scale, lin_scale, sinks, window, retain, sco
                                                                c0, c1, sinks, window, G, lin_scale)
         ys.append(y_lin + _chunk_softmax(q, k, v, c0, c1, members, sinks, window, scale))
     y = torch.cat(ys, 1) if ys else q.new_zeros(B, 0, H, Lh["lv"].shape[-1])
-    state = _state_after(k, v, Lh, static, S, slot_pos, slot_score, folded, sinks, window)
-    return y.to(out_dtype), state
+    if not want_state:
+        return y.to(out_dtype), None
+    return y.to(out_dtype), _state_after(k, v, Lh, static, S, slot_pos, slot_score, folded, sinks, window)
 
 
 def _walk(Lh, lq, static, S, slot_pos, slot_score, folded, c0, c1, s, w, G, lin_scale):
