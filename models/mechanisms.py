@@ -1,7 +1,10 @@
 """The new parameters of each linear mechanism (Figure 1 of the paper): gates, beta, feature maps.
 
-Each mechanism turns the layer's frozen, RoPE'd q/k/v (already expanded to the query heads) plus the
-layer input x into the arguments of its op in `models.ops`. Only these modules are trainable.
+Each mechanism turns the layer's frozen, RoPE'd q/k/v (k/v on the KV heads) plus the layer input x into the
+arguments of its op in `models.ops`, the KV_KEYS among them expanded to the query heads (`expand_kv=False`
+leaves them on the KV heads: the chunked prefill expands only the rows it runs). STOP_KEYS: the inputs whose
+zeros leave the recurrent state unchanged (how the prefill masks a row's tokens past its end). Only these
+modules are trainable.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from models.ops import compiled
+from models.ops import compiled, fast_inference, fla_backend
 from models.spec import MECHANISMS  # noqa: F401 - the allowed set lives in one place
 
 
@@ -26,7 +29,8 @@ def l2norm_pair(q: torch.Tensor, k: torch.Tensor, qk: torch.Tensor | None = None
     """l2norm of q [B,T,H,D] and k [B,T,Hkv,D]; in one pass when the layer hands over qk = [q|k] heads."""
     if qk is None:
         return l2norm(q), l2norm(k)
-    q, k = l2norm(qk).split([q.shape[2], k.shape[2]], 2)
+    qk = fla_backend.l2norm(qk) if qk.is_contiguous() and fast_inference(qk) else l2norm(qk)
+    q, k = qk.split([q.shape[2], k.shape[2]], 2)
     return q, k
 
 
@@ -56,6 +60,8 @@ def expand(x: torch.Tensor, groups: int) -> torch.Tensor:
 class GLA(nn.Module):
     """Mechanism interface: inputs(x, q, k, v) with q on the query heads and k, v on the KV heads."""
     kind = "gla"
+    KV_KEYS = ("k", "v")
+    STOP_KEYS = ("log_a", "v")  # S = diag(a) S + k v^T: decay 1, nothing added
 
     def __init__(self, hidden, heads, kv_heads, head_dim, gate_rank=16, **_):
         super().__init__()
@@ -63,8 +69,9 @@ class GLA(nn.Module):
         self.gate = GLAGate(hidden, heads, head_dim, gate_rank)
         self.scale = head_dim ** -0.5
 
-    def inputs(self, x, q, k, v, qk=None):
-        return dict(q=q, k=expand(k, self.groups), v=expand(v, self.groups), log_a=self.gate(x))
+    def inputs(self, x, q, k, v, qk=None, expand_kv=True):
+        g = self.groups if expand_kv else 1
+        return dict(q=q, k=expand(k, g), v=expand(v, g), log_a=self.gate(x))
 
 
 class KeyGatedGLA(GLA):
@@ -77,11 +84,12 @@ class KeyGatedGLA(GLA):
         super().__init__(hidden, heads, kv_heads, head_dim, gate_rank)
         self.beta = nn.Linear(hidden, heads, bias=False)
 
-    def inputs(self, x, q, k, v, qk=None):
+    def inputs(self, x, q, k, v, qk=None, expand_kv=True):
         q, k = l2norm_pair(q, k, qk)
-        k = expand(k, self.groups)
-        log_a = _kgla_log_a(self.gate(x), self.beta(x), k)
-        return dict(q=q, k=k, v=expand(v, self.groups), log_a=log_a)
+        k_all = expand(k, self.groups)
+        log_a = _kgla_log_a(self.gate(x), self.beta(x), k_all)
+        g = self.groups if expand_kv else 1
+        return dict(q=q, k=k_all if expand_kv else k, v=expand(v, g), log_a=log_a)
 
 
 @compiled
@@ -101,6 +109,8 @@ def _gdn_gates(ab: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor):
 class GatedDeltaNet(nn.Module):
     """GDN: S_t = a_t (I - b_t k_t k_t^T) S_{t-1} + b_t k_t v_t^T, scalar decay per head (FLA's GDN gate)."""
     kind = "gdn"
+    KV_KEYS = ("k", "v")
+    STOP_KEYS = ("log_a", "beta")  # S = a (I - b k k^T) S + b k v^T: a = 1, b = 0 leave S as it is
 
     def __init__(self, hidden, heads, kv_heads, head_dim, **_):
         super().__init__()
@@ -121,12 +131,13 @@ class GatedDeltaNet(nn.Module):
         dt = torch.exp(torch.rand_like(self.dt_bias) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
         self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
 
-    def inputs(self, x, q, k, v, qk=None):
+    def inputs(self, x, q, k, v, qk=None, expand_kv=True):
         """a_proj and b_proj as one matmul (their weights concatenated; the parameters stay separate)."""
         ab = F.linear(x, torch.cat([self.a_proj.weight, self.b_proj.weight]))
         log_a, beta = _gdn_gates(ab, self.A_log, self.dt_bias)
         q, k = l2norm_pair(q, k, qk)
-        return dict(q=q, k=expand(k, self.groups), v=expand(v, self.groups), log_a=log_a, beta=beta)
+        g = self.groups if expand_kv else 1
+        return dict(q=q, k=expand(k, g), v=expand(v, g), log_a=log_a, beta=beta)
 
 
 class HedgehogFeatureMap(nn.Module):
@@ -151,6 +162,8 @@ def _hedgehog_features(x, weight, bias):
 
 class Hedgehog(nn.Module):
     kind = "hedgehog"
+    KV_KEYS = ("phi_k", "v")
+    STOP_KEYS = ("phi_k",)  # S += phi_k v^T, Z += phi_k
 
     def __init__(self, hidden, heads, kv_heads, head_dim, feature_dim=64, windowed=False, **_):
         super().__init__()
@@ -161,9 +174,10 @@ class Hedgehog(nn.Module):
         # learned per-head mass exp(window_logmass) (LoLCATs mixes the two with a learned factor too).
         self.window_logmass = nn.Parameter(torch.zeros(heads)) if windowed else None
 
-    def inputs(self, x, q, k, v, qk=None):
+    def inputs(self, x, q, k, v, qk=None, expand_kv=True):
         """The k feature map is per KV head, then shared by that head's query heads."""
-        return dict(phi_q=self.phi_q(q), phi_k=expand(self.phi_k(k), self.groups), v=expand(v, self.groups))
+        g = self.groups if expand_kv else 1
+        return dict(phi_q=self.phi_q(q), phi_k=expand(self.phi_k(k), g), v=expand(v, g))
 
 
 MECHANISM_CLASSES = {"gla": GLA, "kgla": KeyGatedGLA, "gdn": GatedDeltaNet, "hedgehog": Hedgehog}

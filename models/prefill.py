@@ -5,9 +5,9 @@ The prompt runs in chunks of positions [p0, p1), carrying per layer (`carry`, a 
 sinks seen so far, the linear inputs of the last w tokens and the conv state across chunks; the recurrent
 state is carried in the DecodeState being filled. Every op is causal, so a row's real tokens never see its
 padding; what remains per row is the end of its prompt: the tokens that enter the recurrent state stop at its
-own length - window (later ones are masked: zero key, value, beta, feature map and log decay, which leave the
-state unchanged), and its window ring, conv state and last hidden state are gathered at its own last token, in
-the chunk where the row ends (`ChunkEnds`). After the last chunk the state is complete: sinks padded to s
+own length - window (later ones are masked: their STOP_KEYS inputs, e.g. GDN's beta and log decay, are zeroed,
+which leaves the state unchanged), and its window ring, conv state and last hidden state are gathered at its
+own last token, in the chunk where the row ends (`ChunkEnds`). After the last chunk the state is complete: sinks padded to s
 slots, the recurrent state fp32 (zeros where no token entered it).
 """
 from __future__ import annotations
@@ -76,6 +76,7 @@ def prefill_chunk(attn, x, pe, state: DecodeState, ends: ChunkEnds, carry: dict)
     B, Tc = x.shape[:2]
     p0, p1 = ends.p0, ends.p0 + Tc
     s, w = attn.sinks, attn.window
+    pe = tuple(t[:1] for t in pe)  # every row of the chunk is at positions p0..p1-1: one table, broadcast
     prev_conv = carry.get("conv")
     qk, q, k, v, new_conv = project_qkv(attn, x, pe, attn.conv_weight(), prev_conv)
     # carries are cloned: a view would keep the whole chunk's tensors alive (memory grows per layer)
@@ -111,36 +112,71 @@ def prefill_chunk(attn, x, pe, state: DecodeState, ends: ChunkEnds, carry: dict)
     lin_out = None
     first = 0  # lin_out covers the rows >= first (earlier rows read a zero state)
     if attn.lin is not None:
-        lin = attn.linear_inputs(x, q, k, v, qk=qk)
+        # the KV_KEYS stay on the KV heads here: expanded to the query heads only for the rows that run
+        lin = attn.lin.inputs(x, q, k, v, qk=qk, expand_kv=False)
         qx = attn.query(lin)
         lin = {key: lin[key] for key in LIN_KEYS if key in lin}
-        prev = carry.get("lin")
-        ext = lin if prev is None else {key: torch.cat([prev[key], lin[key]], 1) for key in lin}
-        e0 = p0 - (0 if prev is None else next(iter(prev.values())).shape[1])  # position of ext[:, 0]
+        groups = {key: attn.lin.groups if key in attn.lin.KV_KEYS else 1 for key in lin}
+        prev = carry.get("lin") or {}  # the last w tokens of the previous chunks
+        e0 = p0 - (next(iter(prev.values())).shape[1] if prev else 0)  # position of row 0 of [prev | lin]
         n = p1 - w - e0  # tokens entering the state in this chunk: positions e0 .. p1-w-1
         # sinks never enter the state, and they come before any other token, so the state is still
         # zero when they would: skip them instead of zeroing their key and beta
         n_sink = min(max(0, s - e0), max(n, 0))
         if n - n_sink > 0:
-            entering = {key: val[:, n_sink:n] for key, val in ext.items()}
-            if ends.short:  # a row's tokens from its length - window on never enter its state
+            entering = {key: _rows(prev.get(key), val, n_sink, n, groups[key]) for key, val in lin.items()}
+            if ends.short:  # a row's tokens from its length - window on leave its state unchanged
                 stop = (ends.lengths - w).view(B, 1)  # first position that must not enter
                 keep = torch.arange(e0 + n_sink, e0 + n, device=x.device).view(1, -1) < stop
-                entering = {key: torch.where(keep.view(*keep.shape, *([1] * (val.dim() - 2))), val,
-                                             torch.zeros((), dtype=val.dtype, device=val.device))
-                            for key, val in entering.items()}
+                for key in attn.lin.STOP_KEYS:
+                    val = entering[key]
+                    entering[key] = torch.where(keep.view(*keep.shape, *([1] * (val.dim() - 2))), val,
+                                                torch.zeros((), dtype=val.dtype, device=val.device))
             first = Tc - n + n_sink  # first query row reading a state (row of position e0 + n_sink + w)
             lin_out, state.state = attn.run(entering, qx[:, first:], state.state, chunked=True)
         else:
             lin_out = attn.zero_output(qx, lin)
         if w > 0 and ends.rows:
-            for key, val in ext.items():
-                state.ring_lin[key], _ = ends.ring_of(state.ring_lin.get(key), val, e0, w)
-        carry["lin"] = {key: val[:, -w:].clone() for key, val in ext.items()} if w > 0 else None
+            for key, val in lin.items():
+                state.ring_lin[key] = _ring(ends, state.ring_lin.get(key), prev.get(key), val, e0, w, groups[key])
+        carry["lin"] = {key: _last(prev.get(key), val, w) for key, val in lin.items()} if w > 0 else None
     y = attn.combine(lin_out, swa, x.dtype, first)
     if ends.last:
         _complete(attn, state, carry, B, x.device)
     return attn.o_proj(y.reshape(B, Tc, -1).to(x.dtype))
+
+
+def _rows(prev, cur, a: int, b: int, groups: int):
+    """Rows a..b-1 of [prev | cur] (dim 1; prev may be None), heads (dim 2) repeated `groups` times as
+    models.mechanisms.expand does: one fresh contiguous tensor, written in one pass per part."""
+    parts = [cur] if prev is None else [prev, cur]
+    out = cur.new_empty(cur.shape[0], b - a, cur.shape[2] * groups, *cur.shape[3:])
+    start = 0  # row of [prev | cur] where the part begins
+    for part in parts:
+        lo, hi = max(a, start), min(b, start + part.shape[1])
+        if hi > lo:
+            out[:, lo - a:hi - a].unflatten(2, (cur.shape[2], groups)).copy_(part[:, lo - start:hi - start].unsqueeze(3))
+        start += part.shape[1]
+    return out
+
+
+def _ring(ends: ChunkEnds, buf, prev, cur, origin: int, w: int, groups: int):
+    """buf with the rings of the rows ending in this chunk gathered from [prev | cur] (entry 0 at position
+    `origin`; see ChunkEnds.ring_of) without concatenating them, heads repeated `groups` times."""
+    idx, pos, empty = ends.ring(w, origin)
+    n_prev = 0 if prev is None else prev.shape[1]
+    vals = gather_ring(cur, ends.index, (idx - n_prev).clamp(min=0), pos, empty)
+    if n_prev:
+        before = (idx < n_prev).view(*idx.shape, *([1] * (vals.dim() - 2)))
+        vals = torch.where(before, gather_ring(prev, ends.index, idx.clamp(max=n_prev - 1), pos, empty), vals)
+    return ends.scatter(buf, vals.repeat_interleave(groups, 2) if groups > 1 else vals)
+
+
+def _last(prev, cur, w: int):
+    """The last w rows of [prev | cur] (all of them if fewer), as a fresh tensor: the carry to the next chunk."""
+    if prev is None or cur.shape[1] >= w:
+        return cur[:, -w:].clone()
+    return torch.cat([prev, cur], 1)[:, -w:].clone()
 
 
 def _conv_ends(attn, x, prev, new, ends: ChunkEnds, state: DecodeState):

@@ -1,5 +1,5 @@
-"""The short convolution of the CUDA backend (models.ops.fla_backend.short_conv), in plain PyTorch: FLA has no
-kernel that beats these few shifted multiply-adds, so it lives apart from the FLA adapters. (Not named
+"""The short convolution of the CUDA backend (models.ops.fla_backend.short_conv), in plain PyTorch (the prefill's
+inference path uses FLA's conv kernel instead: fla_backend.conv_fresh, one pass instead of W). (Not named
 short_conv.py: importing a submodule `models.ops.short_conv` would replace the dispatching op of that name.)
 
 Same signature and conventions as `models.ops.reference.short_conv` (x [B, T, D], weight [D, W], state
@@ -30,7 +30,7 @@ def short_conv(x, weight, state=None, output_final_state=False):
     W = weight.shape[1]
     w = weight.to(x.dtype)
     if compile_enabled():  # one fused kernel (GOLINEAR_COMPILE=1)
-        return _short_conv_fused(x, w, state), (_last_inputs(x, state, W) if output_final_state else None)
+        return _short_conv_fused(x, w, state), (last_inputs(x, state, W) if output_final_state else None)
     y = x * w[:, W - 1]
     for i in range(W - 1):
         shift = W - 1 - i  # tap i reads input t - shift
@@ -39,7 +39,7 @@ def short_conv(x, weight, state=None, output_final_state=False):
         if state is not None:  # rows t < shift read the previous inputs state[..., t + i]
             r = min(shift, T)
             y[:, :r].addcmul_(state[:, :, i:i + r].transpose(1, 2).to(x.dtype), w[:, i])
-    return y, (_last_inputs(x, state, W) if output_final_state else None)
+    return y, (last_inputs(x, state, W) if output_final_state else None)
 
 
 @compiled
@@ -55,7 +55,7 @@ def _short_conv_fused(x, w, state):
     return y
 
 
-def _last_inputs(x, state, W):
+def last_inputs(x, state, W):
     """The last W-1 inputs [B, D, W-1] (the conv state after x), in x's dtype."""
     B, T, D = x.shape
     if T >= W - 1:
@@ -74,5 +74,5 @@ def _short_conv_autograd(x, weight, state, output_final_state):
         y = F.conv1d(xt, weight.to(dt).unsqueeze(1), padding=W - 1, groups=D)[..., :T]
     else:
         y = F.conv1d(torch.cat([state.to(dt), xt], -1), weight.to(dt).unsqueeze(1), groups=D)
-    new_state = _last_inputs(x, state, W) if output_final_state else None
+    new_state = last_inputs(x, state, W) if output_final_state else None
     return y.transpose(1, 2).to(x.dtype), new_state

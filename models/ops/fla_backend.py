@@ -19,6 +19,10 @@ FLA imports. Which kernel backs each op:
   - window_sink_softmax (the layer's parallel pass; output without lse): window + sinks in ONE SDPA call,
     with or without autograd (`models.ops.window.window_attention_blocked`, plain PyTorch).
   - short_conv: `models.ops.conv` (plain PyTorch). window_sink_decode: the reference.
+  - inference-only helpers of the prefill (no autograd; models.projection / models.mechanisms call them when
+    `models.ops.fast_inference` says so): `conv_fresh` (FLA's causal_conv1d forward kernel: one pass, fp32
+    accumulation, a fresh contiguous output), `rope_` (FLA's rotary kernel, in place) and `l2norm` (FLA's
+    l2norm forward kernel).
 FLA's kernels are wrapped in torch.compiler.disable (opaque to torch.compile).
 """
 from __future__ import annotations
@@ -58,6 +62,9 @@ def load_fla():
     from fla.ops.gated_delta_rule.chunk import ChunkGatedDeltaRuleFunction
     from fla.ops.gla import chunk_gla, fused_recurrent_gla
     from fla.ops.linear_attn import chunk_linear_attn, fused_recurrent_linear_attn
+    from fla.modules.causal_conv1d import causal_conv1d_fwd
+    from fla.modules.norm.l2norm import l2norm_fwd
+    from fla.modules.rotary.ops import rotary_embedding_fwdbwd
 
     class GDNChunkFunction(ChunkGatedDeltaRuleFunction):
         """FLA's chunk GDN, with the backward (where the guard sits) run under `hopper_guard_bypassed`."""
@@ -73,7 +80,9 @@ def load_fla():
         fused_recurrent_gla=opaque(fused_recurrent_gla), GDNChunkFunction=GDNChunkFunction,
         gdn_chunk_apply=opaque(GDNChunkFunction.apply),
         fused_recurrent_gated_delta_rule=opaque(fused_recurrent_gated_delta_rule),
-        chunk_linear_attn=opaque(chunk_linear_attn), fused_recurrent_linear_attn=opaque(fused_recurrent_linear_attn))
+        chunk_linear_attn=opaque(chunk_linear_attn), fused_recurrent_linear_attn=opaque(fused_recurrent_linear_attn),
+        causal_conv1d_fwd=opaque(causal_conv1d_fwd), l2norm_fwd=opaque(l2norm_fwd),
+        rotary_embedding_fwdbwd=opaque(rotary_embedding_fwdbwd))
 
 
 # ----------------------------------------------------------------------------------------------- GLA
@@ -261,3 +270,29 @@ def window_sink_attention(q, k, v, sinks, window, scale, q_offset=0):
         out, lse = o_w, lse_w
     out, lse = out[:, q_offset:], lse[:, q_offset:]
     return out.to(out_dtype), lse
+
+
+# ----------------------------------------------------------------------------------------------- prefill helpers
+def conv_fresh(x, weight, state=None):
+    """short_conv's output alone, no autograd: FLA's causal conv kernel on x [B, T, C] (any strides: a channel
+    slice of [q|k|v] is read in place), weight [C, W], state [B, C, W-1] (the previous inputs; None: zeros).
+    -> y [B, T, C] contiguous, in x's dtype (fp32 accumulation, one rounding)."""
+    W = weight.shape[1]
+    if state is not None:  # FLA's state holds W inputs, of which the kernel reads the last W-1
+        state = torch.nn.functional.pad(state.to(x.dtype), (1, 0)).contiguous()
+    y, _ = kernels.causal_conv1d_fwd(x=x, weight=weight.to(x.dtype).contiguous(), bias=None, residual=None,
+                                     initial_state=state, output_final_state=False, activation=None)
+    return y
+
+
+def rope_(x, cos, sin):
+    """RoPE in place on x [B, T, H, D] (contiguous; rotate_half convention, every row at the same positions):
+    cos/sin [T, D] are HF's tables of those positions (their two halves equal), in x's dtype. -> x."""
+    half = x.shape[-1] // 2
+    kernels.rotary_embedding_fwdbwd(x, cos[:, :half].contiguous(), sin[:, :half].contiguous(), inplace=True)
+    return x
+
+
+def l2norm(x, eps=1e-6):
+    """models.mechanisms.l2norm on FLA's kernel (x contiguous): x * rsqrt(sum(x^2) + eps), fp32 inside."""
+    return kernels.l2norm_fwd(x, eps)[0]
