@@ -395,3 +395,59 @@ def test_window_sink_decode_equals_last_row(T):
     close(lse_d, lse[:, -1:], 1e-6)
     out_e, lse_e = R.window_sink_decode(q[:, -1:], k[:, :0], v[:, :0], 0.3)
     assert (out_e == 0).all() and torch.isneginf(lse_e).all()
+
+
+def test_fast_prefill_wiring_matches_plain_path(monkeypatch):
+    """The no-grad CUDA prefill path (models.projection._project_fast, the FLA l2norm) is wired like the plain
+    path: with FLA's three kernels stood in for by their definitions (reference conv, RoPE formula, l2norm;
+    tests/test_gpu.py checks the kernels themselves against these), a chunked variable-length prefill gives the
+    same logits and decode state as with the fast path off."""
+    import transformers
+    from models import mechanisms, ops
+    from models.fast_decode import FastDecoder
+    from models.linearize import LinearizeConfig, linearize
+    from models.ops import fla_backend
+    from models.projection import _rope_formula
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, head_dim=16, vocab_size=97)
+    model = linearize(transformers.LlamaForCausalLM(cfg).eval(),
+                      LinearizeConfig(mechanism="gdn", window=8, sinks=2, short_conv=True))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.1)
+    ids = torch.randint(0, 97, (3, 80), generator=gen(1))
+    lens = [80, 41, 5]
+
+    def run():
+        fd = FastDecoder(model, prefill_chunk=32)
+        fd.prefill(ids, lens)
+        return fd.last_logits.clone(), [t.clone() for st in fd.states for t in st.tensors()]
+
+    plain = run()
+    calls = []
+
+    def conv_fresh(x, weight, state=None):
+        calls.append("conv")
+        return R.short_conv(x, weight, state)[0].contiguous()
+
+    def rope_(x, cos, sin):
+        calls.append("rope")
+        return x.copy_(_rope_formula(x, cos[None], sin[None], x.dtype))
+
+    monkeypatch.setattr(ops, "fast_inference", lambda x: not torch.is_grad_enabled())
+    monkeypatch.setattr(mechanisms, "fast_inference", lambda x: not torch.is_grad_enabled())
+    monkeypatch.setattr(fla_backend, "conv_fresh", conv_fresh)
+    monkeypatch.setattr(fla_backend, "rope_", rope_)
+    monkeypatch.setattr(fla_backend, "l2norm", lambda x: calls.append("l2norm") or mechanisms.l2norm(x))
+    fast = run()
+    assert {"conv", "rope", "l2norm"} <= set(calls), calls
+    close(fast[0], plain[0], 1e-5)
+    assert len(fast[1]) == len(plain[1])
+    for a, b in zip(fast[1], plain[1]):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        if a.is_floating_point():
+            close(a, b, 1e-5)
+        else:
+            assert torch.equal(a, b)
