@@ -26,6 +26,8 @@ CHECK_Z = 2.0
 REFERENCE_DIR = REPO_ROOT / "leaderboards" / "reference"
 # latency
 LATENCY_CONFIGS = "full;gdn-default"
+LATENCY_GPU_BATCHES = "1,8"  # the interactive case and the paper's batch
+LATENCY_CPU_BATCHES = "1,2"
 # generation
 DEFAULT_LINEAR = "checkpoints/smollm2-135m/gdn-w56-s8-sc-10m"  # the default recipe, trained (10M tokens)
 GENERATION_ROWS = ("full", "full-static", "linear", "linear-sequential")
@@ -113,7 +115,9 @@ def latency(p):
                         "'full-static' = full attention through the same static-cache + CUDA-graph decoder")
     p.add_argument("--lengths", default=None,
                    help="comma-separated prompt lengths; default 1024..32768 on CUDA, 64,128,256 on CPU")
-    p.add_argument("--batch", type=int, default=None, help="batch size; default 8 on CUDA, 2 on CPU")
+    p.add_argument("--batch", default=None,
+                   help=f"comma-separated batch sizes, each run at every configuration and length; default "
+                        f"{LATENCY_GPU_BATCHES} on CUDA, {LATENCY_CPU_BATCHES} on CPU")
     p.add_argument("--new-tokens", type=int, default=16, help="greedy decode steps after the prefill")
     p.add_argument("--dtype", default=None, help="bfloat16 (default on CUDA) or float32 (default on CPU)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")

@@ -1,15 +1,19 @@
 """`golinear latency`: prefill / decode latency and peak memory against prompt length (paper Fig. 2a).
 
-For each prompt length: prefill the prompt (batch `--batch`, logits of the last position only), then
-`--new-tokens` greedy decode steps. Full attention is the backbone itself (HF model, SDPA, its own
-dynamic KV cache, eager). Linearized configurations run through models.fast_decode (chunked prefill,
-static cache, decode captured in a CUDA graph on GPU). Weights are random by default (speed does not
-depend on trained values): `--model` names a configuration in models.backbone.NAMED_CONFIGS; with
-`--weights real` the model is loaded (embedded SmolLM2, a folder or a hub id).
+For each batch size of `--batch` (e.g. 1,8: the interactive case and the paper's) and each prompt length:
+prefill the prompt (logits of the last position only), then `--new-tokens` greedy decode steps. Full
+attention is the backbone itself (HF model, SDPA, its own dynamic KV cache, eager). Linearized configurations
+run through models.fast_decode (chunked prefill, static cache, decode captured in a CUDA graph on GPU).
+Weights are random by default (speed does not depend on trained values): `--model` names a configuration in
+models.backbone.NAMED_CONFIGS; with `--weights real` the model is loaded (embedded SmolLM2, a folder or a hub id).
+
+Each row also carries the decode bandwidth bound (bench/decode_bound.py): the bytes one decode step moves for
+that model, configuration, batch and length, the copy bandwidth measured once per run on the same device, the
+bound in ms/token and the measured decode time over it.
 
 Rows (one per model [weights, dtype], configuration, length, batch, device) are merged by that key into
 `<out-dir>/latency.csv`; `latency.md` and `latency.png` are rendered from the whole CSV
-(bench/latency_render.py). An
+(bench/latency_render.py, with the issue's target checks from bench/latency_targets.py). An
 out-of-memory run is recorded with status OOM and the sweep goes on.
 """
 from __future__ import annotations
@@ -22,12 +26,15 @@ from pathlib import Path
 
 import torch
 
-from bench.latency_render import STATIC_FULL, render
+from bench.cli_args import LATENCY_CPU_BATCHES, LATENCY_GPU_BATCHES
+from bench.latency_render import render
+from bench.latency_targets import STATIC_FULL, checks_markdown
 from models.atomic import atomic_path
 
 KEY = ["model", "weights", "dtype", "config", "length", "batch", "device"]  # weights/dtype: part of "model"
-COLUMNS = KEY + ["new_tokens", "prefill_s", "decode_ms_per_token", "e2e_s", "peak_gib",
-                 "status", "prefill_chunk", "cuda_graph", "torch", "fla", "date", "note"]
+BOUND_COLUMNS = ["decode_bytes_per_step", "copy_gb_per_s", "decode_bound_ms", "decode_vs_bound"]
+COLUMNS = KEY + ["new_tokens", "prefill_s", "decode_ms_per_token", "e2e_s", "peak_gib", "status", *BOUND_COLUMNS,
+                 "prefill_chunk", "cuda_graph", "torch", "fla", "date", "note"]
 GPU_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768]
 CPU_LENGTHS = [64, 128, 256]
 
@@ -36,13 +43,14 @@ def _repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def _parse_lengths(text: str) -> list[int]:
+def parse_positive_ints(flag: str, text: str) -> list[int]:
+    """'1,8' -> [1, 8]: the one form of --lengths and --batch (comma-separated positive integers, each once)."""
     try:
         out = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--lengths {text!r}: expected comma-separated positive integers") from None
-    if not out or any(n < 1 for n in out):
-        raise ValueError(f"--lengths {text!r}: expected comma-separated positive integers")
+        out = []
+    if not out or any(n < 1 for n in out) or len(set(out)) != len(out):
+        raise ValueError(f"{flag} {text!r}: expected comma-separated distinct positive integers, e.g. 1,8")
     return out
 
 
@@ -152,10 +160,38 @@ def _linearize(model, spec, dtype):
     return undo
 
 
-def sweep(args) -> list[dict]:
-    args.csv_path = getattr(args, "csv_path", None)
-    from bench.specs import parse_model_spec
+def _runner(args, model, spec, dtype, device, max_len):
+    """(run(ids) -> (prefill s, decode s), row fields, decoder or None, undo or None) for one configuration."""
     from models.fast_decode import FastDecoder
+    use_graph = not args.no_graph and device.type == "cuda"
+    if spec is None:  # full attention through the same static-cache / CUDA-graph decoder as ours
+        decoder = FastDecoder(model, prefill_chunk=0, use_graph=use_graph, max_len=max_len)
+        return (lambda ids: run_fast(decoder, ids, args.new_tokens),
+                dict(prefill_chunk=0, cuda_graph=decoder.use_graph), decoder, None)
+    if spec.is_full_attention:
+        return lambda ids: run_full(model, ids, args.new_tokens), dict(prefill_chunk=0, cuda_graph=False), None, None
+    undo = _linearize(model, spec, dtype)
+    decoder = FastDecoder(model, prefill_chunk=args.prefill_chunk, use_graph=use_graph, max_len=max_len)
+    return (lambda ids: run_fast(decoder, ids, args.new_tokens),
+            dict(prefill_chunk=args.prefill_chunk, cuda_graph=decoder.use_graph), decoder, undo)
+
+
+def bound_fields(model, states, batch: int, length: int, new_tokens: int, copy_bytes_per_s: float,
+                 decode_ms: float) -> dict:
+    """The row's decode bandwidth bound: bytes per step (bench/decode_bound.py), the copy bandwidth, the bound
+    in ms/token and measured / bound."""
+    from bench.decode_bound import decode_bytes, mean_context
+    nbytes = sum(decode_bytes(model, states, batch, mean_context(length, new_tokens)).values())
+    bound_ms = 1000 * nbytes / copy_bytes_per_s
+    return dict(decode_bytes_per_step=nbytes, copy_gb_per_s=copy_bytes_per_s / 1e9, decode_bound_ms=bound_ms,
+                decode_vs_bound=decode_ms / bound_ms)
+
+
+def sweep(args) -> list[dict]:
+    """Every configuration x batch x length of `args`; rows merged into args.csv_path (if set) as they come."""
+    args.csv_path = getattr(args, "csv_path", None)
+    from bench.decode_bound import copy_bandwidth
+    from bench.specs import parse_model_spec
     device = torch.device(args.device)
     dtype = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32,
              "fp32": torch.float32, "float16": torch.float16}.get(args.dtype)
@@ -165,54 +201,48 @@ def sweep(args) -> list[dict]:
     if not labels:
         raise ValueError("--configs is empty; e.g. 'full;gdn-default'")
     specs = [None if t == STATIC_FULL else parse_model_spec(t) for t in labels]
+    copy_bps = copy_bandwidth(device)  # once per run, before the model takes the memory
+    print(f"copy bandwidth on {device_name(device)}: {copy_bps / 1e9:.1f} GB/s (read + written)", flush=True)
+    _reset_memory(device)
     model = _load(args, device, dtype)
     vocab = model.config.vocab_size
     max_len = max(args.lengths) + args.new_tokens + 1
     gen = torch.Generator().manual_seed(args.seed)
     name = args.model if args.layers is None else f"{args.model}[{args.layers} layers]"
-    info = dict(model=name, weights=args.weights, batch=args.batch, device=device_name(device),
+    info = dict(model=name, weights=args.weights, device=device_name(device),
                 dtype=str(dtype).replace("torch.", ""), new_tokens=args.new_tokens, torch=torch.__version__,
                 fla=_fla_version(device), date=datetime.now(timezone.utc).strftime("%Y-%m-%d"))
     rows = []
     for label, spec in zip(labels, specs):
-        undo = decoder = None
-        use_graph = not args.no_graph and device.type == "cuda"
-        if spec is None:  # full attention through the same static-cache / CUDA-graph decoder as ours
-            decoder = FastDecoder(model, prefill_chunk=0, use_graph=use_graph, max_len=max_len)
-            run = lambda ids: run_fast(decoder, ids, args.new_tokens)  # noqa: E731
-            extra = dict(prefill_chunk=0, cuda_graph=decoder.use_graph)
-        elif spec.is_full_attention:
-            run = lambda ids: run_full(model, ids, args.new_tokens)  # noqa: E731
-            extra = dict(prefill_chunk=0, cuda_graph=False)
-        else:
-            undo = _linearize(model, spec, dtype)
-            decoder = FastDecoder(model, prefill_chunk=args.prefill_chunk, use_graph=use_graph, max_len=max_len)
-            run = lambda ids: run_fast(decoder, ids, args.new_tokens)  # noqa: E731
-            extra = dict(prefill_chunk=args.prefill_chunk, cuda_graph=decoder.use_graph)
-        warm = True
-        for length in args.lengths:
-            ids = torch.randint(0, vocab, (args.batch, length), generator=gen).to(device)
-            if spec is None:  # static KV buffer sized for this length (not for the longest prompt)
-                decoder.max_len = length + args.new_tokens + 1
-            row = dict(info, config=label if spec is None else spec.label, length=length, **extra)
-            try:
-                if warm:  # compile / autotune / graph capture outside the timings
-                    _warm_up(run, ids, None if undo is None else decoder)  # (full-static: one chunk)
-                    warm = False
+        run, extra, decoder, undo = _runner(args, model, spec, dtype, device, max_len)
+        for batch in args.batch:
+            warm = True  # per batch size: kernels are tuned and graphs captured per shape
+            for length in args.lengths:
+                ids = torch.randint(0, vocab, (batch, length), generator=gen).to(device)
+                if spec is None:  # static KV buffer sized for this length (not for the longest prompt)
+                    decoder.max_len = length + args.new_tokens + 1
+                row = dict(info, config=label if spec is None else spec.label, length=length, batch=batch, **extra)
+                try:
+                    if warm:  # compile / autotune / graph capture outside the timings
+                        _warm_up(run, ids, None if undo is None else decoder)  # (full-static: one chunk)
+                        warm = False
+                    _reset_memory(device)
+                    prefill_s, decode_s = run(ids)
+                    decode_ms = 1000 * decode_s / max(args.new_tokens, 1)
+                    row.update(prefill_s=prefill_s, decode_ms_per_token=decode_ms, e2e_s=prefill_s + decode_s,
+                               peak_gib=_peak_gib(device), status="ok")
+                    row.update(bound_fields(model, None if decoder is None else decoder.states, batch, length,
+                                            args.new_tokens, copy_bps, decode_ms))
+                except torch.OutOfMemoryError:
+                    row.update(prefill_s=math.nan, decode_ms_per_token=math.nan, e2e_s=math.nan,
+                               peak_gib=math.nan, status="OOM", copy_gb_per_s=copy_bps / 1e9)
+                del ids
                 _reset_memory(device)
-                prefill_s, decode_s = run(ids)
-                row.update(prefill_s=prefill_s, decode_ms_per_token=1000 * decode_s / max(args.new_tokens, 1),
-                           e2e_s=prefill_s + decode_s, peak_gib=_peak_gib(device), status="ok")
-            except torch.OutOfMemoryError:
-                row.update(prefill_s=math.nan, decode_ms_per_token=math.nan, e2e_s=math.nan,
-                           peak_gib=math.nan, status="OOM")
-            del ids
-            _reset_memory(device)
-            rows.append(row)
-            print(_row_line(row), flush=True)
-            if args.csv_path is not None:  # merged row by row: a killed sweep keeps what it measured
-                merge_rows(args.csv_path, [row])
-        del decoder
+                rows.append(row)
+                print(_row_line(row), flush=True)
+                if args.csv_path is not None:  # merged row by row: a killed sweep keeps what it measured
+                    merge_rows(args.csv_path, [row])
+        del decoder, run
         if undo is not None:
             undo()
         _reset_memory(device)
@@ -249,7 +279,8 @@ def _row_line(r: dict) -> str:
     if r["status"] != "ok":
         return f"{r['config']:>18} T={r['length']:>6} B={r['batch']}: {r['status']}"
     return (f"{r['config']:>18} T={r['length']:>6} B={r['batch']}: prefill {r['prefill_s']:.3f} s  "
-            f"decode {r['decode_ms_per_token']:.2f} ms/token  e2e {r['e2e_s']:.3f} s  peak {r['peak_gib']:.1f} GiB")
+            f"decode {r['decode_ms_per_token']:.2f} ms/token (bound {r['decode_bound_ms']:.2f}, "
+            f"{r['decode_vs_bound']:.2f}x)  e2e {r['e2e_s']:.3f} s  peak {r['peak_gib']:.1f} GiB")
 
 
 # ----------------------------------------------------------------------------------------------- outputs
@@ -261,7 +292,8 @@ def merge_rows(csv_path: Path, rows: list[dict]):
         old = pd.read_csv(csv_path)
         keys = set(map(tuple, new[KEY].astype(str).values.tolist()))
         old = old[[tuple(r) not in keys for r in old[KEY].astype(str).values.tolist()]]
-        new = pd.concat([old, new], ignore_index=True)
+        new = pd.concat([old, new], ignore_index=True)  # rows from before a column get NaN in it
+        new = new[COLUMNS + [c for c in new.columns if c not in COLUMNS]]
     new = new.sort_values(["device", "model", "batch", "config", "length"]).reset_index(drop=True)
     with atomic_path(csv_path) as tmp:
         new.to_csv(tmp, index=False, float_format="%.6g")
@@ -286,16 +318,18 @@ def main(args) -> int:
         raise ValueError("--device cuda but CUDA is not available here")
     gpu = args.device.startswith("cuda")
     args.model = args.model or ("llama-3.1-8b" if gpu else "smollm2-135m")
-    args.lengths = _parse_lengths(args.lengths) if args.lengths else (GPU_LENGTHS if gpu else CPU_LENGTHS)
-    args.batch = args.batch if args.batch is not None else (8 if gpu else 2)
+    lengths = GPU_LENGTHS if gpu else CPU_LENGTHS
+    args.lengths = parse_positive_ints("--lengths", args.lengths) if args.lengths else lengths
+    args.batch = parse_positive_ints("--batch", args.batch or (LATENCY_GPU_BATCHES if gpu else LATENCY_CPU_BATCHES))
     args.dtype = args.dtype or ("bfloat16" if gpu else "float32")
-    if args.batch < 1 or args.new_tokens < 1:
-        raise ValueError(f"--batch and --new-tokens must be >= 1, got {args.batch}, {args.new_tokens}")
+    if args.new_tokens < 1:
+        raise ValueError(f"--new-tokens {args.new_tokens}: must be >= 1")
     out_dir = Path(args.out_dir) if args.out_dir else _repo_root() / "leaderboards"
     args.csv_path = out_dir / "latency.csv"
     rows = sweep(args)
     df = merge_rows(args.csv_path, rows)
     render(df, out_dir)
+    print("\n".join(checks_markdown(df)))
     print(f"wrote {out_dir / 'latency.csv'}, latency.md, latency.png ({len(rows)} new rows)")
     return 0
 

@@ -84,18 +84,34 @@ def test_fast_decoder_generate_matches_hf_generate_full_attention():
 
 
 def test_latency_cli_cpu_sweep_merges_rows(tmp_path):
-    argv = ["latency", "--lengths", "16,32", "--batch", "1", "--new-tokens", "2",
+    """Batch 1 and 2 in one invocation; every row carries the decode bound, and full attention's byte count
+    equals a hand count of SmolLM2's first two layers (fp32, tied embeddings)."""
+    argv = ["latency", "--lengths", "16,32", "--batch", "1,2", "--new-tokens", "2",
             "--configs", "full;gdn-default", "--out-dir", str(tmp_path), "--prefill-chunk", "16",
             "--layers", "2"]
     assert cli(argv) == 0
     df = pd.read_csv(tmp_path / "latency.csv")
-    assert len(df) == 4 and set(df.config) == {"full", "gdn-default"} and set(df.length) == {16, 32}
-    assert (df.status == "ok").all() and (df.prefill_s > 0).all() and (df.decode_ms_per_token > 0).all()
+    assert len(df) == 8 and set(df.config) == {"full", "gdn-default"} and set(df.length) == {16, 32}
+    assert sorted(df.batch.unique()) == [1, 2] and (df.status == "ok").all()
+    assert (df.prefill_s > 0).all() and (df.decode_ms_per_token > 0).all()
     assert (df.model == "smollm2-135m[2 layers]").all() and (df.device == "cpu").all()
-    assert cli(argv[:2] + ["32"] + argv[3:]) == 0  # same key again: replaced, not appended
-    assert len(pd.read_csv(tmp_path / "latency.csv")) == 4
+    assert df.copy_gb_per_s.nunique() == 1 and (df.copy_gb_per_s > 0).all()  # measured once per run
+    bound = 1000 * df.decode_bytes_per_step / (df.copy_gb_per_s * 1e9)  # (the CSV keeps 6 digits)
+    assert list(df.decode_bound_ms) == pytest.approx(list(bound), rel=1e-4)
+    assert list(df.decode_vs_bound) == pytest.approx(list(df.decode_ms_per_token / df.decode_bound_ms), rel=1e-4)
+    h, f, kv = 576, 1536, 3 * 64
+    layer = 4 * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h)  # q, o; k, v; MLP; two norms
+    weights = 2 * layer + 4 * (49152 * h + h)  # tied: the LM head reads the whole table; final norm
+    full = df[df.config == "full"].set_index(["batch", "length"]).decode_bytes_per_step
+    for (b, L), got in full.items():
+        want = weights + 4 * b * h + 2 * 2 * 4 * b * (L + 1.5) * kv  # rows; 2 layers x K,V up to the mean length
+        assert got == pytest.approx(want, rel=1e-5), (b, L)
+    gdn = df[df.config == "gdn-default"].set_index(["batch", "length"]).decode_bytes_per_step
+    assert gdn[2, 16] == gdn[2, 32] > gdn[1, 32] == gdn[1, 16]  # fixed-size state: grows with batch, not length
+    assert cli(argv[:2] + ["32"] + argv[3:]) == 0  # same keys again: replaced, not appended
+    assert len(pd.read_csv(tmp_path / "latency.csv")) == 8
     md = (tmp_path / "latency.md").read_text()
-    assert "gdn-default" in md and "decode speed-up" in md
+    assert "gdn-default" in md and "Targets" in md and "bound ms/tok" in md and "batch 2" in md
     assert (tmp_path / "latency.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -139,12 +155,151 @@ def test_latency_records_oom_and_goes_on(tmp_path, monkeypatch):
     (["--lengths", "16,x"], "--lengths"),
     (["--configs", "nonsense", "--lengths", "16"], "unknown model"),
     (["--device", "cuda", "--lengths", "16"], "CUDA"),
+    (["--batch", "0", "--lengths", "16"], "--batch"),
+    (["--batch", "1,two", "--lengths", "16"], "--batch"),
 ])
 def test_latency_bad_input(argv, needle, tmp_path, capsys):
     if "--device" in argv and torch.cuda.is_available():
         pytest.skip("CUDA present")
     assert cli(["latency", "--out-dir", str(tmp_path), *argv]) == 2
     assert needle in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the decode bandwidth bound
+B, H, HKV, D, CTX = 2, 4, 2, 16, 13  # tiny_model's heads; batch and prompt of the hand counts below
+PLAIN_WEIGHTS = 4 * (3 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64) + 64 + 97 * 64)  # layers, norm, head
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_decode_bytes_full_attention_hand_count(tied):
+    """Weights once (the embedding table only as the LM head when tied), B embedding rows, K and V of every
+    layer up to the context: counted by hand for the tiny fp32 model."""
+    from bench.decode_bound import decode_bytes
+    model = tiny_model(None)
+    if tied:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    got = decode_bytes(model, None, batch=B, context=CTX + 0.5)
+    assert got["weights"] == PLAIN_WEIGHTS  # untied: the head, not the input table; tied: the table once
+    assert got["embedding_rows"] == 4 * B * 64
+    assert got["kv_cache"] == 3 * 2 * 4 * B * (CTX + 0.5) * HKV * D
+    assert got["recurrent_state"] == got["window_sinks"] == got["window_inputs"] == got["conv_state"] == 0
+
+
+BOUND_CASES = [  # mechanism, window, sinks, short conv, state bytes per layer, window inputs per slot
+    ("gdn", 4, 2, True, 4 * B * H * D * D, 4 * B * H * (2 * D + 2)),  # state [B,H,D,D]; k, v, log_a, beta
+    ("hedgehog", 4, 2, False, 4 * B * H * 128 * (D + 1), 4 * B * H * (D + 128)),  # S [B,H,2*64,D] + Z; v, phi_k
+    ("none", 4, 2, False, 0, 0),  # window + sinks alone
+]
+
+
+@pytest.mark.parametrize("mech,window,sinks,conv,state,inputs", BOUND_CASES)
+def test_decode_bytes_linearized_hand_count(mech, window, sinks, conv, state, inputs):
+    """Each term of a linearized hybrid (layer 1 kept full) against a hand count from the tiny config: the
+    state read and written, every sink and window K/V slot read plus one written, one window slot of linear
+    inputs read and one written, the conv state [B, q+k+v dims, 3] read and written; the full layer's KV."""
+    from bench.decode_bound import decode_bytes
+    model = tiny_model(mech, window=window, sinks=sinks, short_conv=conv, full_layers=[1])
+    fd = FastDecoder(model, prefill_chunk=5, max_len=64)
+    fd.prefill(torch.randint(0, 97, (B, CTX)))
+    got = decode_bytes(model, fd.states, batch=B, context=CTX + 0.5)
+    linear_layers = 2
+    kv_slot = 4 * B * HKV * D
+    assert got["recurrent_state"] == linear_layers * 2 * state
+    assert got["window_sinks"] == linear_layers * 2 * kv_slot * (sinks + window + 1)
+    assert got["window_inputs"] == linear_layers * 2 * inputs
+    assert got["conv_state"] == (linear_layers * 2 * 4 * B * (64 + 2 * 32) * 3 if conv else 0)
+    assert got["kv_cache"] == 1 * 2 * 4 * B * (CTX + 0.5) * HKV * D
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)  # the linearization's own parameters
+    assert got["embedding_rows"] == 4 * B * 64 and got["weights"] == PLAIN_WEIGHTS + 4 * trained
+
+
+def test_decode_bytes_needs_a_state_per_layer():
+    from bench.decode_bound import decode_bytes
+    with pytest.raises(ValueError, match="3 decoder layers"):
+        decode_bytes(tiny_model(None), [None], batch=1, context=4)
+
+
+def test_copy_bandwidth_cpu():
+    from bench.decode_bound import copy_bandwidth
+    bps = copy_bandwidth(torch.device("cpu"), nbytes=16 * 2**20, reps=2)
+    assert 1e8 < bps < 1e13  # any machine copies 16 MiB faster than 100 MB/s and slower than 10 TB/s
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_copy_bandwidth_cuda():
+    """On the H200 (HBM3e, 4.8 TB/s) a device-to-device copy moves well over 1 TB/s (anchor: ~4.3 TB/s)."""
+    from bench.decode_bound import copy_bandwidth
+    bps = copy_bandwidth(torch.device("cuda"))
+    print(f"copy bandwidth {bps / 1e9:.0f} GB/s")
+    assert 1e12 < bps < 1e13
+
+
+@pytest.mark.parametrize("text,want", [("1", [1]), ("1,8", [1, 8]), (" 2 , 4 ,", [2, 4])])
+def test_parse_positive_ints(text, want):
+    assert latency.parse_positive_ints("--batch", text) == want
+
+
+@pytest.mark.parametrize("text", ["", "0", "1,-2", "1,x", "1.5", "2,2"])
+def test_parse_positive_ints_rejects(text):
+    with pytest.raises(ValueError, match="--batch .*comma-separated distinct positive integers"):
+        latency.parse_positive_ints("--batch", text)
+
+
+def _rows(with_bound: bool):
+    """Rows of one made-up run (batch 8; numbers chosen so each target's outcome is known)."""
+    base = dict(model="m", weights="random", dtype="bfloat16", device="gpu", batch=8, status="ok")
+    table = {  # config: (prefill s, decode ms/token, peak GiB) at 1024 and 32768
+        "full": ((1.0, 40.0, 10.0), (20.0, 60.0, 80.0)),
+        "full-static": ((1.0, 9.0, 10.0), (20.0, 30.0, 90.0)),
+        "gdn-default": ((1.2, 10.0, 10.0), (10.0, 10.5, 24.0)),  # 2x prefill, 2.86x decode, 5% spread, 0.3x peak
+    }
+    rows = []
+    for config, points in table.items():
+        for length, (prefill, decode, peak) in zip((1024, 32768), points):
+            row = dict(base, config=config, length=length, prefill_s=prefill, decode_ms_per_token=decode,
+                       peak_gib=peak)
+            if with_bound:
+                row.update(decode_bytes_per_step=20e9, copy_gb_per_s=4000.0, decode_bound_ms=5.0,
+                           decode_vs_bound=decode / 5.0)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_target_checks_from_rows():
+    from bench.latency_targets import target_checks
+    checks = target_checks(_rows(with_bound=True)).set_index("target")
+    assert list(checks.config.unique()) == ["gdn-default"]  # the baselines are not checked against themselves
+    assert checks.loc["prefill speed-up vs full", ["value", "met"]].tolist() == ["2.00x at 32768", "met"]
+    assert checks.loc["decode speed-up vs full-static", ["value", "met"]].tolist() == ["2.86x at 32768", "not met"]
+    assert checks.loc["decode spread over lengths (max/min - 1)", "value"] == "5.0% over 1024..32768"
+    assert checks.loc["peak memory vs full", ["value", "met"]].tolist() == ["0.30x at 32768", "met"]
+    assert checks.loc["decode vs bandwidth bound, worst length (stretch)", ["value", "met"]].tolist() == \
+        ["2.10x at 32768", "not met"]
+    old = target_checks(_rows(with_bound=False))  # rows from before the bound: that check is left out
+    assert "decode vs bandwidth bound, worst length (stretch)" not in set(old.target) and len(old) == 4
+    one_batch = _rows(with_bound=True).assign(batch=1)  # the bound target is for batch 8
+    assert "decode vs bandwidth bound, worst length (stretch)" not in set(target_checks(one_batch).target)
+
+
+@pytest.mark.parametrize("with_bound", [False, True])
+def test_render_with_and_without_bound_columns(tmp_path, with_bound):
+    """Old CSV rows (no bound columns) still render; new ones add the bound table and the copy bandwidth.
+    A row of the new kind beside old ones shows '-' where the old rows have no value."""
+    from bench.latency_render import render
+    df = _rows(with_bound)
+    if with_bound:
+        df.loc[(df.config == "full") & (df.length == 1024), ["decode_bound_ms", "decode_vs_bound"]] = float("nan")
+    render(df, tmp_path)
+    md = (tmp_path / "latency.md").read_text()
+    assert "| gdn-default | prefill speed-up vs full" in md and "not met" in md
+    assert ("bound ms/tok" in md) == with_bound and ("4000 GB/s" in md) == with_bound
+    assert ("not measured" in md) != with_bound
+    if with_bound:
+        cells = [x.replace(" ", "") for x in md.splitlines()]
+        bound_row = next(x for x in cells if x.startswith("|1024|") and "|2|" in x)  # gdn-default: 10 / 5 ms
+        assert "|-|" in bound_row  # full at 1024 lacks its bound
+    assert (tmp_path / "latency.png").read_bytes()[:4] == b"\x89PNG"
 
 
 # ------------------------------------------------------------------ the CUDA backend's plain-PyTorch parts
