@@ -256,3 +256,94 @@ def test_batched_generation_on_cuda(mech):
     same = sum(a == b for a, b in zip(got, alone))
     print(f"batched generation {mech}: {same}/{len(prompts)} rows identical to alone")
     assert same == len(prompts), (got, alone)
+
+
+# ----------------------------------------------------------------------------------------------- fast prefill (#12)
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
+@pytest.mark.parametrize("with_state", [False, True], ids=["zeros", "state"])
+def test_prefill_conv_kernel(dtype, with_state):
+    """fla_backend.conv_fresh (FLA's causal conv forward) on a channel slice of [q|k|v] vs the reference conv."""
+    from models.ops import fla_backend, reference
+    dt = DTYPES[dtype]
+    g = torch.Generator(device="cuda").manual_seed(4)
+    qkv = torch.randn(2, 1000, 960, device="cuda", generator=g).to(dt)
+    w = (torch.randn(960, 4, device="cuda", generator=g) * 0.5).to(dt)
+    state = torch.randn(2, 960, 3, device="cuda", generator=g).to(dt) if with_state else None
+    for a, b in ((0, 768), (768, 960)):  # [q|k] and v, read in place from the wider tensor
+        st = None if state is None else state[:, a:b]
+        with torch.no_grad():
+            y = fla_backend.conv_fresh(qkv[..., a:b], w[a:b], st)
+        ry, _ = reference.short_conv(qkv[..., a:b].float(), w[a:b].float(), None if st is None else st.float())
+        err = rel(y, ry)
+        print(f"conv_fresh {dtype} channels {a}:{b} state={with_state}: rel err {err:.1e}")
+        assert y.is_contiguous() and y.dtype == dt and err < TOL[dt][0], err
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
+def test_prefill_rope_kernel(dtype):
+    """fla_backend.rope_ (FLA's rotary kernel, in place) vs apply_rotary_pos_emb's formula, HF's own cos/sin
+    tables at positions 100..1099 (a later prefill chunk)."""
+    import transformers
+    from models.ops import fla_backend
+    from models.projection import _rope_formula
+    dt = DTYPES[dtype]
+    g = torch.Generator(device="cuda").manual_seed(5)
+    cfg = transformers.LlamaConfig(hidden_size=768, num_attention_heads=12, num_key_value_heads=3, head_dim=64,
+                                   rope_theta=100000.0)
+    x = torch.randn(2, 1000, 12, 64, device="cuda", generator=g).to(dt)
+    rot = transformers.models.llama.modeling_llama.LlamaRotaryEmbedding(cfg).cuda()
+    cos, sin = rot(x, torch.arange(100, 1100, device="cuda").unsqueeze(0))
+    want = _rope_formula(x.float(), cos.float(), sin.float(), torch.float32)
+    with torch.no_grad():
+        got = fla_backend.rope_(x.clone(), cos[0], sin[0])
+    err = rel(got, want)
+    print(f"rope_ {dtype}: rel err {err:.1e}")
+    assert got.dtype == dt and err < TOL[dt][0], err
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
+def test_prefill_l2norm_kernel(dtype):
+    from models.mechanisms import l2norm
+    from models.ops import fla_backend
+    dt = DTYPES[dtype]
+    x = torch.randn(2, 1000, 12, 64, device="cuda", generator=torch.Generator(device="cuda").manual_seed(6)).to(dt)
+    with torch.no_grad():
+        got = fla_backend.l2norm(x)
+    err = rel(got, l2norm(x.float()))
+    print(f"l2norm {dtype}: rel err {err:.1e}")
+    assert got.dtype == dt and err < TOL[dt][0], err
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
+def test_fast_prefill_matches_plain_prefill(dtype, monkeypatch):
+    """A chunked variable-length prefill through FLA's conv/rotary/l2norm kernels (ops.fast_inference) gives the
+    logits and decode state of the plain path (GOLINEAR_FAST_PREFILL=0), and the kernels did run."""
+    from models import ops
+    from models.fast_decode import FastDecoder
+    from models.ops import fla_backend
+    dt = DTYPES[dtype]
+    model = _small_cuda_model("gdn").to(dt)
+    calls = []
+    for name in ("conv_fresh", "rope_", "l2norm"):
+        kernel = getattr(fla_backend, name)
+        monkeypatch.setattr(fla_backend, name, lambda *a, _k=kernel, _n=name: calls.append(_n) or _k(*a))
+    ids = torch.randint(0, 300, (4, 300), device="cuda", generator=torch.Generator(device="cuda").manual_seed(7))
+    lens = [300, 129, 40, 7]
+
+    def run(flag):
+        monkeypatch.setenv("GOLINEAR_FAST_PREFILL", flag)
+        fd = FastDecoder(model, prefill_chunk=128, use_graph=False)
+        fd.prefill(ids, lens)
+        return fd.last_logits.clone(), [t.float() for st in fd.states for t in st.tensors()]
+
+    with torch.no_grad():
+        monkeypatch.setenv("GOLINEAR_FAST_PREFILL", "1")
+        assert ops.fast_inference(ids.to(dt))
+    fast = run("1")
+    assert {"conv_fresh", "rope_", "l2norm"} <= set(calls), calls
+    calls.clear()
+    plain = run("0")
+    assert not calls, calls
+    errs = [rel(fast[0], plain[0])] + [rel(a, b) for a, b in zip(fast[1], plain[1]) if b.norm() > 0]
+    print(f"fast vs plain prefill {dtype}: logits {errs[0]:.1e}, state max {max(errs[1:]):.1e}")
+    assert max(errs) < TOL[dt][0], errs
