@@ -1,7 +1,9 @@
 """Where batched generation spends its time on the GPU (SmolLM2-135M sizes, random bf16 weights, S-NIAH-like
 batches: 32 prompts of 3,900-4,096 tokens): per-batch wall time of generate_batch for full-static and
 gdn-default, the prefill alone, a plain HF forward for scale, and torch.profiler's top kernels/ops of one
-prefill. Run on the device: python3 scripts/gpu/profile_prefill.py (PROFILE_CONFIGS, PROFILE_BATCHES env)."""
+prefill. Run on the device: python3 scripts/gpu/profile_prefill.py (PROFILE_CONFIGS, PROFILE_BATCHES env).
+A name ending in "-plain" runs that config with GOLINEAR_FAST_PREFILL=0 (the prefill without FLA's conv, rotary
+and l2norm kernels), so before/after is one call: PROFILE_CONFIGS=gdn-default-plain,gdn-default."""
 from __future__ import annotations
 
 import os
@@ -40,12 +42,15 @@ def prompts(rng, n=B):
 
 def main():
     rng = random.Random(0)
-    for name in os.environ.get("PROFILE_CONFIGS", "full-static,gdn-default").split(","):
+    for name in os.environ.get("PROFILE_CONFIGS", "full-static,gdn-default-plain,gdn-default").split(","):
+        plain = name.endswith("-plain")
+        os.environ["GOLINEAR_FAST_PREFILL"] = "0" if plain else "1"
+        config = CONFIGS[name.removesuffix("-plain")]
         model = random_backbone("smollm2-135m", dtype=torch.bfloat16, device="cuda")
-        if CONFIGS[name] is not None:
-            linearize(model, CONFIGS[name])
+        if config is not None:
+            linearize(model, config)
             model.to(device="cuda", dtype=torch.bfloat16)
-        new = 5 if CONFIGS[name] is not None else 40
+        new = 5 if config is not None else 40
         dec = FastDecoder(model)
         dec.max_len = 5120
         for pad in (int(x) for x in os.environ.get("PROFILE_PAD", "64").split(",")):
