@@ -21,7 +21,6 @@ A prompt longer than max_length - max_gen_toks is an error naming both lengths (
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils import _add_special_kwargs, has_bos_prefix
@@ -103,6 +102,39 @@ def padded_width(n: int) -> int:
     builds (0.2-0.6 s on the H200), so a suite's batches of similar lengths (4K S-NIAH: 3,9xx tokens) share one."""
     g = max(64, 1 << max(0, (n - 1).bit_length() - 4))
     return -(-n // g) * g
+
+
+def encode_ids(tokenizer, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+    """tokenizer(texts)["input_ids"]; for a fast tokenizer without padding or truncation set, through its Rust
+    encode_batch_fast (the same ids without the character offsets: ~25 % less time on 4K prompts)."""
+    rust = getattr(tokenizer, "backend_tokenizer", None)
+    if (rust is None or rust.padding or rust.truncation or not hasattr(rust, "encode_batch_fast")
+            or rust.encode_special_tokens != bool(getattr(tokenizer, "split_special_tokens", False))):
+        return tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]
+    return [e.ids for e in rust.encode_batch_fast(texts, add_special_tokens=add_special_tokens)]
+
+
+def unpadded(context: torch.Tensor, mask: torch.Tensor | None) -> list[list[int]]:
+    """Each row's real tokens (mask 1) from a padded batch, through one device-to-host copy of the batch (a boolean
+    index and a copy per row took 0.34 s per 32 x 4K batch on the CPU, and a device sync per row on CUDA)."""
+    if mask is None:
+        return context.tolist()
+    lens, keep = mask.sum(1), mask.bool()
+    cols = torch.arange(context.shape[1], device=context.device)
+    ids, n = context.tolist(), lens.tolist()
+    if torch.equal(keep, cols >= context.shape[1] - lens[:, None]):  # left padding (HFLM's)
+        return [r[len(r) - k:] for r, k in zip(ids, n)]
+    if torch.equal(keep, cols < lens[:, None]):
+        return [r[:k] for r, k in zip(ids, n)]
+    return [[t for t, k in zip(r, m) if k] for r, m in zip(ids, keep.tolist())]
+
+
+def with_continuations(context: torch.Tensor, outs: list[list[int]], pad: int) -> torch.Tensor:
+    """[B, W + longest new]: the padded context, then each row's new tokens padded on the right with `pad` (HFLM
+    slices the continuation at the context's width W). One host-to-device copy and one concatenation."""
+    from models.batch_generate import pad_rows
+    new, _ = pad_rows(outs, pad)
+    return torch.cat([context, new.to(device=context.device, dtype=context.dtype)], 1)
 
 
 def _register(*names):
@@ -192,8 +224,7 @@ class GolinearHF(HFLM):
         out = {}
         for kw, texts in by_kwargs.items():
             for i in range(0, len(texts), chunk):
-                ids = self.tokenizer(texts[i:i + chunk], **dict(kw))["input_ids"]
-                out.update(zip(texts[i:i + chunk], ids))
+                out.update(zip(texts[i:i + chunk], encode_ids(self.tokenizer, texts[i:i + chunk], **dict(kw))))
         return out
 
     def tok_encode(self, string, add_special_tokens=None, left_truncate_len=None, **kwargs):
@@ -246,16 +277,8 @@ class GolinearHF(HFLM):
         bos = self.tokenizer.decode(self.prefix_token_id)
         if any(self._encode_kwargs(s, bos) != batch_kw for s in strings):
             return None, None
-        rows = [cache[s] for s in strings]
-        width = max(len(r) for r in rows)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for b, r in enumerate(rows):
-            sl = slice(width - len(r), width) if padding_side == "left" else slice(0, len(r))
-            ids[b, sl] = torch.as_tensor(r, dtype=torch.long)
-            mask[b, sl] = 1
-        return ids, mask
+        from models.batch_generate import pad_rows
+        return pad_rows([cache[s] for s in strings], self.tokenizer.pad_token_id, padding_side)
 
     def _model_generate(self, context, max_length, stop, **generation_kwargs):
         """lm-eval's batched HF generate (`hf`), one sequence at a time (`sequential`), or the batched static-cache
@@ -264,20 +287,17 @@ class GolinearHF(HFLM):
         if self.generation == "hf":
             return super()._model_generate(context, max_length, stop, **generation_kwargs)
         mask = generation_kwargs.pop("attention_mask", None)
-        mask = torch.ones_like(context) if mask is None else mask
         new_tokens = max_length - context.shape[1]
-        prompts = [ids[keep.bool()] for ids, keep in zip(context, mask)]
         if self.generation == "sequential":
+            mask = torch.ones_like(context) if mask is None else mask
+            prompts = [ids[keep.bool()] for ids, keep in zip(context, mask)]
             outs = [super(GolinearHF, self)._model_generate(
                 p[None], max_length=len(p) + new_tokens, stop=stop, attention_mask=torch.ones_like(p[None]),
-                **dict(generation_kwargs))[0, len(p):] for p in prompts]
+                **dict(generation_kwargs))[0, len(p):].tolist() for p in prompts]
         else:
-            outs = self._generate_batched(prompts, new_tokens, stop, generation_kwargs)
-        rows = [torch.cat([ids, torch.as_tensor(out, dtype=ids.dtype, device=ids.device)])
-                for ids, out in zip(context, outs)]
-        width = max(len(r) for r in rows)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eot_token_id
-        return torch.stack([F.pad(r, (0, width - len(r)), value=pad) for r in rows])
+            outs = self._generate_batched(unpadded(context, mask), new_tokens, stop, generation_kwargs)
+        pad = self.tokenizer.pad_token_id
+        return with_continuations(context, outs, self.eot_token_id if pad is None else pad)
 
     def _generate_batched(self, prompts, new_tokens: int, stop, generation_kwargs) -> list[list[int]]:
         from models.batch_generate import eos_ids, generate_batch
@@ -294,7 +314,7 @@ class GolinearHF(HFLM):
         pad_to = width
         decoder.max_len = -(-(width + new_tokens) // 1024) * 1024
         try:
-            return generate_batch(decoder, [p.tolist() for p in prompts], new_tokens,
+            return generate_batch(decoder, prompts, new_tokens,
                                   eos=eos_ids(self.model, self.tokenizer), stop=list(stop),
                                   decode=lambda t: self.tokenizer.decode(t, skip_special_tokens=False), pad_to=pad_to)
         except torch.OutOfMemoryError:

@@ -7,7 +7,7 @@ import pytest
 import torch
 import transformers
 
-from models.batch_generate import generate_batch
+from models.batch_generate import generate_batch, pad_rows
 from models.fast_decode import FastDecoder
 from models.linearize import LinearizeConfig, linearize
 
@@ -117,3 +117,23 @@ def test_bad_lengths(lengths, match):
     fd = FastDecoder(tiny_model("gdn", window=2))
     with pytest.raises(ValueError, match=match):
         fd.prefill(torch.zeros(2, 4, dtype=torch.long), lengths)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("multiple", [1, 8])
+def test_pad_rows_places_each_row_as_the_tokenizer_pads(side, multiple):
+    """pad_rows' ids and mask equal the tokenizer's padding (a tensor row by row), rows of different lengths and an
+    empty row included; the width is the longest row rounded up to `multiple`."""
+    rows = prompts([5, 1, 11]) + [[]] + [[2 ** 40, 0, 7]]  # ids beyond int32 and a literal 0 survive the copy
+    ids, mask = pad_rows(rows, -3, side, multiple)
+    width = -(-11 // multiple) * multiple
+    assert ids.shape == mask.shape == (5, width) and ids.dtype == mask.dtype == torch.long
+    for b, r in enumerate(rows):
+        pad = [-3] * (width - len(r))
+        assert ids[b].tolist() == (pad + r if side == "left" else r + pad)
+        assert mask[b].tolist() == ([0] * len(pad) + [1] * len(r) if side == "left" else [1] * len(r) + [0] * len(pad))
+
+
+def test_pad_rows_bad_side_is_one_line():
+    with pytest.raises(ValueError, match=r"padding side 'middle'; allowed: \['left', 'right'\]"):
+        pad_rows([[1]], 0, "middle")

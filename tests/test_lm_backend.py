@@ -126,6 +126,39 @@ def test_prompt_longer_than_max_length_is_an_error(backend_runs):
         lm._max_length = old
 
 
+# ------------------------------------------------------------------ the batched path's host-side helpers
+def _padded_batch(side):
+    rows = [[5, 6, 7, 8], [9], [3, 0, 4], [1, 2, 3, 4, 5, 6]]
+    ids = torch.full((4, 6), 0)
+    mask = torch.zeros((4, 6), dtype=torch.long)
+    for b, r in enumerate(rows):
+        cols = slice(6 - len(r), 6) if side == "left" else slice(0, len(r))
+        ids[b, cols], mask[b, cols] = torch.tensor(r), 1
+    return rows, ids, mask
+
+
+@pytest.mark.parametrize("side", ["left", "right", "scattered"])
+def test_unpadded_gives_each_rows_real_tokens(side):
+    """unpadded equals a boolean index per row (the old way) for left, right and any other padding."""
+    rows, ids, mask = _padded_batch("right" if side == "right" else "left")
+    if side == "scattered":
+        mask[0] = torch.tensor([1, 0, 1, 0, 1, 1])  # not a contiguous run: the general case
+    assert B.unpadded(ids, mask) == [r[m.bool()].tolist() for r, m in zip(ids, mask)]
+    if side != "scattered":
+        assert B.unpadded(ids, mask) == rows
+    assert B.unpadded(ids, None) == ids.tolist()
+
+
+def test_with_continuations_is_each_row_then_its_new_tokens():
+    """The padded context, then each row's new tokens padded on the right: what HFLM slices at the context width."""
+    _, ids, _ = _padded_batch("left")
+    outs = [[11, 12], [], [13, 14, 15], [16]]
+    got = B.with_continuations(ids, outs, pad=-1)
+    assert got.shape == (4, 9) and torch.equal(got[:, :6], ids)
+    assert [r[6:] for r in got.tolist()] == [[11, 12, -1], [-1, -1, -1], [13, 14, 15], [16, -1, -1]]
+    assert torch.equal(B.with_continuations(ids, [[]] * 4, pad=-1), ids)
+
+
 # ------------------------------------------------------------------ bad input, before any evaluation
 @pytest.mark.parametrize("backend, args, error, match", [
     ("transformer", {}, ValueError, "unknown model backend 'transformer'"),
