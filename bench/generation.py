@@ -7,10 +7,10 @@ backend's `generate_until` (HFLM's batching by length, tokenization, post-proces
   - full-static:      the same backbone through the static-cache decoder (models/fast_decode.py), batched;
   - <linear>:         the linearized model (default: the shipped default recipe), batched on that decoder;
   - <linear>-sequential: the old path, HF generate one prompt at a time (--sequential-samples of them).
-Each row is timed after an untimed warm-up batch (kernel compilation, graph capture). tokens_per_s counts the
-returned text re-tokenized. --parity N also compares, on the first N samples, the batched outputs of the linear
-model with each prompt generated alone (batch size 1, same decoder): the fraction of identical generations;
-the sequential row's outputs are compared with the batched ones too.
+Each row is timed after an untimed warm-up batch of each batch size it uses (kernel compilation, graph capture).
+tokens_per_s counts the returned text re-tokenized. --parity N also compares, on the first N samples, the batched
+outputs of the linear model with each prompt generated alone (batch size 1, same decoder): the fraction of
+identical generations; the sequential row's outputs are compared with the batched ones too.
 
 Rows merge by key into <out-dir>/generation.csv (parity into generation_parity.csv); generation.md is rendered
 from both.
@@ -96,13 +96,21 @@ def _timed(lm, reqs, device):
     return outs, time.perf_counter() - t0
 
 
+def warm_sizes(n: int, batch_size: int) -> list[int]:
+    """The batch sizes HFLM splits n requests into: full batches, then what is left."""
+    return sorted({min(batch_size, n), n % batch_size} - {0})
+
+
 def _warm(lm, reqs, device):
-    """One untimed batch with a few new tokens: compiles the kernels and captures the decode graph of this shape."""
+    """An untimed batch of each size the timed run of `reqs` uses (the last batch is smaller when the batch size
+    does not divide the sample count), with a few new tokens: compiles the kernels and captures the decode graph
+    of each shape (the backend keeps one decoder per batch size), so the timed run pays for none of them."""
     from lm_eval.api.instance import Instance
     bs = lm.batch_size if isinstance(lm.batch_size, int) else 1
-    warm = [Instance("generate_until", r.doc, (r.args[0], {**r.args[1], "max_gen_toks": 4}), r.idx)
-            for r in reqs[:bs]]
-    _timed(lm, warm, device)
+    for size in warm_sizes(len(reqs), bs):
+        warm = [Instance("generate_until", r.doc, (r.args[0], {**r.args[1], "max_gen_toks": 4}), r.idx)
+                for r in reqs[:size]]
+        _timed(lm, warm, device)
 
 
 def _plan(args):
@@ -140,7 +148,7 @@ def run(args, publish) -> tuple[list[dict], list[dict]]:
                    note="one prompt at a time (old path), own sample cap"
                    if margs["generation"] == "sequential" else "")
         try:
-            _warm(lm, reqs, args.device)
+            _warm(lm, reqs[:n], args.device)
             outs, wall = _timed(lm, reqs[:n], args.device)
         except (torch.OutOfMemoryError, ValueError) as e:  # a batch that does not fit: recorded, the rest goes on
             row.update(status=f"failed: {str(e).splitlines()[0][:200]}")

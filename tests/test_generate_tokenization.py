@@ -60,11 +60,13 @@ def test_prefill_widths_are_few_and_tight():
 
 def test_encode_ids_equals_the_tokenizers_call(lm):
     """The Rust fast path gives tokenizer(texts)["input_ids"] exactly: with and without special tokens, special-token
-    text inside a string, unicode, whitespace runs, an empty string; and the tokenizer's own call when padding is set."""
+    text inside a string, unicode, whitespace runs, an empty string; the tokenizer's own call when truncation is
+    set on the Rust tokenizer (which the fast path would apply)."""
     tok = lm.tokenizer
     texts = CONTEXTS + ["", tok.eos_token + " after eos", "naïve café — 数字 123\n\n\t tabs", "a" * 5000]
     for special in (True, False):
-        assert B.encode_ids(tok, texts, add_special_tokens=special) == tok(texts, add_special_tokens=special)["input_ids"]
+        want = tok(texts, add_special_tokens=special)["input_ids"]
+        assert B.encode_ids(tok, texts, add_special_tokens=special) == want
     tok.backend_tokenizer.enable_truncation(3)  # a setting the fast path does not apply: the tokenizer's call is used
     try:
         assert B.encode_ids(tok, ["a b c d e f"]) == tok(["a b c d e f"])["input_ids"]

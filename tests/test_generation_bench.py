@@ -37,3 +37,13 @@ def test_rows_merge_by_key(tmp_path):
     assert df.set_index("config").samples_per_s.to_dict() == {"full-static": 1.0, "full": 2.0}
     md = generation.render(df, None)
     assert "| full | hf | 4 | 20 | 2.000 |" in md
+
+
+@pytest.mark.parametrize("n,batch,sizes", [(200, 32, [8, 32]), (64, 32, [32]), (20, 32, [20]), (32, 32, [32]),
+                                           (5, 1, [1]), (33, 32, [1, 32])])
+def test_warm_up_covers_every_batch_size_of_the_timed_run(n, batch, sizes):
+    """HFLM splits n requests into full batches and a remainder; each size gets its own decoder (and CUDA graph)."""
+    assert generation.warm_sizes(n, batch) == sizes
+    from lm_eval.models.utils import Collator
+    chunks = Collator(list(range(n)), sort_fn=lambda x: x).get_batched(n=batch)
+    assert sorted({len(c) for c in chunks}) == sizes

@@ -5,8 +5,10 @@ continuations). The stand-in answers what the trained default recipe does at 4K:
 
     .venv/bin/python scripts/gpu/profile_host.py --samples 96 --batch-size 32 --context-length 4096
 
-prints the host seconds per batch (best of --repeats, after one untimed pass) and cProfile's top costs.
-Runs on any machine (the model loads on the CPU; nothing runs on it).
+prints the host seconds per batch (best of --repeats, after one untimed pass), the share of it that is the
+up-front tokenization (and what that takes with the tokenizer's parallelism off), and cProfile's top costs.
+--device cuda (on the GPU host) puts the batches on the GPU as `golinear generation` does, so the device copies
+and syncs of the host path are in the timing; the model is loaded there but never run.
 """
 from __future__ import annotations
 
@@ -37,12 +39,12 @@ class InstantDecoder:
     use_graph = True
 
     def __init__(self, model, tokens: list[int]):
-        self.device, self.max_len, self.tokens, self.made = torch.device("cpu"), 0, tokens, 0
+        self.device, self.max_len, self.tokens, self.made = model.device, 0, tokens, 0
 
     def _next(self, batch: int, n: int) -> torch.Tensor:
         cols = [self.tokens[min(self.made + i, len(self.tokens) - 1)] for i in range(n)]
         self.made += n
-        return torch.tensor(cols, dtype=torch.long).expand(batch, n).contiguous()
+        return torch.tensor(cols, dtype=torch.long, device=self.device).expand(batch, n).contiguous()
 
     def prefill(self, ids, lengths):
         self.batch, self.made = ids.shape[0], 0
@@ -50,6 +52,13 @@ class InstantDecoder:
 
     def decode(self, n: int):
         return self._next(self.batch, n)
+
+
+def _set_env(name: str, value):
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def main(argv=None) -> int:
@@ -62,9 +71,10 @@ def main(argv=None) -> int:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--data-dir", default=None)
+    p.add_argument("--device", default="cpu")
     a = p.parse_args(argv)
     spec = parse_model_spec(a.linear)
-    lm = make_lm("linearized", **spec.model_args(), generation="batched", dtype="float32", device="cpu",
+    lm = make_lm("linearized", **spec.model_args(), generation="batched", dtype="float32", device=a.device,
                  batch_size=a.batch_size)
     tokens = lm.tokenizer(ANSWER, add_special_tokens=False)["input_ids"] + [lm.tokenizer.eos_token_id]
     models.fast_decode.FastDecoder = lambda model: InstantDecoder(model, tokens)  # the backend imports it per call
@@ -79,10 +89,20 @@ def main(argv=None) -> int:
         lm.generate_until(reqs, disable_tqdm=True)
         times.append(time.perf_counter() - t0)
     best = min(times)
-    print(f"host only: {len(reqs)} requests of {a.context_length} tokens, batch {a.batch_size} ({batches} batches): "
-          f"best {best:.3f} s of {[round(t, 3) for t in times]} -> {best / batches:.3f} s per batch; "
-          f"torch threads {torch.get_num_threads()}, TOKENIZERS_PARALLELISM="
-          f"{os.environ.get('TOKENIZERS_PARALLELISM', '(unset)')}", flush=True)
+    contexts = [r.args[0] for r in reqs]
+    tok, given = {}, os.environ.get("TOKENIZERS_PARALLELISM")
+    for label, value in (("parallel", given), ("one thread", "false")):
+        _set_env("TOKENIZERS_PARALLELISM", value)
+        t0 = time.perf_counter()
+        lm._encode_strings(contexts)
+        tok[label] = time.perf_counter() - t0
+    _set_env("TOKENIZERS_PARALLELISM", given)
+    print(f"host only ({a.device}): {len(reqs)} requests of {a.context_length} tokens, batch {a.batch_size} "
+          f"({batches} batches): best {best:.3f} s of {[round(t, 3) for t in times]} -> {best / batches:.3f} s per "
+          f"batch, of which the up-front tokenization {tok['parallel'] / batches:.3f} s per batch "
+          f"({tok['one thread'] / batches:.3f} s with TOKENIZERS_PARALLELISM=false); {os.cpu_count()} CPUs, torch "
+          f"threads {torch.get_num_threads()}, TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM')}",
+          flush=True)
     prof = cProfile.Profile()
     prof.runcall(lm.generate_until, reqs, disable_tqdm=True)
     pstats.Stats(prof).sort_stats("cumulative").print_stats(a.top)
