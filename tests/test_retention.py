@@ -459,3 +459,58 @@ def test_trainer_learns_with_slots(tmp_path):
     assert trainer.evaluate(held) < before - 0.005
     assert torch.equal(frozen, model.model.layers[1].mlp.up_proj.weight)
     assert all(not torch.equal(p, new_before[n]) for n, p in new_parameters(model).items())
+
+
+# ---------------------------------------------------------------------------------------------- GPU (skipped on CPU)
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@cuda
+def test_gpu_prefill_matches_cpu_and_times_it():
+    """On the GPU (fp32): a SmolLM2-shaped layer's op (H 9, Hkv 3, D 64, sinks 8, window 48, retain 8, T 1024)
+    equals the CPU result; prints forward + backward wall time against the default recipe's ops (run with -s)."""
+    import time
+    from models import ops
+    q, k, v, lin, _ = make(1024, B=1, H=9, Hkv=3, D=64, seed=11, dtype=torch.float32)
+    y_cpu, st_cpu = retention_prefill(q, k, v, lin, 0.125, 0.125, 8, 48, 8)
+    dev = [x.cuda().requires_grad_(True) for x in (q, k, v, *lin.values())]
+    qd, kd, vd, lind = dev[0], dev[1], dev[2], dict(zip(lin, dev[3:]))
+
+    def timed(fn):
+        fn()  # warm-up
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        y = fn()
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        y.float().sum().backward()
+        torch.cuda.synchronize()
+        return y, t1 - t0, time.perf_counter() - t1
+
+    for score in ("delta_error", "proj_residual"):
+        y, fwd, bwd = timed(lambda: retention_prefill(qd, kd, vd, lind, 0.125, 0.125, 8, 48, 8, score)[0])
+        print(f"\nretention_prefill T=1024 retain=8 {score}: forward {fwd * 1e3:.1f} ms, backward {bwd * 1e3:.1f} ms")
+        if score == "delta_error":
+            assert rel_err(y.detach().cpu(), y_cpu) <= 1e-4
+            _, st = retention_prefill(qd, kd, vd, lind, 0.125, 0.125, 8, 48, 8)
+            assert torch.equal(st.ret_pos.cpu(), st_cpu.ret_pos)
+
+    def default():
+        ent = {key: lind[key][:, 8:1024 - 48] for key in ("k", "v", "log_a", "beta")}
+        out, _ = ops.gdn_chunk(lind["q"][:, 56:], ent["k"], ent["v"], ent["log_a"], ent["beta"], 0.125,
+                               output_final_state=True)
+        return ops.window_sink_softmax(qd, kd, vd, sinks=8, window=48, scale=0.125)[:, 56:].float() + out
+    _, fwd, bwd = timed(default)
+    print(f"default recipe (gdn_chunk + window_sink_softmax): forward {fwd * 1e3:.1f} ms, backward {bwd * 1e3:.1f} ms")
+
+
+@cuda
+@pytest.mark.parametrize("score", ["delta_error", "proj_residual"])
+def test_gpu_generate_equals_the_full_forward(score):
+    model = tiny_model(**RECIPE, retain=3, retain_score=score).cuda()
+    ids = torch.randint(0, 97, (2, 20), generator=torch.Generator().manual_seed(0)).cuda()
+    out = model.generate(ids, max_new_tokens=16, do_sample=False, return_dict_in_generate=True, output_logits=True,
+                         pad_token_id=0)
+    with torch.no_grad():
+        full = model(out.sequences).logits[:, 19:-1]
+    assert rel_err(torch.stack(out.logits, 1), full) <= 1e-4
