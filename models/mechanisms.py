@@ -29,7 +29,8 @@ def l2norm_pair(q: torch.Tensor, k: torch.Tensor, qk: torch.Tensor | None = None
     """l2norm of q [B,T,H,D] and k [B,T,Hkv,D]; in one pass when the layer hands over qk = [q|k] heads."""
     if qk is None:
         return l2norm(q), l2norm(k)
-    qk = fla_backend.l2norm(qk) if qk.is_contiguous() and fast_inference(qk) else l2norm(qk)
+    prefill = qk.shape[1] > 1 and qk.is_contiguous() and fast_inference(qk)  # (not the captured decode step)
+    qk = fla_backend.l2norm(qk) if prefill else l2norm(qk)
     q, k = qk.split([q.shape[2], k.shape[2]], 2)
     return q, k
 

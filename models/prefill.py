@@ -96,10 +96,11 @@ def prefill_chunk(attn, x, pe, state: DecodeState, ends: ChunkEnds, carry: dict)
             k_ext = k if tk is None else torch.cat([tk, k], 1)
             v_ext = v if tv is None else torch.cat([tv, v], 1)
             n_sink = carry["sink_k"].shape[1] if s > 0 and p1 - 1 - w >= 0 else 0  # a sink outside a window
-            keys = torch.cat([carry["sink_k"], k_ext], 1) if n_sink else k_ext
-            vals = torch.cat([carry["sink_v"], v_ext], 1) if n_sink else v_ext
+            lo = n_sink if n_tail else 0  # first chunk: the sinks are its own keys 0..s-1, read in place
+            keys = torch.cat([carry["sink_k"], k_ext], 1) if lo else k_ext
+            vals = torch.cat([carry["sink_v"], v_ext], 1) if lo else v_ext
             swa = fla_backend.window_attention_blocked(q, keys, vals, w, attn.scaling, sinks=n_sink,
-                                                       base=n_sink + n_tail, lo=n_sink, q_pos0=p0).to(q.dtype)
+                                                       base=lo + n_tail, lo=lo, q_pos0=p0).to(q.dtype)
             if ends.rows:
                 state.ring_k, pos = ends.ring_of(state.ring_k, k_ext, p0 - n_tail, w)
                 state.ring_v, _ = ends.ring_of(state.ring_v, v_ext, p0 - n_tail, w)

@@ -280,7 +280,7 @@ def conv_fresh(x, weight, state=None):
     W = weight.shape[1]
     if state is not None:  # FLA's state holds W inputs, of which the kernel reads the last W-1
         state = torch.nn.functional.pad(state.to(x.dtype), (1, 0)).contiguous()
-    y, _ = kernels.causal_conv1d_fwd(x=x, weight=weight.to(x.dtype).contiguous(), bias=None, residual=None,
+    y, _ = kernels.causal_conv1d_fwd(x=x, weight=weight.contiguous(), bias=None, residual=None,
                                      initial_state=state, output_final_state=False, activation=None)
     return y
 
