@@ -287,7 +287,9 @@ def test_render_with_and_without_bound_columns(tmp_path, with_bound):
     """Old CSV rows (no bound columns) still render; new ones add the bound table and the copy bandwidth.
     A row of the new kind beside old ones shows '-' where the old rows have no value."""
     from bench.latency_render import render
-    df = _rows(with_bound)
+    oom = dict(model="m", weights="random", dtype="bfloat16", device="gpu", batch=64, status="OOM", config="full",
+               length=32768, **({"copy_gb_per_s": 4000.0} if with_bound else {}))  # nothing measured but that
+    df = pd.concat([_rows(with_bound), pd.DataFrame([oom])], ignore_index=True)
     if with_bound:
         df.loc[(df.config == "full") & (df.length == 1024), ["decode_bound_ms", "decode_vs_bound"]] = float("nan")
     render(df, tmp_path)
@@ -295,6 +297,7 @@ def test_render_with_and_without_bound_columns(tmp_path, with_bound):
     assert "| gdn-default | prefill speed-up vs full" in md and "not met" in md
     assert ("bound ms/tok" in md) == with_bound and ("4000 GB/s" in md) == with_bound
     assert ("not measured" in md) != with_bound
+    assert "batch 64" in md and "|32768|OOM|OOM|OOM|" in md.replace(" ", "")
     if with_bound:
         cells = [x.replace(" ", "") for x in md.splitlines()]
         bound_row = next(x for x in cells if x.startswith("|1024|") and "|2|" in x)  # gdn-default: 10 / 5 ms
