@@ -7,8 +7,8 @@ state is carried in the DecodeState being filled. Every op is causal, so a row's
 padding; what remains per row is the end of its prompt: the tokens that enter the recurrent state stop at its
 own length - window (later ones are masked: their STOP_KEYS inputs, e.g. GDN's beta and log decay, are zeroed,
 which leaves the state unchanged), and its window ring, conv state and last hidden state are gathered at its
-own last token, in the chunk where the row ends (`ChunkEnds`). After the last chunk the state is complete: sinks padded to s
-slots, the recurrent state fp32 (zeros where no token entered it).
+own last token, in the chunk where the row ends (`ChunkEnds`). After the last chunk the state is complete:
+sinks padded to s slots, the recurrent state fp32 (zeros where no token entered it).
 """
 from __future__ import annotations
 
@@ -150,13 +150,13 @@ def prefill_chunk(attn, x, pe, state: DecodeState, ends: ChunkEnds, carry: dict)
 def _rows(prev, cur, a: int, b: int, groups: int):
     """Rows a..b-1 of [prev | cur] (dim 1; prev may be None), heads (dim 2) repeated `groups` times as
     models.mechanisms.expand does: one fresh contiguous tensor, written in one pass per part."""
-    parts = [cur] if prev is None else [prev, cur]
-    out = cur.new_empty(cur.shape[0], b - a, cur.shape[2] * groups, *cur.shape[3:])
+    H = cur.shape[2]
+    out = cur.new_empty(cur.shape[0], b - a, H * groups, *cur.shape[3:])
     start = 0  # row of [prev | cur] where the part begins
-    for part in parts:
+    for part in ([cur] if prev is None else [prev, cur]):
         lo, hi = max(a, start), min(b, start + part.shape[1])
         if hi > lo:
-            out[:, lo - a:hi - a].unflatten(2, (cur.shape[2], groups)).copy_(part[:, lo - start:hi - start].unsqueeze(3))
+            out[:, lo - a:hi - a].unflatten(2, (H, groups)).copy_(part[:, lo - start:hi - start].unsqueeze(3))
         start += part.shape[1]
     return out
 
