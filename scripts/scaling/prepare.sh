@@ -15,7 +15,7 @@ $PY -m models.random_base_write $S/inputs/llama-3.1-8b llama-3.1-8b --seed 0 --t
 $PY -m bench.cli train --prepare-only --base $S/inputs/llama-3.1-8b --tokens $S/inputs/tokens.npz \
   --data-dir $DATA --seq-len 4096 --steps 100 --prepare-train-tokens 1000000 --eval-sequences 2
 # the evaluation payload
-cat .gguf/a/smollm2.gguf.partA .gguf/b/smollm2.gguf.partB .gguf/c/smollm2.gguf.partC > $S/payload/smollm2.gguf
+cat .gguf/?/smollm2.gguf.part? > $S/payload/smollm2.gguf  # the parts in order (A, B, ...)
 GGUF_SHA=$(sha256sum $S/payload/smollm2.gguf | cut -d' ' -f1)
 [ "$GGUF_SHA" = b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 ] || { echo "GGUF sha $GGUF_SHA"; exit 1; }
 cp -r .device/whl-eval $S/payload/whl-eval
