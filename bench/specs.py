@@ -41,11 +41,15 @@ class ModelSpec(schema.ModelSpec):
         return self.to_model_args()
 
     def with_budget(self, budget: int, sinks: int, family: str | None = None, **changes) -> "ModelSpec":
-        """The same model evaluated with `sinks` sink tokens and a window filling the rest of `budget`."""
-        if budget <= sinks:
-            raise ValueError(f"cache budget {budget} must exceed the {sinks} sink tokens")
+        """The same model evaluated with `sinks` sink tokens, its retention slots (if any) kept, and a window
+        filling the rest of `budget` (budget = sinks + window + retain, as ModelSpec.budget counts it)."""
+        retain = changes.get("retain", self.retain)
+        if budget <= sinks + retain:
+            slots = f" + {retain} retention slots" if retain else ""
+            raise ValueError(f"cache budget {budget} must exceed the {sinks} sink tokens{slots}")
         fam = family or self.family or self.label
-        return replace(self, **changes, sinks=sinks, window=budget - sinks, label=f"{fam} @{budget}", family=fam)
+        return replace(self, **changes, sinks=sinks, window=budget - sinks - retain, label=f"{fam} @{budget}",
+                       family=fam)
 
 
 def label_of(text: str) -> str:

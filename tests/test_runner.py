@@ -283,3 +283,12 @@ def test_fixed_data_file_makes_a_new_cell_not_a_stale_hit(tmp_path):
     cells = Store(tmp_path / "s").cells()
     assert len(cells) == 2 and cells[0]["key"]["data"] != cells[1]["key"]["data"]
     assert cells[0]["metrics"]["perplexity,none"] != cells[1]["metrics"]["perplexity,none"]
+
+
+def test_budget_sweep_keeps_retention_slots_inside_the_budget():
+    """A model with retention slots keeps them at every budget: window = budget - sinks - retain."""
+    ret = S.parse_model_spec("gdn-default,window=48,retain=8,retain_score=delta_error")
+    at128 = ret.with_budget(128, 8)
+    assert (at128.sinks, at128.window, at128.retain, at128.budget) == (8, 112, 8, 128)
+    with pytest.raises(ValueError, match="must exceed the 8 sink tokens \\+ 8 retention slots"):
+        ret.with_budget(16, 8)
