@@ -22,7 +22,7 @@ FLA imports. Which kernel backs each op:
   - inference-only helpers of the prefill (no autograd; models.projection / models.mechanisms call them when
     `models.ops.fast_inference` says so): `conv_fresh` (FLA's causal_conv1d forward kernel: one pass, fp32
     accumulation, a fresh contiguous output), `rope_` (FLA's rotary kernel, in place) and `l2norm` (FLA's
-    l2norm forward kernel).
+    l2norm forward kernel); the prefill's window + sinks then runs as `window.window_attention_heads`.
 FLA's kernels are wrapped in torch.compiler.disable (opaque to torch.compile).
 """
 from __future__ import annotations
@@ -35,8 +35,8 @@ import torch
 from models.ops import reference
 from models.ops.reference import window_sink_decode  # noqa: F401  (a few small matmuls: fine on CUDA)
 from models.ops.conv import short_conv  # noqa: F401  (this backend's op, in plain PyTorch)
-from models.ops.window import (WINDOW_BLOCK, add_sinks, merge_attention, sink_part, window_attention_blocked,
-                               window_part_blocked)
+from models.ops.window import (WINDOW_BLOCK, add_sinks, merge_attention, sink_part,  # noqa: F401
+                               window_attention_blocked, window_attention_heads, window_part_blocked)
 
 LN2 = math.log(2.0)
 
