@@ -400,8 +400,8 @@ def test_window_sink_decode_equals_last_row(T):
 def test_fast_prefill_wiring_matches_plain_path(monkeypatch):
     """The no-grad CUDA prefill path (models.projection._project_fast, the FLA l2norm, window_attention_heads) is
     wired like the plain path: with FLA's three kernels stood in for by their definitions (reference conv, RoPE
-    formula, l2norm; tests/test_gpu.py checks the kernels themselves against these), a chunked variable-length prefill gives the
-    same logits and decode state as with the fast path off."""
+    formula, l2norm; tests/test_gpu.py checks the kernels themselves against these), a chunked variable-length
+    prefill gives the same logits and decode state as with the fast path off."""
     import transformers
     from models import mechanisms, ops
     from models.fast_decode import FastDecoder
