@@ -4,6 +4,7 @@ parameters, not defaults, were loaded); the one-call loader agrees with apply_ch
 import copy
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,10 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 CKPT_ROOT = ROOT / "checkpoints" / "smollm2-135m"
 FOLDERS = sorted(p for p in CKPT_ROOT.iterdir() if (p / "new_params.safetensors").exists())
+# Seed replicas (<recipe>-seedN) share their recipe's code path: the forward-pass test runs on one seed per recipe
+# (CI time: ~10 s a folder); every replica still gets the file, record and parameter checks below.
+SEED_REPLICAS = [p for p in FOLDERS if re.search(r"-seed\d+$", p.name)]
+RECIPES = [p for p in FOLDERS if p not in SEED_REPLICAS]
 # the issue's list (#4): strict GLA, kGLA, GDN, Hedgehog; GDN + 64 window; + 56 window + 8 sinks; + short conv;
 # + LoRA instead; the final recipe at a 128-token budget
 EXPECTED = {"gla", "kgla", "gdn", "hedgehog", "gdn-w64", "gdn-w56-s8", "gdn-w56-s8-sc", "gdn-w56-s8-lora",
@@ -49,15 +54,35 @@ def _loss(model, ids) -> float:
         return float(model(input_ids=ids, labels=ids).loss)
 
 
-@pytest.mark.parametrize("folder", FOLDERS, ids=[p.name for p in FOLDERS])
-def test_loads_on_cpu_and_beats_its_initialisation(folder, base_and_text):
-    from models.checkpoint import apply_checkpoint, read_config
-    from models.linearize import LinearizeConfig, count_new_parameters, linearize
-    base, ids = base_and_text
+def _check_files_and_record(folder):
+    from models.checkpoint import read_config
     for f in ("new_params.safetensors", "config.json", "train_log.jsonl", "train_config.json", "loss.png"):
         assert (folder / f).exists(), f"{folder.name}/{f}"
     config = read_config(folder)
     assert config["training"]["summary"]["finished"] and config["training"]["summary"]["tokens"] > 0
+    record = json.loads((folder / "train_config.json").read_text())["results"]
+    assert record["heldout_loss_trained"] < record["heldout_loss_init"]
+    return config
+
+
+@pytest.mark.parametrize("folder", SEED_REPLICAS, ids=[p.name for p in SEED_REPLICAS])
+def test_seed_replica_is_complete_and_differs_from_its_recipe(folder):
+    """A replica is a finished run of its recipe's exact options with other trained values."""
+    from safetensors.torch import load_file
+    config = _check_files_and_record(folder)
+    recipe = CKPT_ROOT / re.sub(r"-seed\d+$", "", folder.name)
+    recipe = recipe if recipe.exists() else CKPT_ROOT / f"{recipe.name}-10m"
+    assert json.loads((recipe / "config.json").read_text())["linearize"] == config["linearize"]
+    mine, theirs = load_file(folder / "new_params.safetensors"), load_file(recipe / "new_params.safetensors")
+    assert mine.keys() == theirs.keys() and any(not torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+@pytest.mark.parametrize("folder", RECIPES, ids=[p.name for p in RECIPES])
+def test_loads_on_cpu_and_beats_its_initialisation(folder, base_and_text):
+    from models.checkpoint import apply_checkpoint
+    from models.linearize import LinearizeConfig, count_new_parameters, linearize
+    base, ids = base_and_text
+    config = _check_files_and_record(folder)
     trained = apply_checkpoint(copy.deepcopy(base), folder)
     assert count_new_parameters(trained) == config["new_parameters"] > 0
     fresh = copy.deepcopy(base)
@@ -65,8 +90,6 @@ def test_loads_on_cpu_and_beats_its_initialisation(folder, base_and_text):
         torch.manual_seed(0)  # the training's init seed (train_config.json "seeds")
         linearize(fresh, LinearizeConfig.from_dict(config["linearize"]), base_name=config.get("base"))
     loss_trained, loss_fresh = _loss(trained, ids), _loss(fresh, ids)
-    record = json.loads((folder / "train_config.json").read_text())["results"]
-    assert record["heldout_loss_trained"] < record["heldout_loss_init"]
     assert math.isfinite(loss_trained)
     if folder.name not in NEAR_UNIFORM:
         assert loss_trained < math.log(base.config.vocab_size), (folder.name, loss_trained)
