@@ -18,6 +18,7 @@ from both.
 from __future__ import annotations
 
 import gc
+import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -136,6 +137,9 @@ def run(args, publish) -> tuple[list[dict], list[dict]]:
     commit = git_state().get("commit") or ""
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     device_label = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
+    # the up-front encode of every prompt is timed: say whether it may use every core
+    print(f"host: {os.cpu_count()} CPUs, TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM', 'unset')} "
+          f"(the batched encode is parallel unless it is false)", flush=True)
     rows, parity = [], []
     data_rows = reqs = linear = None
     for label, backend, margs, n in _plan(args):
