@@ -73,7 +73,13 @@ class ChunkEnds:
 
 def prefill_chunk(attn, x, pe, state: DecodeState, ends: ChunkEnds, carry: dict):
     """One chunk of LinearizedAttention.prefill: the attention output [B, Tc, hidden] of positions
-    [ends.p0, ends.p1); fills `state` for the rows ending in the chunk and completes it after the last one."""
+    [ends.p0, ends.p1); fills `state` for the rows ending in the chunk and completes it after the last one.
+    On CUDA without autograd it runs the inference-only kernels (models.ops.fast_inference)."""
+    with ops.prefill_scope():
+        return _prefill_chunk(attn, x, pe, state, ends, carry)
+
+
+def _prefill_chunk(attn, x, pe, state: DecodeState, ends: ChunkEnds, carry: dict):
     B, Tc = x.shape[:2]
     p0, p1 = ends.p0, ends.p0 + Tc
     s, w = attn.sinks, attn.window

@@ -336,9 +336,11 @@ def test_fast_prefill_matches_plain_prefill(dtype, monkeypatch):
         fd.prefill(ids, lens)
         return fd.last_logits.clone(), [t.float() for st in fd.states for t in st.tensors()]
 
-    with torch.no_grad():
+    with torch.no_grad(), ops.prefill_scope():
         monkeypatch.setenv("GOLINEAR_FAST_PREFILL", "1")
         assert ops.fast_inference(ids.to(dt))
+    with torch.no_grad():
+        assert not ops.fast_inference(ids.to(dt)), "outside the prefill the plain path runs"
     fast = run("1")
     assert {"conv_fresh", "rope_", "l2norm"} <= set(calls), calls
     calls.clear()

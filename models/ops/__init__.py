@@ -7,8 +7,9 @@ forces a backend (`fla` raises if FLA cannot be imported); `backend_name(x)` say
 `compiled(fn)`: the layers' pure-PyTorch elementwise regions (gates, feature maps, l2norm, RoPE, combine)
 run through torch.compile when GOLINEAR_COMPILE=1 (default off), fusing their many small kernels; the
 compiled regions call no op, and FLA's kernels are wrapped in torch.compiler.disable (fla_backend).
-`fast_inference(x)`: whether the prefill's inference-only FLA kernels (fla_backend.conv_fresh, rope_, l2norm)
-serve x; `GOLINEAR_FAST_PREFILL=0` turns them off (the plain-PyTorch forms then run, as before them).
+`fast_inference(x)`: whether the prefill's inference-only kernels (fla_backend.conv_fresh, rope_, l2norm,
+window_attention_heads) serve x: only inside `prefill_scope()` (models.prefill), so other forwards (lm-eval,
+HF generate, training) keep their numerics; `GOLINEAR_FAST_PREFILL=0` turns them off there too.
 """
 from __future__ import annotations
 
@@ -65,14 +66,28 @@ def backend_for(x):
 FAST_PREFILL = ("1", "0")  # GOLINEAR_FAST_PREFILL: on (default) / off
 
 
+_prefill_depth = 0  # > 0 inside prefill_scope()
+
+
+@contextlib.contextmanager
+def prefill_scope():
+    """Where fast_inference may say yes: the chunked prefill of models.prefill."""
+    global _prefill_depth
+    _prefill_depth += 1
+    try:
+        yield
+    finally:
+        _prefill_depth -= 1
+
+
 def fast_inference(x) -> bool:
-    """No autograd, x on CUDA with the FLA backend, not compiled (GOLINEAR_COMPILE=1 fuses the plain forms
-    instead) and GOLINEAR_FAST_PREFILL on."""
+    """Inside prefill_scope, no autograd, x on CUDA with the FLA backend, not compiled (GOLINEAR_COMPILE=1 fuses
+    the plain forms instead) and GOLINEAR_FAST_PREFILL on."""
     flag = os.environ.get("GOLINEAR_FAST_PREFILL", "1").strip() or "1"
     if flag not in FAST_PREFILL:
         raise ValueError(f"GOLINEAR_FAST_PREFILL={flag!r}; allowed: {list(FAST_PREFILL)}")
-    return (flag == "1" and getattr(x, "is_cuda", False) and not torch.is_grad_enabled() and not compile_enabled()
-            and backend_for(x) is not reference)
+    return (_prefill_depth > 0 and flag == "1" and getattr(x, "is_cuda", False) and not torch.is_grad_enabled()
+            and not compile_enabled() and backend_for(x) is not reference)
 
 
 def backend_name(x) -> str:
