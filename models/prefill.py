@@ -157,28 +157,30 @@ def _prefill_chunk(attn, x, pe, state: DecodeState, ends: ChunkEnds, carry: dict
 
 def _rows(prev, cur, a: int, b: int, groups: int):
     """Rows a..b-1 of [prev | cur] (dim 1; prev may be None), heads (dim 2) repeated `groups` times as
-    models.mechanisms.expand does: one fresh contiguous tensor, written in one pass per part."""
+    models.mechanisms.expand does. With groups > 1 one fresh contiguous tensor written in one pass per part;
+    else a view of cur, or one cat."""
+    starts = [(cur, 0)] if prev is None else [(prev, 0), (cur, prev.shape[1])]
+    pieces = [t[:, max(a - start, 0):b - start] for t, start in starts if b > start and a < start + t.shape[1]]
+    if groups == 1:
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, 1)
     H = cur.shape[2]
     out = cur.new_empty(cur.shape[0], b - a, H * groups, *cur.shape[3:])
-    start = 0  # row of [prev | cur] where the part begins
-    for part in ([cur] if prev is None else [prev, cur]):
-        lo, hi = max(a, start), min(b, start + part.shape[1])
-        if hi > lo:
-            out[:, lo - a:hi - a].unflatten(2, (H, groups)).copy_(part[:, lo - start:hi - start].unsqueeze(3))
-        start += part.shape[1]
+    i = 0
+    for piece in pieces:
+        out[:, i:i + piece.shape[1]].unflatten(2, (H, groups)).copy_(piece.unsqueeze(3))
+        i += piece.shape[1]
     return out
 
 
 def _ring(ends: ChunkEnds, buf, prev, cur, origin: int, w: int, groups: int):
     """buf with the rings of the rows ending in this chunk gathered from [prev | cur] (entry 0 at position
-    `origin`; see ChunkEnds.ring_of) without concatenating them, heads repeated `groups` times."""
+    `origin`; see ChunkEnds.ring_of), heads repeated `groups` times by the gather itself."""
     idx, pos, empty = ends.ring(w, origin)
-    n_prev = 0 if prev is None else prev.shape[1]
-    vals = gather_ring(cur, ends.index, (idx - n_prev).clamp(min=0), pos, empty)
-    if n_prev:
-        before = (idx < n_prev).view(*idx.shape, *([1] * (vals.dim() - 2)))
-        vals = torch.where(before, gather_ring(prev, ends.index, idx.clamp(max=n_prev - 1), pos, empty), vals)
-    return ends.scatter(buf, vals.repeat_interleave(groups, 2) if groups > 1 else vals)
+    ext = cur if prev is None else torch.cat([prev, cur], 1)
+    if groups > 1:  # a broadcast view: the gather writes the repeated heads
+        ext = ext.unsqueeze(3).expand(*ext.shape[:3], groups, *ext.shape[3:])
+    vals = gather_ring(ext, ends.index, idx, pos, empty)
+    return ends.scatter(buf, vals.flatten(2, 3) if groups > 1 else vals)
 
 
 def _last(prev, cur, w: int):
