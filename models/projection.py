@@ -5,8 +5,9 @@ hybrid's full-attention layers and by the diagnostics. Two forms of one computat
   - fused (linearized layers): [q|k|v] in one matmul when the projections are plain nn.Linear and T > 1, the
     short conv as one depthwise conv over [q|k|v], RoPE on q and k at once (launch overhead, tests/test_overhead.py);
   - on CUDA without autograd (ops.fast_inference), every row at the same positions (cos/sin of batch 1) and no
-    q/k norm: FLA's conv kernel writes [q|k] and v as two contiguous tensors and FLA's rotary kernel rotates
-    [q|k] in place (2 passes over [q|k|v] instead of 9 for the conv and 5 for RoPE);
+    q/k norm, inside the chunked prefill: FLA's conv kernel writes [q|k] and v as two contiguous tensors and
+    FLA's rotary kernel rotates [q|k] (2 passes over [q|k|v] instead of 9 for the conv, 3 over [q|k] instead of
+    5 for RoPE);
   - separate (a stock attention module): the three projections and apply_rotary_pos_emb, exactly the backbone's
     own attention, so a full-attention layer decoded here equals the model's forward.
 """
@@ -128,6 +129,6 @@ def _project_fast(attn, x, cos, sin, conv_weight, conv_state, want_conv_state):
         qk = fla_backend.conv_fresh(qkv[..., :n], conv_weight[:n], part(0, n))
         v = fla_backend.conv_fresh(qkv[..., n:], conv_weight[n:], part(n, qkv.shape[-1]))
         new_conv = last_inputs(qkv, conv_state, W) if want_conv_state else None
-    qk = fla_backend.rope_(qk.view(B, T, H + Hkv, D), cos, sin)
+    qk = fla_backend.rope(qk.view(B, T, H + Hkv, D), cos, sin)
     q, k = qk.split([H, Hkv], 2)
     return qk, q, k, v.unflatten(-1, (Hkv, D)), new_conv

@@ -432,14 +432,14 @@ def test_fast_prefill_wiring_matches_plain_path(monkeypatch):
         calls.append("conv")
         return R.short_conv(x, weight, state)[0].contiguous()
 
-    def rope_(x, cos, sin):
+    def rope(x, cos, sin):
         calls.append("rope")
-        return x.copy_(_rope_formula(x, cos[None], sin[None], x.dtype))
+        return _rope_formula(x, cos[None], sin[None], x.dtype)
 
     monkeypatch.setattr(ops, "fast_inference", lambda x: not torch.is_grad_enabled())
     monkeypatch.setattr(mechanisms, "fast_inference", lambda x: not torch.is_grad_enabled())
     monkeypatch.setattr(fla_backend, "conv_fresh", conv_fresh)
-    monkeypatch.setattr(fla_backend, "rope_", rope_)
+    monkeypatch.setattr(fla_backend, "rope", rope)
     monkeypatch.setattr(fla_backend, "l2norm", lambda x: calls.append("l2norm") or mechanisms.l2norm(x))
     heads = fla_backend.window_attention_heads  # plain PyTorch: the real function, counted
     monkeypatch.setattr(fla_backend, "window_attention_heads",

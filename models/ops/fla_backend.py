@@ -21,7 +21,7 @@ FLA imports. Which kernel backs each op:
   - short_conv: `models.ops.conv` (plain PyTorch). window_sink_decode: the reference.
   - inference-only helpers of the prefill (no autograd; models.projection / models.mechanisms call them when
     `models.ops.fast_inference` says so): `conv_fresh` (FLA's causal_conv1d forward kernel: one pass, fp32
-    accumulation, a fresh contiguous output), `rope_` (FLA's rotary kernel, in place) and `l2norm` (FLA's
+    accumulation, a fresh contiguous output), `rope` (FLA's rotary kernel) and `l2norm` (FLA's
     l2norm forward kernel); the prefill's window + sinks then runs as `window.window_attention_heads`.
 FLA's kernels are wrapped in torch.compiler.disable (opaque to torch.compile).
 """
@@ -285,12 +285,12 @@ def conv_fresh(x, weight, state=None):
     return y
 
 
-def rope_(x, cos, sin):
-    """RoPE in place on x [B, T, H, D] (contiguous; rotate_half convention, every row at the same positions):
-    cos/sin [T, D] are HF's tables of those positions (their two halves equal), in x's dtype. -> x."""
+def rope(x, cos, sin):
+    """RoPE of x [B, T, H, D] (contiguous; rotate_half convention, every row at the same positions) on FLA's
+    rotary kernel: cos/sin [T, D] are HF's tables of those positions (their two halves equal), in x's dtype.
+    Not in place: the kernel is autotuned on its first call per shape, and every trial run would rotate x again."""
     half = x.shape[-1] // 2
-    kernels.rotary_embedding_fwdbwd(x, cos[:, :half].contiguous(), sin[:, :half].contiguous(), inplace=True)
-    return x
+    return kernels.rotary_embedding_fwdbwd(x, cos[:, :half].contiguous(), sin[:, :half].contiguous())
 
 
 def l2norm(x, eps=1e-6):
