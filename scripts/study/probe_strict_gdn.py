@@ -14,6 +14,7 @@ held-out loss with the reference op in fp32 against bf16 autocast (on CUDA: agai
 Variants are strict (no window, sinks, short conv or LoRA). The gdn-* ones wrap GatedDeltaNet's output in
 this process only (models/ is not changed): scale1 = op scale 1 instead of head_dim^-0.5; onorm = per-head
 RMSNorm of the output times a learned weight [H, D] (init 1; FLA's GatedDeltaNet layer has such an o_norm);
+onorm8 = the same with the weight initialised to head_dim^-1/2 (data-free, about the attention output's size);
 onorm-cal = the same with the weight initialised to the per-head rms of y_full on one held-out sequence;
 beta1 = beta shifted to start near 1 (0.98); maxmag = beta 1 and no decay (the largest output the gates
 allow, roughly); zero / mean-v = reference outputs (nothing / the running mean of v).
@@ -101,8 +102,9 @@ def build(variant: str, seed: int = 0, calib_seq=None):
         lin, H, D = layer.self_attn.lin, layer.self_attn.num_heads, layer.self_attn.head_dim
         if extra == "scale1":
             lin.scale = 1.0
-        elif extra in ("onorm", "onorm-cal"):
-            w = torch.ones(H, D) if gains is None else gains[layer.self_attn.layer_idx].float().view(H, 1).repeat(1, D)
+        elif extra in ("onorm", "onorm8", "onorm-cal"):
+            w = torch.full((H, D), 1.0 if extra == "onorm" else D ** -0.5) if gains is None else \
+                gains[layer.self_attn.layer_idx].float().view(H, 1).repeat(1, D)
             lin.probe_o_weight = nn.Parameter(w)  # under .self_attn.lin.: a new (trainable) parameter
             lin.probe_post = _onorm
         elif extra == "beta1":
@@ -170,7 +172,14 @@ def teacher_forced(model, seqs) -> dict:
     return out
 
 
+TOKEN_FILE = None  # --tokens: a golinear token file (`golinear train --tokens F.npz --prepare-only`)
+
+
 def tokens(tok, train_tokens: int, heldout_tokens: int):
+    """(train, held-out) token streams: the token file's, or the books corpus tokenized here."""
+    if TOKEN_FILE:
+        td = data_mod.TokenData.load(TOKEN_FILE)
+        return td.train, td.heldout
     td = data_mod.prepare_books(tok, None, train_tokens=train_tokens, heldout_tokens=heldout_tokens)
     return td.train, td.heldout
 
@@ -250,9 +259,12 @@ def main(argv=None):
     p.add_argument("--eval-sequences", type=int, default=2)
     p.add_argument("--checkpoint", default="checkpoints/smollm2-135m/gdn")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tokens", help="a prepared token file instead of tokenizing the books here")
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    global TOKEN_FILE
+    TOKEN_FILE = args.tokens
     {"init": cmd_init, "train": cmd_train, "numerics": cmd_numerics}[args.command](args)
 
 
