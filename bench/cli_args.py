@@ -1,4 +1,4 @@
-"""The options of the bench commands (`golinear demo|params|run|leaderboard|check|latency|generation`).
+"""The options of the bench commands (`golinear demo|params|run|leaderboard|store|check|latency|generation`).
 
 They live apart from the commands so that `golinear COMMAND --help` builds its parser without importing
 the command's module (and with it torch or lm-eval); bench.cli imports a command's module only to run it.
@@ -87,6 +87,12 @@ def leaderboard(p):
     p.add_argument("--store", default="runs/store", help="result store folder (default runs/store)")
     p.add_argument("--out", default="leaderboards", help="output folder (default leaderboards/)")
     p.add_argument("--reference-dir", default=str(REFERENCE_DIR), help="paper rows (CSV) to show as reported")
+
+
+def store(p):
+    p.add_argument("action", choices=["merge"], help="merge: copy the cells --store lacks from each SRC")
+    p.add_argument("src", nargs="+", help="result store folders to read (e.g. a device call's returned store)")
+    p.add_argument("--store", default="runs/store", help="the store that receives the cells (default runs/store)")
 
 
 def check(p):
