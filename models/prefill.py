@@ -16,7 +16,7 @@ import torch
 
 from models.decode_state import LIN_KEYS, DecodeState, gather_ring, ring_index
 from models import ops
-from models.ops import fla_backend  # window_attention_blocked/_heads, sink_part (also on the CPU)
+from models.ops import fla_backend  # window_attention_blocked, sink_part (also on the CPU)
 from models.projection import fused_qkv, project_qkv
 
 
@@ -106,9 +106,8 @@ def _prefill_chunk(attn, x, pe, state: DecodeState, ends: ChunkEnds, carry: dict
             lo = n_sink if n_tail else 0  # first chunk: the sinks are its own keys 0..s-1, read in place
             keys = torch.cat([carry["sink_k"], k_ext], 1) if lo else k_ext
             vals = torch.cat([carry["sink_v"], v_ext], 1) if lo else v_ext
-            fast = ops.fast_inference(q)
-            attend = fla_backend.window_attention_heads if fast else fla_backend.window_attention_blocked
-            swa = attend(q, keys, vals, w, attn.scaling, sinks=n_sink, base=lo + n_tail, lo=lo, q_pos0=p0).to(q.dtype)
+            swa = fla_backend.window_attention_blocked(q, keys, vals, w, attn.scaling, sinks=n_sink, base=lo + n_tail,
+                                                       lo=lo, q_pos0=p0).to(q.dtype)
             if ends.rows:
                 state.ring_k, pos = ends.ring_of(state.ring_k, k_ext, p0 - n_tail, w)
                 state.ring_v, _ = ends.ring_of(state.ring_v, v_ext, p0 - n_tail, w)

@@ -398,10 +398,10 @@ def test_window_sink_decode_equals_last_row(T):
 
 
 def test_fast_prefill_wiring_matches_plain_path(monkeypatch):
-    """The no-grad CUDA prefill path (models.projection._project_fast, the FLA l2norm, window_attention_heads) is
-    wired like the plain path: with FLA's three kernels stood in for by their definitions (reference conv, RoPE
-    formula, l2norm; tests/test_gpu.py checks the kernels themselves against these), a chunked variable-length
-    prefill gives the same logits and decode state as with the fast path off."""
+    """The no-grad CUDA prefill path (models.projection._project_fast, the FLA l2norm) is wired like the plain
+    path: with FLA's three kernels stood in for by their definitions (reference conv, RoPE formula, l2norm;
+    tests/test_gpu.py checks the kernels themselves against these), a chunked variable-length prefill gives the
+    same logits and decode state as with the fast path off."""
     import transformers
     from models import mechanisms, ops
     from models.fast_decode import FastDecoder
@@ -441,11 +441,8 @@ def test_fast_prefill_wiring_matches_plain_path(monkeypatch):
     monkeypatch.setattr(fla_backend, "conv_fresh", conv_fresh)
     monkeypatch.setattr(fla_backend, "rope", rope)
     monkeypatch.setattr(fla_backend, "l2norm", lambda x: calls.append("l2norm") or mechanisms.l2norm(x))
-    heads = fla_backend.window_attention_heads  # plain PyTorch: the real function, counted
-    monkeypatch.setattr(fla_backend, "window_attention_heads",
-                        lambda *a, **kw: calls.append("window") or heads(*a, **kw))
     fast = run()
-    assert {"conv", "rope", "l2norm", "window"} <= set(calls), calls
+    assert {"conv", "rope", "l2norm"} <= set(calls), calls
     close(fast[0], plain[0], 1e-5)
     assert len(fast[1]) == len(plain[1])
     for a, b in zip(fast[1], plain[1]):
@@ -454,26 +451,3 @@ def test_fast_prefill_wiring_matches_plain_path(monkeypatch):
             close(a, b, 1e-5)
         else:
             assert torch.equal(a, b)
-
-
-@pytest.mark.parametrize("T,window,sinks,groups,chunk", [(1, 4, 2, 1, 0), (15, 8, 4, 3, 0), (130, 56, 8, 3, 0),
-                                                          (100, 7, 0, 2, 0), (200, 9, 3, 3, 70)])
-def test_window_attention_heads_matches_reference(T, window, sinks, groups, chunk):
-    """The prefill's output-layout window + sink attention (window.window_attention_heads) equals the reference,
-    for a whole prompt and for a later chunk read against [sinks | previous window keys | its own keys]."""
-    from models.ops import window as win
-    g = gen(T)
-    B, Hkv, D = 2, 2, 16
-    q = torch.randn(B, T, Hkv * groups, D, generator=g, dtype=torch.float64)
-    k, v = (torch.randn(B, T, Hkv, D, generator=g, dtype=torch.float64) for _ in range(2))
-    want, _ = R.window_sink_attention(q, k, v, sinks, window, 0.3)
-    if not chunk:
-        got = win.window_attention_heads(q, k, v, window, 0.3, sinks=min(sinks, T))
-    else:  # the chunk [chunk, T): keys [sinks | the w keys before it | its own]
-        tail = k[:, chunk - window:chunk], v[:, chunk - window:chunk]
-        keys = torch.cat([k[:, :sinks], tail[0], k[:, chunk:]], 1)
-        vals = torch.cat([v[:, :sinks], tail[1], v[:, chunk:]], 1)
-        got = win.window_attention_heads(q[:, chunk:], keys, vals, window, 0.3, sinks=sinks, base=sinks + window,
-                                         lo=sinks, q_pos0=chunk)
-        want = want[:, chunk:]
-    close(got, want, 1e-10)

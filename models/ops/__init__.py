@@ -7,9 +7,9 @@ forces a backend (`fla` raises if FLA cannot be imported); `backend_name(x)` say
 `compiled(fn)`: the layers' pure-PyTorch elementwise regions (gates, feature maps, l2norm, RoPE, combine)
 run through torch.compile when GOLINEAR_COMPILE=1 (default off), fusing their many small kernels; the
 compiled regions call no op, and FLA's kernels are wrapped in torch.compiler.disable (fla_backend).
-`fast_inference(x)`: whether the prefill's inference-only kernels (fla_backend.conv_fresh, rope, l2norm,
-window_attention_heads) serve x: only inside `prefill_scope()` (models.prefill), so other forwards (lm-eval,
-HF generate, training) keep their numerics; `GOLINEAR_FAST_PREFILL=0` turns them off there too.
+`fast_inference(x)`: whether the prefill's inference-only kernels (fla_backend.conv_fresh, rope, l2norm) serve
+x: only inside `prefill_scope()` (models.prefill), so other forwards (lm-eval, HF generate, training) keep their
+numerics; `GOLINEAR_FAST_PREFILL=0` turns them off there too.
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ FLA imports. Which kernel backs each op:
   - inference-only helpers of the prefill (no autograd; models.projection / models.mechanisms call them when
     `models.ops.fast_inference` says so): `conv_fresh` (FLA's causal_conv1d forward kernel: one pass, fp32
     accumulation, a fresh contiguous output), `rope` (FLA's rotary kernel) and `l2norm` (FLA's
-    l2norm forward kernel); the prefill's window + sinks then runs as `window.window_attention_heads`.
+    l2norm forward kernel). The prefill's window + sinks is `window.window_attention_blocked` either way.
 FLA's kernels are wrapped in torch.compiler.disable (opaque to torch.compile).
 """
 from __future__ import annotations
@@ -35,8 +35,8 @@ import torch
 from models.ops import reference
 from models.ops.reference import window_sink_decode  # noqa: F401  (a few small matmuls: fine on CUDA)
 from models.ops.conv import short_conv  # noqa: F401  (this backend's op, in plain PyTorch)
-from models.ops.window import (WINDOW_BLOCK, add_sinks, merge_attention, sink_part,  # noqa: F401
-                               window_attention_blocked, window_attention_heads, window_part_blocked)
+from models.ops.window import (WINDOW_BLOCK, add_sinks, merge_attention, sink_part, window_attention_blocked,
+                               window_part_blocked)
 
 LN2 = math.log(2.0)
 
@@ -277,7 +277,6 @@ def conv_fresh(x, weight, state=None):
     """short_conv's output alone, no autograd: FLA's causal conv kernel on x [B, T, C] (any strides: a channel
     slice of [q|k|v] is read in place), weight [C, W], state [B, C, W-1] (the previous inputs; None: zeros).
     -> y [B, T, C] contiguous, in x's dtype (fp32 accumulation, one rounding)."""
-    W = weight.shape[1]
     if state is not None:  # FLA's state holds W inputs, of which the kernel reads the last W-1
         state = torch.nn.functional.pad(state.to(x.dtype), (1, 0)).contiguous()
     y, _ = kernels.causal_conv1d_fwd(x=x, weight=weight.contiguous(), bias=None, residual=None,

@@ -5,9 +5,6 @@ Query t sees the window keys t - window < j <= t and the sink keys j < sinks out
   - window_attention_blocked: window + sinks in ONE SDPA call: query blocks of 64, each against the sinks plus
     the run of keys its window reaches, under a cached additive mask; GQA as G rows per block (keys are never
     expanded); with or without autograd; also takes a previous chunk's keys (the prefill).
-  - window_attention_heads: the same result without autograd, laid out for the output (the prefill's form on
-    CUDA): SDPA's batch is (row, query block) and its heads the query heads, so q is read in place and the
-    output is [B, T, Hq, V] without a permuted copy; the key runs are gathered once per query head instead.
   - window_part_blocked / sink_part / add_sinks / merge_attention: the window and the sinks as two partial
     softmaxes (out, lse) merged through the log-sum-exp (the differentiable part of
     fla_backend.window_sink_attention, whose no-grad window part is FLA's kernel).
@@ -180,34 +177,3 @@ def _runs_unfold(x, s, base, lo, n, block, Lw):
         sink = x[:, :s].permute(0, 2, 1, 3).unsqueeze(2).expand(B, Hkv, n, s, D)
         runs = torch.cat([sink, runs], 3)
     return runs.reshape(B * Hkv, n, s + Lw, D)
-
-
-@functools.lru_cache(maxsize=4)
-def _heads_layout(B, n, block, Tq, L, base, lo, q_pos0, window, s, Lw, dtype, device):
-    """(additive mask [B*n, 1, block, s+Lw], key index) of window_attention_heads: _blocked_layout's, one mask
-    per (row, block) as SDPA's batch needs it."""
-    mask, kidx, _ = _blocked_layout(n, block, 1, Tq, L, base, lo, q_pos0, window, s, Lw, dtype, device)
-    return mask.reshape(n, 1, block, s + Lw).repeat(B, 1, 1, 1), kidx
-
-
-def window_attention_heads(q, k, v, window, scale, sinks=0, base=0, lo=0, q_pos0=0, block=WINDOW_BLOCK):
-    """window_attention_blocked's output (same arguments and key layout), no autograd: one SDPA call with
-    batch (row, query block) and heads the query heads. q [B,Tq,Hq,D] is read where it lies (any head
-    stride), each block's key run [sinks | Lw keys] is gathered per query head (one index_select per tensor
-    from a broadcast view), and the output is [B, Tq, Hq, V] (a view when SDPA writes rows-major)."""
-    B, Tq, Hq, D = q.shape
-    L, Hkv, V = k.shape[1], k.shape[2], v.shape[-1]
-    G = Hq // Hkv
-    n = -(-Tq // block)
-    Lw = _round_up(window - 1 + block + sinks, 16) - sinks
-    pos_key = min(q_pos0, max(sinks - 1 + window, 0))
-    mask, kidx = _heads_layout(B, n, block, Tq, L, base, lo, pos_key, window, sinks, Lw, v.dtype, str(q.device))
-    q, k = q.to(v.dtype), k.to(v.dtype)
-    if n * block != Tq:
-        q = F.pad(q, (0, 0, 0, 0, 0, n * block - Tq))
-    qh = q.reshape(B * n, block, Hq, D).transpose(1, 2)
-    kh, vh = (x.unsqueeze(3).expand(B, L, Hkv, G, x.shape[-1]).index_select(1, kidx)
-              .view(B * n, sinks + Lw, Hq, x.shape[-1]).transpose(1, 2) for x in (k, v))
-    o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)
-    o = o.transpose(1, 2).reshape(B, n * block, Hq, V)
-    return o if n * block == Tq else o[:, :Tq]

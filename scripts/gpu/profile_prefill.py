@@ -3,8 +3,7 @@ batches: 32 prompts of 3,900-4,096 tokens): per-batch wall time of generate_batc
 gdn-default, the prefill alone, a plain HF forward for scale, and torch.profiler's top kernels/ops of one
 prefill. Run on the device: python3 scripts/gpu/profile_prefill.py (PROFILE_CONFIGS, PROFILE_BATCHES env).
 A name ending in "-plain" runs that config with GOLINEAR_FAST_PREFILL=0 (the prefill without FLA's conv, rotary
-and l2norm kernels, and the prefill's window + sinks in the grouped layout), so before/after is one call:
-PROFILE_CONFIGS=gdn-default-plain,gdn-default. It first times the two window + sink layouts alone."""
+and l2norm kernels), so before/after is one call: PROFILE_CONFIGS=gdn-default-plain,gdn-default."""
 from __future__ import annotations
 
 import os
@@ -41,23 +40,7 @@ def prompts(rng, n=B):
     return [[rng.randrange(1, 49000) for _ in range(rng.randrange(LO, HI + 1))] for _ in range(n)]
 
 
-def window_forms():
-    """The prefill's window + sinks at [B, 4096] (SmolLM2 heads, window 56, sinks 8, bf16): the grouped layout
-    (window_attention_blocked) against the output layout (window_attention_heads), ms per call (of 10)."""
-    from models.ops.window import window_attention_blocked, window_attention_heads
-    g = torch.Generator(device="cuda").manual_seed(0)
-    qk = torch.randn(B, 4096, 12, 64, device="cuda", generator=g, dtype=torch.bfloat16)
-    q, k = qk[:, :, :9], qk[:, :, 9:]  # the prefill's q and k: head slices of one tensor
-    v = torch.randn(B, 4096, 3, 64, device="cuda", generator=g, dtype=torch.bfloat16)
-    with torch.no_grad():
-        for fn in (window_attention_blocked, window_attention_heads):
-            fn(q, k, v, 56, 0.125, sinks=8)
-            t, _ = timed(lambda: [fn(q, k, v, 56, 0.125, sinks=8) for _ in range(10)])
-            print(f"window + sinks {fn.__name__} [{B}, 4096]: {t * 100:.2f} ms", flush=True)
-
-
 def main():
-    window_forms()
     rng = random.Random(0)
     for name in os.environ.get("PROFILE_CONFIGS", "full-static,gdn-default-plain,gdn-default").split(","):
         plain = name.endswith("-plain")
