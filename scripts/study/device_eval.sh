@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Evaluate full attention + a list of the study's checkpoints on one H200 (device `run`), K `golinear run`
+# processes at once, resumable across calls (issue #13). Runs from the repository root; the same command serves
+# every call: while the machine lacks the backbone (GGUF parts) it only stashes what was carried and exits 0.
+# Work units are (model, suite) pairs, taken from one list by whichever worker is free (a `mkdir` lock per unit),
+# so a slow checkpoint does not hold up the others; every unit writes into one store on the machine (the cell
+# claims of bench/store.py keep two processes off one cell). The store is seeded from leaderboards/store, so a
+# finished cell is never redone; at BUDGET the workers' runs are stopped and the unfinished cells stay for the
+# next call (their scored requests in partial/, returned and carried back, so a killed HellaSwag resumes).
+# Carried: .whl and .device/whl-eval (first call), .gguf/<part> (one a call), .device/eval-data/<part>
+# (scripts/study/prepare_eval.sh), optionally a checkpoint folder CKPT outside the tree and .device/eval-partial.
+# Env: NAMES (checkpoint names under CKPT, or model specs such as mechanism=none,window=120,sinks=8; `full` is
+#   always added), SUITES (default "cr lambada"), K (workers, default 8), BUDGET (s from the start, default 540),
+#   CKPT (default checkpoints/smollm2-135m), BATCH (cr/lambada, 64), BATCH_MMLU (4), BATCH_LONG (32),
+#   LONG_ARGS (sniah/ruler: "--context-length 4096 --num-samples 500"), EXTRA_ARGS (every run; a CPU dry run:
+#   "--limit 2"), DRY=1 (CPU: no set-up, DEVICE=cpu, DATA from the data folder), GGUF_SHA, GOLINEAR_GIT_COMMIT.
+# Out ($OUT): cells.tgz (the cells this store has and leaderboards/store lacks), partial.tgz (request caches of
+#   unfinished cells, if < 15 MiB), logs.tgz (one log per worker, units.log: one line per unit with its time).
+# Merge here: bash scripts/study/merge_eval.sh <files_at>.
+#
+# K and batch sizes. A 135M model leaves an H200 idle: lm-eval's per-request Python work and the tokenizer
+# bound one process, not the GPU, so throughput comes from processes, not from batch size. K=8 (the training
+# call ran 8 processes on this GPU; 16 host cores leave one for each worker's tokenizer). CR/LAMBADA prompts are
+# short (< ~300 tokens): batch 64 keeps each forward well-filled at ~2 GB of logits a process (--batch-size auto
+# would probe alone, each of K processes believing the whole GPU is its own, and OOM later). 5-shot MMLU holds
+# batch x ~1,061 tokens x 49,152 fp32 logits: batch 32 took ~80 GB (docs/gpu.md), so 4 (~10 GB) lets 8 share.
+# ESTIMATE (not measured with this script): the committed full-set cells (leaderboards/store, wall_time_s, taken
+# beside ~6 other evaluation processes and training) add up to 697 s for full attention and 912 s for the
+# default recipe over CR + LAMBADA, i.e. ~700-900 process-seconds per model under similar sharing. With K=8 for
+# ~480 s of evaluation in a 540-s budget (set-up, imports and model loads take the rest), one call should finish
+# ~4-6 models' CR + LAMBADA (31 models: ~6-8 calls); MMLU took 310-360 s per model. units.log gives real figures.
+set -u
+T0=$(date +%s); ROOT=$PWD
+BUDGET=${BUDGET:-540}; K=${K:-8}; SUITES=${SUITES:-cr lambada}; CKPT=${CKPT:-checkpoints/smollm2-135m}
+WORK=${EVAL_WORK:-/tmp/study-eval}; STORE=$WORK/store; STASH_CK=$WORK/ckpt; OUT=${OUT:-$WORK/out}
+LOCKS=$WORK/lock-$T0  # one lock folder a call: a warm machine's next call retries unfinished units
+mkdir -p $LOCKS $WORK/logs $STORE/cells $STORE/partial $STASH_CK $OUT
+if [ -n "${DRY:-}" ]; then
+  DEVICE=${DEVICE:-cpu}; DATA=${DATA:-$(cd $ROOT/.. && pwd)/shared/data}; export PYTHONPATH=$ROOT PYTHONUNBUFFERED=1
+  PY=${PY:-python3}
+else
+  DEVICE=${DEVICE:-cuda}; DATA=${DATA:-/tmp/golinear-data}; PY=python3
+  mkdir -p $DATA; for d in .device/eval-data/*/; do [ -d "$d" ] && cp -rn "$d". $DATA/; done
+  source scripts/gpu/device_setup.sh > $WORK/logs/setup.log 2>&1 || { tail -20 $WORK/logs/setup.log; exit 3; }
+  tail -2 $WORK/logs/setup.log
+  if [ ! -f /tmp/golinear-cache/.fp ]; then
+    echo "stash call: GGUF parts $(ls /tmp/golinear-stash | tr '\n' ' '); data: $(ls $DATA | tr '\n' ' ')"; exit 0
+  fi
+fi
+export GOLINEAR_GIT_COMMIT=${GOLINEAR_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}
+# the store: committed cells (finished: skipped), carried request caches, then what earlier calls left here
+[ -d leaderboards/store/cells ] && cp -rn leaderboards/store/cells/. $STORE/cells/
+[ -d .device/eval-partial/partial ] && cp -rn .device/eval-partial/partial/. $STORE/partial/
+(cd leaderboards/store 2>/dev/null && find cells -name '*.json' | sort) > $WORK/seed.txt
+# checkpoints: carried ones are stashed, so a warm machine keeps them for the next call
+: > $WORK/units.txt
+for name in full ${NAMES:-}; do
+  if [ -d "$CKPT/$name" ]; then cp -rn "$CKPT/$name" $STASH_CK/; spec=$STASH_CK/$name
+  elif [ -d "$STASH_CK/$name" ]; then spec=$STASH_CK/$name
+  elif [ "$name" = full ] || [[ "$name" == *=* ]]; then spec=$name
+  else echo "no checkpoint $name in $CKPT or $STASH_CK: skipped"; continue; fi
+  for s in $SUITES; do printf '%s\t%s\n' "$spec" "$s" >> $WORK/units.txt; done
+done
+echo "t=$(( $(date +%s) - T0 ))s $(wc -l < $WORK/units.txt) units (model x suite), $K workers, budget ${BUDGET}s"
+worker() {  # worker W: take each free unit in turn until the list or the budget runs out
+  local w=$1 spec s lock left bs args t rc n0
+  while IFS=$'\t' read -r spec s; do
+    lock=$LOCKS/$(printf '%s %s' "$spec" "$s" | md5sum | cut -c1-16)
+    mkdir $lock 2>/dev/null || continue
+    left=$(( BUDGET - ($(date +%s) - T0) )); [ $left -lt 30 ] && break
+    case $s in mmlu) bs=${BATCH_MMLU:-4}; args="";; sniah|ruler) bs=${BATCH_LONG:-32}
+      args=${LONG_ARGS:---context-length 4096 --num-samples 500};; *) bs=${BATCH:-64}; args="";; esac
+    t=$(date +%s); echo "== t=$(( t - T0 ))s $spec $s (${left}s left)" >> $WORK/logs/w$w.log; n0=$(wc -l < $WORK/logs/w$w.log)
+    timeout -k 10 $left $PY -m bench.cli run --models "$spec" --suites $s --store $STORE --device $DEVICE \
+      --batch-size $bs --data-dir $DATA $args ${EXTRA_ARGS:-} < /dev/null >> $WORK/logs/w$w.log 2>&1; rc=$?
+    echo "w$w $(basename $spec) $s rc=$rc $(( $(date +%s) - t ))s t=$(( $(date +%s) - T0 ))s $(tail -n +$((n0 + 1)) $WORK/logs/w$w.log | grep -o '[0-9]* evaluated' | tail -1)" \
+      | tee -a $WORK/logs/units.log
+  done < $WORK/units.txt
+}
+for w in $(seq 1 $K); do worker $w & sleep ${STAGGER_S:-2}; done  # staggered: model loads do not collide
+while [ -n "$(jobs -r)" ] && [ $(( $(date +%s) - T0 )) -lt $(( BUDGET + 15 )) ]; do
+  sleep 5; [ -z "${DRY:-}" ] && [ $(( ($(date +%s) - T0) % 60 )) -lt 5 ] && echo "t=$(( $(date +%s) - T0 ))s gpu $(nvidia-smi \
+    --query-gpu=utilization.gpu,memory.used --format=csv,noheader | tr -d ' ') cells $(find $STORE/cells -name '*.json' | wc -l)" \
+    | tee -a $WORK/logs/gpu.log
+done
+wait
+# what comes back: the new cells (not in leaderboards/store), the unfinished cells' request caches, the logs
+(cd $STORE && find cells -name '*.json' | sort) > $WORK/now.txt
+comm -13 $WORK/seed.txt $WORK/now.txt > $WORK/new.txt
+tar czf $OUT/cells.tgz -C $STORE -T $WORK/new.txt
+mkdir -p $STORE/partial; tar czf $WORK/partial.tgz -C $STORE partial
+[ $(stat -c %s $WORK/partial.tgz) -lt 15000000 ] && cp $WORK/partial.tgz $OUT/ || echo "partial.tgz over 15 MB: not returned"
+tar czf $OUT/logs.tgz -C $WORK/logs .
+echo "$(wc -l < $WORK/new.txt) new cells returned; units done: $(grep -c 'rc=0' $WORK/logs/units.log 2>/dev/null) of $(wc -l < $WORK/units.txt)"
+ls -l $OUT; echo "total $(( $(date +%s) - T0 )) s"

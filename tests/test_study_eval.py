@@ -1,0 +1,91 @@
+"""The study's evaluation on a lent GPU (issue #13): `golinear store merge`, and scripts/study/device_eval.sh run
+as a CPU dry run (two workers, a deadline inside the call, a second call on the same machine, the merge)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main as cli
+from bench.store import CellKey, Store
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMITTED = ROOT / "leaderboards" / "store"
+
+
+def committed_cell(task: str) -> dict:
+    path = next((COMMITTED / "cells").glob(f"full-*/{task}--*.json"))
+    return json.loads(path.read_text())
+
+
+def with_limit(cell: dict, limit: int) -> dict:
+    """The same cell under another key (limit), as a device call with --limit would write it."""
+    key = {**cell["key"], "config": {**cell["key"]["config"], "limit": limit}}
+    return {**cell, "key": key, "digest": CellKey.from_dict(key).digest}
+
+
+def test_store_merge_adds_missing_cells_and_keeps_existing_ones(tmp_path, capsys):
+    src, dest = Store(tmp_path / "src"), Store(tmp_path / "dest")
+    piqa = committed_cell("golinear_piqa")
+    kept = dest.put({**piqa, "value": 0.123})  # dest's own number for this key must survive the merge
+    src.put(piqa)
+    src.put(with_limit(piqa, 2))
+    assert cli(["store", "merge", str(src.root), "--store", str(dest.root)]) == 0
+    assert "1 of 2 cells" in capsys.readouterr().out
+    assert json.loads(kept.read_text())["value"] == 0.123
+    assert dest.has(CellKey.from_dict(with_limit(piqa, 2)["key"]))
+    assert cli(["store", "merge", str(src.root), "--store", str(dest.root)]) == 0  # again: nothing new
+    assert "0 of 2 cells" in capsys.readouterr().out
+
+
+def test_store_merge_refuses_a_damaged_source_before_writing(tmp_path):
+    src, dest = Store(tmp_path / "src"), Store(tmp_path / "dest")
+    src.put(committed_cell("golinear_piqa"))
+    bad = src.put(with_limit(committed_cell("golinear_piqa"), 3))
+    bad.write_text("{}")
+    assert cli(["store", "merge", str(src.root), "--store", str(dest.root)]) == 2
+    assert not dest.root.exists()
+    assert cli(["store", "merge", str(tmp_path / "nowhere"), "--store", str(dest.root)]) == 2
+
+
+def run_call(tmp: Path, budget: int) -> tuple[subprocess.CompletedProcess, float, Path]:
+    out = tmp / f"out-{budget}"
+    env = {**os.environ, "DRY": "1", "PY": sys.executable, "OMP_NUM_THREADS": "1", "K": "2", "BUDGET": str(budget),
+           "NAMES": "gdn-w56-s8-sc gdn-w64", "SUITES": "lambada", "EXTRA_ARGS": "--limit 2",
+           "EVAL_WORK": str(tmp / "machine"), "OUT": str(out), "STAGGER_S": "1"}
+    t = time.time()
+    r = subprocess.run(["bash", "scripts/study/device_eval.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
+    return r, time.time() - t, out
+
+
+@pytest.mark.slow
+def test_device_eval_dry_run_stops_at_its_deadline_and_resumes_without_redoing(tmp_path):
+    """Two calls on one (warm) machine: the first is cut by its budget, the second finishes; every cell is
+    evaluated once, and the returned tarballs merge into a copy of the committed store."""
+    first, wall, out1 = run_call(tmp_path, budget=60)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert wall < 60 + 30, first.stdout  # the deadline holds (timeout -k 10 on each run, then packing)
+    second, _, out2 = run_call(tmp_path, budget=400)
+    assert second.returncode == 0, second.stdout + second.stderr
+    def evaluated(r):
+        return [line for line in r.stdout.splitlines() if line.startswith("w") and line.endswith("1 evaluated")]
+    # the third unit cannot start in call 1 (a unit takes > 30 s, the budget leaves < 30 s for it)
+    assert len(evaluated(first)) < 3, first.stdout
+    assert len(evaluated(first)) + len(evaluated(second)) == 3, first.stdout + second.stdout  # each cell once
+    names = {m.name for m in tarfile.open(out2 / "cells.tgz").getmembers() if m.isfile()}
+    assert len(names) == 3 and all("limit2" in n for n in names)  # the second call returns all new cells
+    assert (out2 / "logs.tgz").exists() and (out2 / "partial.tgz").exists()
+    store = tmp_path / "merged"
+    shutil.copytree(COMMITTED, store)
+    before = len(Store(store).cells())
+    r = subprocess.run(["bash", "scripts/study/merge_eval.sh", str(out2), str(store)], cwd=ROOT,
+                       env={**os.environ, "PY": sys.executable}, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "3 of 3 cells" in r.stdout and len(Store(store).cells()) == before + 3
