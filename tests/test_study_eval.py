@@ -89,3 +89,14 @@ def test_device_eval_dry_run_stops_at_its_deadline_and_resumes_without_redoing(t
                        env={**os.environ, "PY": sys.executable}, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "3 of 3 cells" in r.stdout and len(Store(store).cells()) == before + 3
+
+
+def test_pending_units_leaves_out_units_the_store_has(tmp_path):
+    """A unit whose cells are all in the store costs no `golinear run` process; a missing one stays."""
+    units = "full\tcr\nfull\tlambada\ncheckpoints/smollm2-135m/gdn-w64\tcr\n"
+    r = subprocess.run([sys.executable, "scripts/study/pending_units.py", "--", "--store", str(COMMITTED)],
+                       cwd=ROOT, input=units, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout == "checkpoints/smollm2-135m/gdn-w64\tcr\n", r.stderr
+    r = subprocess.run([sys.executable, "scripts/study/pending_units.py", "--", "--store", str(COMMITTED),
+                        "--limit", "2"], cwd=ROOT, input=units, capture_output=True, text=True)
+    assert r.stdout == units  # another configuration: nothing is in the store

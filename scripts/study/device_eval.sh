@@ -53,23 +53,27 @@ export GOLINEAR_GIT_COMMIT=${GOLINEAR_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/nu
 [ -d .device/eval-partial/partial ] && cp -rn .device/eval-partial/partial/. $STORE/partial/
 (cd leaderboards/store 2>/dev/null && find cells -name '*.json' | sort) > $WORK/seed.txt
 # checkpoints: carried ones are stashed, so a warm machine keeps them for the next call
-: > $WORK/units.txt
+SPECS=()
 for name in full ${NAMES:-}; do
-  if [ -d "$CKPT/$name" ]; then cp -rn "$CKPT/$name" $STASH_CK/; spec=$STASH_CK/$name
-  elif [ -d "$STASH_CK/$name" ]; then spec=$STASH_CK/$name
-  elif [ "$name" = full ] || [[ "$name" == *=* ]]; then spec=$name
-  else echo "no checkpoint $name in $CKPT or $STASH_CK: skipped"; continue; fi
-  for s in $SUITES; do printf '%s\t%s\n' "$spec" "$s" >> $WORK/units.txt; done
+  if [ -d "$CKPT/$name" ]; then cp -rn "$CKPT/$name" $STASH_CK/; SPECS+=($STASH_CK/$name)
+  elif [ -d "$STASH_CK/$name" ]; then SPECS+=($STASH_CK/$name)
+  elif [ "$name" = full ] || [[ "$name" == *=* ]]; then SPECS+=($name)
+  else echo "no checkpoint $name in $CKPT or $STASH_CK: skipped"; fi
 done
-echo "t=$(( $(date +%s) - T0 ))s $(wc -l < $WORK/units.txt) units (model x suite), $K workers, budget ${BUDGET}s"
+suite_args() { case $1 in sniah|ruler) echo ${LONG_ARGS:---context-length 4096 --num-samples 500};; esac; }
+suite_batch() { case $1 in mmlu) echo ${BATCH_MMLU:-4};; sniah|ruler) echo ${BATCH_LONG:-32};; *) echo ${BATCH:-64};; esac; }
+: > $WORK/units.txt  # suite-major (list the longest suite first); units whose cells are all in the store are left out (no process spent)
+for spec in "${SPECS[@]}"; do for s in $SUITES; do printf '%s\t%s\n' "$spec" "$s"; done; done > $WORK/all-units.txt
+for s in $SUITES; do grep -P "\t$s\$" $WORK/all-units.txt | $PY scripts/study/pending_units.py -- --store $STORE \
+  --data-dir $DATA $(suite_args $s) ${EXTRA_ARGS:-} >> $WORK/units.txt; done
+echo "t=$(( $(date +%s) - T0 ))s $(wc -l < $WORK/units.txt) of $(wc -l < $WORK/all-units.txt) units (model x suite) pending, $K workers, budget ${BUDGET}s"
 worker() {  # worker W: take each free unit in turn until the list or the budget runs out
   local w=$1 spec s lock left bs args t rc n0
   while IFS=$'\t' read -r spec s; do
     lock=$LOCKS/$(printf '%s %s' "$spec" "$s" | md5sum | cut -c1-16)
     mkdir $lock 2>/dev/null || continue
     left=$(( BUDGET - ($(date +%s) - T0) )); [ $left -lt 30 ] && break
-    case $s in mmlu) bs=${BATCH_MMLU:-4}; args="";; sniah|ruler) bs=${BATCH_LONG:-32}
-      args=${LONG_ARGS:---context-length 4096 --num-samples 500};; *) bs=${BATCH:-64}; args="";; esac
+    bs=$(suite_batch $s); args=$(suite_args $s)
     t=$(date +%s); echo "== t=$(( t - T0 ))s $spec $s (${left}s left)" >> $WORK/logs/w$w.log; n0=$(wc -l < $WORK/logs/w$w.log)
     timeout -k 10 $left $PY -m bench.cli run --models "$spec" --suites $s --store $STORE --device $DEVICE \
       --batch-size $bs --data-dir $DATA $args ${EXTRA_ARGS:-} < /dev/null >> $WORK/logs/w$w.log 2>&1; rc=$?
