@@ -7,6 +7,8 @@ backend's `generate_until` (HFLM's batching by length, tokenization, post-proces
   - full-static:      the same backbone through the static-cache decoder (models/fast_decode.py), batched;
   - <linear>:         the linearized model (default: the shipped default recipe), batched on that decoder;
   - <linear>-sequential: the old path, HF generate one prompt at a time (--sequential-samples of them).
+The rows run linear, linear-sequential, full-static, full (a run cut off by a time limit keeps those issue #12
+compares first); the files list them full, full-static, linear, linear-sequential whatever the run order.
 Each row is timed after an untimed warm-up batch of each batch size it uses (kernel compilation, graph capture).
 tokens_per_s counts the returned text re-tokenized. --parity N also compares, on the first N samples, the batched
 outputs of the linear model with each prompt generated alone (batch size 1, same decoder): the fraction of
@@ -33,6 +35,7 @@ COLUMNS = KEY + ["generation", "samples", "samples_per_s", "tokens_per_s", "wall
                  "status", "commit", "date", "note"]
 PARITY_KEY = ["model", "reference", "device", "dtype", "context_length", "batch_size"]
 PARITY_COLUMNS = PARITY_KEY + ["samples", "identical", "fraction", "commit", "date"]
+RUN_ORDER = ("linear", "linear-sequential", "full-static", "full")  # the rows issue #12 needs most first
 
 
 def _repo_root() -> Path:
@@ -125,7 +128,7 @@ def _plan(args):
             "linear": (name, "linearized", {**lin.model_args(), "generation": "batched"}, args.samples),
             "linear-sequential": (f"{name}-sequential", "linearized", {**lin.model_args(), "generation": "sequential"},
                                   min(args.sequential_samples, args.samples))}
-    return [plan[r] for r in args.rows if plan[r][3] > 0]
+    return [plan[r] for r in sorted(args.rows, key=RUN_ORDER.index) if plan[r][3] > 0]
 
 
 def run(args, publish) -> tuple[list[dict], list[dict]]:
@@ -220,14 +223,31 @@ def _merged(old, rows: list[dict], columns: list[str], key: list[str]):
     return pd.concat([old, new], ignore_index=True)
 
 
+def row_kind(config: str) -> str:
+    """Which of GENERATION_ROWS a row's config label is (the linear rows carry the model's name)."""
+    if config in ("full", "full-static"):
+        return config
+    return "linear-sequential" if config.endswith("-sequential") else "linear"
+
+
+def sorted_rows(df):
+    """Each (device, dtype, context length) table's rows in GENERATION_ROWS order (stable otherwise), the tables in
+    the order they first appear: the files do not depend on the order the rows ran in."""
+    table = df.groupby(["device", "dtype", "context_length"], sort=False).ngroup()
+    kind = df.config.map(lambda c: GENERATION_ROWS.index(row_kind(c)))
+    order = df.assign(_table=table, _kind=kind).sort_values(["_table", "_kind"], kind="stable").index
+    return df.loc[order].reset_index(drop=True)
+
+
 def _write_csv(path: Path, df):
     from models.atomic import atomic_write
     atomic_write(path, df.to_csv(index=False))
 
 
 def merge(csv_path: Path, rows: list[dict], columns: list[str], key: list[str]):
-    """Merge rows into a CSV by key (existing rows with the same key are replaced); returns the table."""
-    df = _merged(_read(csv_path), rows, columns, key)
+    """Merge generation rows into a CSV by key (existing rows with the same key are replaced), in sorted_rows'
+    order; returns the table."""
+    df = sorted_rows(_merged(_read(csv_path), rows, columns, key))
     _write_csv(csv_path, df)
     return df
 
@@ -276,7 +296,7 @@ def main(args) -> int:
     before = {name: _read(out_dir / name) for name in ("generation.csv", "generation_parity.csv")}
 
     def publish(rows, parity):  # the files as they were, plus this run's rows so far
-        df = _merged(before["generation.csv"], rows, COLUMNS, KEY)
+        df = sorted_rows(_merged(before["generation.csv"], rows, COLUMNS, KEY))
         par = _merged(before["generation_parity.csv"], parity, PARITY_COLUMNS, PARITY_KEY)
         _write_csv(out_dir / "generation.csv", df)
         if len(par):

@@ -47,3 +47,25 @@ def test_warm_up_covers_every_batch_size_of_the_timed_run(n, batch, sizes):
     from lm_eval.models.utils import Collator
     chunks = Collator(list(range(n)), sort_fn=lambda x: x).get_batched(n=batch)
     assert sorted({len(c) for c in chunks}) == sizes
+
+
+def test_rows_run_linear_first_and_files_list_them_in_table_order(tmp_path):
+    """A run cut off by a time limit keeps the linear rows; the files keep full, full-static, linear, sequential."""
+    from bench.cli import build_parser
+    args = build_parser("generation").parse_args(["generation", "--device", "cpu", "--linear", "gdn-default",
+                                                  "--rows", "full;full-static;linear-sequential;linear"])
+    generation._check(args)
+    plan = generation._plan(args)
+    assert [(p[3], p[2]["generation"]) for p in plan] == [(20, "batched"), (5, "sequential"), (20, "batched"),
+                                                         (20, "hf")]
+    assert [p[0] for p in plan][2:] == ["full-static", "full"] and plan[1][0] == plan[0][0] + "-sequential"
+    path = tmp_path / "generation.csv"
+    row = dict(model="m", device="cpu", dtype="float32", context_length=2048, batch_size=4, status="ok")
+    gpu = dict(row, device="H200")
+    ran = [dict(row, config=c) for c in ("gdn-default", "gdn-default-sequential", "full-static", "full")]
+    generation.merge(path, [dict(gpu, config="gdn-default"), dict(gpu, config="full"), *ran], generation.COLUMNS,
+                     generation.KEY)
+    df = generation.merge(path, [dict(gpu, config="full-static")], generation.COLUMNS, generation.KEY)
+    assert list(zip(df.device, df.config)) == [
+        ("H200", "full"), ("H200", "full-static"), ("H200", "gdn-default"),
+        ("cpu", "full"), ("cpu", "full-static"), ("cpu", "gdn-default"), ("cpu", "gdn-default-sequential")]
