@@ -28,6 +28,8 @@ def train(p) -> None:
                    "(gdn with a window; docs/retention.md; default 0)")
     g.add_argument("--retain-score", default=RETAIN_SCORES[0],
                    help=" | ".join(RETAIN_SCORES) + f": what earns a slot (default {RETAIN_SCORES[0]})")
+    g.add_argument("--out-norm", action="store_true", help="per-head output RMSNorm after the op (gla, kgla, gdn), "
+                   "its weight calibrated to the attention output's rms on the first batch (docs/models.md)")
     g = p.add_argument_group("data")
     g.add_argument("--data-dir", default=None, help="data folder (default $GOLINEAR_DATA or ../shared/data)")
     g.add_argument("--dataset", default=None, help="a Hugging Face dataset instead of the books corpus")

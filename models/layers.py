@@ -62,7 +62,7 @@ def step_attention(q, keys, vals, allowed, scale):
 class LinearizedAttention(nn.Module):
     def __init__(self, attn: nn.Module, config, layer_idx: int, mechanism: str, window: int = 0,
                  sinks: int = 0, short_conv: bool = False, conv_size: int = 4, gate_rank: int = 16,
-                 feature_dim: int = 64, retain: int = 0, retain_score: str = "delta_error"):
+                 feature_dim: int = 64, retain: int = 0, retain_score: str = "delta_error", out_norm: bool = False):
         super().__init__()
         self.layer_idx = layer_idx
         self.head_dim = attn.head_dim
@@ -85,7 +85,7 @@ class LinearizedAttention(nn.Module):
             if mechanism != "none":
                 self.lin = MECHANISM_CLASSES[mechanism](hidden, self.num_heads, self.num_kv_heads, self.head_dim,
                                                         gate_rank=gate_rank, feature_dim=feature_dim,
-                                                        windowed=(window + sinks) > 0)
+                                                        windowed=(window + sinks) > 0, out_norm=out_norm)
 
     # ------------------------------------------------------------------ projections
     def conv_weight(self):
@@ -106,22 +106,28 @@ class LinearizedAttention(nn.Module):
         """The frozen layer's own causal softmax attention, without the short convs (diagnostics).
 
         With LoRA, wrap the call in peft's `disable_adapter` to get the frozen projections."""
+        return self.o_proj(self.full_attention_heads(x, position_embeddings).reshape(*x.shape[:2], -1).to(x.dtype))
+
+    def full_attention_heads(self, x: torch.Tensor, position_embeddings) -> torch.Tensor:
+        """full_attention before o_proj, per head [B, T, H, D] (the out_norm calibration's target size)."""
         q, k, v, _ = self.project(x, position_embeddings, use_conv=False)
-        out, _ = ops.window_sink_attention(q, k, v, sinks=0, window=q.shape[1], scale=self.scaling)
-        return self.o_proj(out.reshape(*x.shape[:2], -1).to(x.dtype))
+        return ops.window_sink_attention(q, k, v, sinks=0, window=q.shape[1], scale=self.scaling)[0]
 
     # ------------------------------------------------------------------ linear path
     def run(self, lin: dict, q_for_state: torch.Tensor, initial_state, chunked: bool):
-        """Run the mechanism's op; returns (o or (num, den), final state)."""
+        """Run the mechanism's op; returns (o or (num, den), final state). The one place the op's output is
+        made (parallel pass, chunked prefill, decode step), so the opt-in output norm (out_norm) sits here."""
         m = self.mechanism
-        if m in ("gla", "kgla"):
-            f = ops.gla_chunk if chunked else ops.gla_recurrent
-            return f(q_for_state, lin["k"], lin["v"], lin["log_a"], self.lin.scale,
-                     initial_state=initial_state, output_final_state=True)
-        if m == "gdn":
-            f = ops.gdn_chunk if chunked else ops.gdn_recurrent
-            return f(q_for_state, lin["k"], lin["v"], lin["log_a"], lin["beta"], self.lin.scale,
-                     initial_state=initial_state, output_final_state=True)
+        if m in ("gla", "kgla", "gdn"):
+            if m == "gdn":
+                o, state = (ops.gdn_chunk if chunked else ops.gdn_recurrent)(
+                    q_for_state, lin["k"], lin["v"], lin["log_a"], lin["beta"], self.lin.scale,
+                    initial_state=initial_state, output_final_state=True)
+            else:
+                o, state = (ops.gla_chunk if chunked else ops.gla_recurrent)(
+                    q_for_state, lin["k"], lin["v"], lin["log_a"], self.lin.scale,
+                    initial_state=initial_state, output_final_state=True)
+            return (o if self.lin.out_norm is None else self.lin.out_norm(o)), state
         f = ops.linear_attn_chunk if chunked else ops.linear_attn_recurrent
         num, den, state = f(q_for_state, lin["phi_k"], lin["v"], initial_state=initial_state,
                             output_final_state=True)

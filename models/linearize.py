@@ -16,8 +16,8 @@ from models.backbone import check_architecture, fingerprint
 from models.cache import LinearCache
 from models.layers import LinearizedAttention
 from models.projection import decoder_layers as _decoder_layers  # one definition (train*.py use this name)
-from models.spec import (RETAIN_SCORES, check_retention, check_window_only, linearize_values,  # checked there
-                         without_unused_retention)
+from models.spec import (RETAIN_SCORES, check_out_norm, check_retention, check_window_only,  # checked there
+                         linearize_values, without_unused_retention)
 
 
 @dataclasses.dataclass
@@ -38,13 +38,15 @@ class LinearizeConfig:
     feature_dim: int = 64           # Hedgehog feature dim per half
     retain: int = 0                 # retention slots per KV head (GDN with a window): docs/retention.md
     retain_score: str = RETAIN_SCORES[0]  # what earns a slot when a token leaves the window
+    out_norm: bool = False          # per-head output RMSNorm after the op (gla/kgla/gdn); its weight starts at 1
 
     @property
     def cache_budget(self) -> int:
         return self.sinks + self.window + self.retain
 
     def to_dict(self) -> dict:
-        """The fields (without the retention keys when retain is 0: records made before retention match)."""
+        """The fields (without the retention keys when retain is 0 and out_norm when off: records made before
+        these options existed match)."""
         return without_unused_retention(dataclasses.asdict(self))
 
     @classmethod
@@ -68,6 +70,7 @@ def validate(cfg: LinearizeConfig, config) -> list[int]:
         raise ValueError(f"cache budget sinks+window+retain={cfg.cache_budget} exceeds max_position_embeddings={max_len}")
     check_window_only(cfg.mechanism, cfg.window, cfg.sinks)
     check_retention(cfg.mechanism, cfg.window, cfg.retain, cfg.retain_score)
+    check_out_norm(cfg.mechanism, cfg.out_norm, cfg.retain)
     if cfg.full_layers is not None:
         if cfg.keep_full:
             raise ValueError("give either full_layers or keep_full, not both")
@@ -101,7 +104,10 @@ class LinearGenerationMixin:
 
 
 def linearize(model, cfg: LinearizeConfig, base_name: str | None = None):
-    """Linearize `model` in place and return it. Only the new parameters require grad afterwards."""
+    """Linearize `model` in place and return it. Only the new parameters require grad afterwards.
+
+    With out_norm the norm's weight starts at 1 here (no data); `golinear train` calibrates it to the attention
+    output's per-head rms on its first batch before step 0 (models.out_norm_calibration)."""
     check_architecture(model.config)
     full = validate(cfg, model.config)
     if any(isinstance(layer.self_attn, LinearizedAttention) for layer in _decoder_layers(model)):
@@ -113,7 +119,7 @@ def linearize(model, cfg: LinearizeConfig, base_name: str | None = None):
             continue
         layer.self_attn = LinearizedAttention(layer.self_attn, model.config, idx, cfg.mechanism, cfg.window,
                                               cfg.sinks, cfg.short_conv, cfg.conv_size, cfg.gate_rank,
-                                              cfg.feature_dim, cfg.retain, cfg.retain_score)
+                                              cfg.feature_dim, cfg.retain, cfg.retain_score, cfg.out_norm)
         for name in ("lin", "conv"):  # new parameters stay fp32 (they are tiny); frozen ones keep their dtype
             sub = getattr(layer.self_attn, name)
             if sub is not None:

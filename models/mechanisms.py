@@ -53,6 +53,28 @@ def _gla_log_decay(g: torch.Tensor, normalizer: float) -> torch.Tensor:
     return F.logsigmoid(g.float()) / normalizer
 
 
+class OutputNorm(nn.Module):
+    """Opt-in per-head RMSNorm of the op's output (out_norm=True; FLA's GDN layer has one, `o_norm`):
+    y * rsqrt(mean_d(y^2) + 1e-6) * weight. Strict GDN/kGLA read the state of L2-normalised keys with scale
+    D^-1/2, so their output is ~7% of the attention output's size and no gate can enlarge it (docs/study.md,
+    "Strict GDN at 135M"). The weight starts at 1; `golinear train` calibrates it to the attention output's
+    per-head rms before step 0 (models.out_norm_calibration)."""
+
+    def __init__(self, heads: int, head_dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(heads, head_dim))
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:  # [B, T, H, D] -> same shape and dtype
+        return _rms_norm(y, self.weight, self.eps)
+
+
+@compiled
+def _rms_norm(y: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    yf = y.float()
+    return (yf * torch.rsqrt(yf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(y.dtype)
+
+
 def expand(x: torch.Tensor, groups: int) -> torch.Tensor:
     """KV heads -> query heads ([B,T,Hkv,D] -> [B,T,Hkv*groups,D]), as transformers' repeat_kv."""
     return x.repeat_interleave(groups, dim=2) if groups > 1 else x
@@ -64,11 +86,12 @@ class GLA(nn.Module):
     KV_KEYS = ("k", "v")
     STOP_KEYS = ("log_a", "v")  # S = diag(a) S + k v^T: decay 1, nothing added
 
-    def __init__(self, hidden, heads, kv_heads, head_dim, gate_rank=16, **_):
+    def __init__(self, hidden, heads, kv_heads, head_dim, gate_rank=16, out_norm=False, **_):
         super().__init__()
         self.groups = heads // kv_heads
         self.gate = GLAGate(hidden, heads, head_dim, gate_rank)
         self.scale = head_dim ** -0.5
+        self.out_norm = OutputNorm(heads, head_dim) if out_norm else None
 
     def inputs(self, x, q, k, v, qk=None, expand_kv=True):
         g = self.groups if expand_kv else 1
@@ -81,8 +104,8 @@ class KeyGatedGLA(GLA):
     The gate stays diagonal, so it is GLA with log a'_t = log a_t + log(1 - b_t k_t^2) (same op)."""
     kind = "kgla"
 
-    def __init__(self, hidden, heads, kv_heads, head_dim, gate_rank=16, **_):
-        super().__init__(hidden, heads, kv_heads, head_dim, gate_rank)
+    def __init__(self, hidden, heads, kv_heads, head_dim, gate_rank=16, out_norm=False, **_):
+        super().__init__(hidden, heads, kv_heads, head_dim, gate_rank, out_norm)
         self.beta = nn.Linear(hidden, heads, bias=False)
 
     def inputs(self, x, q, k, v, qk=None, expand_kv=True):
@@ -113,7 +136,7 @@ class GatedDeltaNet(nn.Module):
     KV_KEYS = ("k", "v")
     STOP_KEYS = ("log_a", "beta")  # S = a (I - b k k^T) S + b k v^T: a = 1, b = 0 leave S as it is
 
-    def __init__(self, hidden, heads, kv_heads, head_dim, **_):
+    def __init__(self, hidden, heads, kv_heads, head_dim, out_norm=False, **_):
         super().__init__()
         self.groups = heads // kv_heads
         self.a_proj = nn.Linear(hidden, heads, bias=False)
@@ -121,6 +144,7 @@ class GatedDeltaNet(nn.Module):
         self.A_log = nn.Parameter(torch.empty(heads))
         self.dt_bias = nn.Parameter(torch.empty(heads))
         self.scale = head_dim ** -0.5
+        self.out_norm = OutputNorm(heads, head_dim) if out_norm else None
         self.reset_gate()
 
     @torch.no_grad()

@@ -24,6 +24,9 @@ SELECTIONS = ("uniform", "hardness")  # how keep_full picks its full-attention l
 # a caller's tensor); retain=0 (no slots) is the default recipe, and its keys are then left out of config.json
 RETAIN_SCORES = ("delta_error", "proj_residual")
 RETENTION_KEYS = ("retain", "retain_score")
+# the opt-in output RMSNorm after the op (models.mechanisms.OutputNorm; docs/study.md "Strict GDN at 135M"): the
+# mechanisms that take it (Hedgehog normalises by construction; none has no op); left out of config.json when off
+OUT_NORM_MECHANISMS = ("gla", "kgla", "gdn")
 DTYPES = ("bf16", "bfloat16", "float16", "float32", "fp16", "fp32")
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 WEIGHTS, CONFIG = "new_params.safetensors", "config.json"  # a checkpoint's two files (models.checkpoint)
@@ -32,12 +35,12 @@ MINIMUM = {"window": 0, "sinks": 0, "retain": 0, "conv_size": 1, "lora_rank": 1,
            "feature_dim": 1}
 # the keys of the CLI/store string and of lm-eval's model_args (the other linearize options keep their defaults)
 STRING_KEYS = ("base", "checkpoint", "mechanism", "window", "sinks", "short_conv", "lora", "full_layers",
-               "keep_full", "select", "retain", "retain_score", "dtype")
+               "keep_full", "select", "retain", "retain_score", "out_norm", "dtype")
 LINEAR_KEYS = STRING_KEYS[1:-1]  # the linearization keys of model_args
 # LinearizeConfig's fields, in its order (tests/test_spec.py checks that they agree)
 LINEARIZE_KEYS = ("mechanism", "window", "sinks", "short_conv", "conv_size", "lora", "lora_rank", "lora_alpha",
                   "full_layers", "keep_full", "select", "layer_scores", "gate_rank", "feature_dim", "retain",
-                  "retain_score")
+                  "retain_score", "out_norm")
 PRESETS = {
     "full": {},
     # The paper's final recipe (Sec. 5): GDN + SWA 56 + 8 sinks + short convolutions (cache 64).
@@ -125,7 +128,7 @@ def _checkpoint(key, value) -> str:
 
 
 PARSERS = {"base": lambda k, v: str(v).strip(), "checkpoint": _checkpoint, "mechanism": _mechanism,
-           **{k: _integer for k in MINIMUM}, "short_conv": _boolean, "lora": _boolean,
+           **{k: _integer for k in MINIMUM}, "short_conv": _boolean, "lora": _boolean, "out_norm": _boolean,
            "full_layers": lambda k, v: parse_full_layers(v), "keep_full": _fraction,
            "select": lambda k, v: _choice(k, v, SELECTIONS, "layer selection"), "layer_scores": _scores,
            "retain_score": lambda k, v: _choice(k, v, RETAIN_SCORES, "retention score"),
@@ -155,12 +158,20 @@ def check_retention(mechanism, window: int, retain: int, retain_score: str) -> N
         raise ValueError(f"retain_score={retain_score!r} needs retain > 0 (retention slots)")
 
 
+def check_out_norm(mechanism, out_norm: bool, retain: int) -> None:
+    """The output norm follows the GLA/kGLA/GDN op in LinearizedAttention.run; the retention path
+    (models.ops.retention*) computes its GDN output itself, without it."""
+    if out_norm and mechanism not in OUT_NORM_MECHANISMS:
+        raise ValueError(f"out_norm=true needs mechanism in {list(OUT_NORM_MECHANISMS)}; got mechanism={mechanism}")
+    if out_norm and retain:
+        raise ValueError(f"out_norm=true is not implemented with retention slots (retain={retain})")
+
+
 def without_unused_retention(options: dict) -> dict:
-    """Linearize options without the retention keys when retain is 0: checkpoints and run records written
-    before retention existed stay byte-identical."""
-    if options.get("retain"):
-        return options
-    return {k: v for k, v in options.items() if k not in RETENTION_KEYS}
+    """Linearize options without the retention keys when retain is 0 and without out_norm when off: checkpoints
+    and run records written before these options existed stay byte-identical."""
+    drop = (() if options.get("retain") else RETENTION_KEYS) + (() if options.get("out_norm") else ("out_norm",))
+    return {k: v for k, v in options.items() if k not in drop}
 
 
 def read_checkpoint_config(folder) -> dict:
@@ -229,6 +240,7 @@ class ModelSpec:
     feature_dim: int = 64
     retain: int = 0                # retention slots per KV head (GDN with a window; models.ops.retention)
     retain_score: str = RETAIN_SCORES[0]
+    out_norm: bool = False         # output RMSNorm after the op (gla, kgla, gdn; models.mechanisms.OutputNorm)
     dtype: str = "float32"
 
     def __post_init__(self):
@@ -236,6 +248,7 @@ class ModelSpec:
             object.__setattr__(self, key, parse_value(key, getattr(self, key)))
         if self.checkpoint is None:  # (a checkpoint's own options are checked when it is linearized)
             check_retention(self.mechanism, self.window, self.retain, self.retain_score)
+            check_out_norm(self.mechanism, self.out_norm, self.retain)
 
     # ------------------------------------------------------------------ the CLI/store string
     @classmethod
@@ -307,7 +320,7 @@ class ModelSpec:
         return cls(base=args.base, mechanism=args.mechanism, window=args.window, sinks=args.sinks,
                    short_conv=args.short_conv, lora=args.lora, full_layers=args.full_layers or None,
                    keep_full=args.keep_full, select=args.select, layer_scores=read_layer_scores(args.layer_scores),
-                   retain=args.retain, retain_score=args.retain_score)
+                   retain=args.retain, retain_score=args.retain_score, out_norm=args.out_norm)
 
     # ------------------------------------------------------------------ checkpoint config.json
     @classmethod
@@ -326,8 +339,8 @@ class ModelSpec:
         return {"base": self.base, "linearize": self.linearize_options()}
 
     def linearize_options(self) -> dict:
-        """LinearizeConfig's fields as JSON values (lists, not tuples; no retention keys without slots); needs a
-        mechanism."""
+        """LinearizeConfig's fields as JSON values (lists, not tuples; no retention keys without slots, no
+        out_norm when off); needs a mechanism."""
         if self.mechanism is None:
             raise ValueError(f"a linearized model needs a mechanism; allowed: {list(MECHANISMS)}")
         return without_unused_retention({k: (list(v) if isinstance(v, tuple) else v) for k, v in

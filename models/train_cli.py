@@ -33,6 +33,8 @@ def run_name(opts: dict) -> str:
         parts.append(f"s{opts['sinks']}")
     if opts.get("retain"):
         parts.append(f"r{opts['retain']}-{opts['retain_score']}")
+    if opts.get("out_norm"):
+        parts.append("onorm")
     if opts["short_conv"]:
         parts.append("sc")
     if opts["lora"]:
@@ -87,6 +89,9 @@ def main(args) -> int:
         return 0
     acc = Accelerator(cpu=not torch.cuda.is_available())
     fsdp = fsdp_settings(getattr(args, "fsdp", False), acc.num_processes)
+    if fsdp and opts.get("out_norm"):
+        raise ValueError("--out-norm with --fsdp: the output-norm calibration runs on a whole model; "
+                         "train on one process or data parallel")
     if fsdp and acc.mixed_precision != "no":
         raise ValueError(f"mixed_precision {acc.mixed_precision!r} with FSDP: golinear autocasts itself (--bf16, on "
                          "by default on GPU); set mixed_precision: 'no' in the accelerate config")
@@ -129,6 +134,10 @@ def main(args) -> int:
             full_loss = heldout_loss(model, heldout, acc.device, bf16)
         seed_everything(cfg.seed)  # new-parameter initialisation is a function of the seed
         linearize(model, lin_cfg, base_name=args.base)
+    calibration = previous.get("out_norm_calibration")
+    if lin_cfg.out_norm and not resuming:  # (a resume restores the weights from state.pt)
+        from models.out_norm_calibration import calibrate_out_norm
+        calibration = calibrate_out_norm(model, sequences.batch(0, cfg.batch_size).to(acc.device), bf16)
     init_loss = previous.get("results", {}).get("heldout_loss_init")
     data_meta = {k: v for k, v in td.meta.items()}
     data_meta.update(sequences=sequences.num, seq_len=cfg.seq_len,
@@ -153,6 +162,8 @@ def main(args) -> int:
     record = {"command": "golinear train", "base": args.base, "linearize": lin_cfg.to_dict(), "train": dataclasses.asdict(cfg),
               "data": data_meta, "seeds": {"init": cfg.seed, "data_order": cfg.seed, "heldout": "hash rule, no seed"},
               "note": args.note, "environment": environment(acc, fsdp), "summary": summary, "results": results}
+    if lin_cfg.out_norm:
+        record["out_norm_calibration"] = calibration
     if not summary["finished"]:
         if acc.is_main_process:
             atomic_write_json(out / CONFIG_FILE, record)
