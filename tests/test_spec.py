@@ -122,6 +122,7 @@ BAD = [  # (key, value, the whole message)
     ("retain", -1, "retain=-1: expected a non-negative integer"),
     ("retain_score", "attention_mass",
      "unknown retention score 'attention_mass'; allowed: ['delta_error', 'proj_residual']"),
+    ("out_norm", "maybe", "out_norm='maybe': expected true or false"),
 ]
 
 
