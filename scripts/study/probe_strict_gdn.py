@@ -17,7 +17,8 @@ RMSNorm of the output times a learned weight [H, D] (init 1; FLA's GatedDeltaNet
 onorm8 = the same with the weight initialised to head_dim^-1/2 (data-free, about the attention output's size);
 onorm-cal = the same with the weight initialised to the per-head rms of y_full on one held-out sequence;
 beta1 = beta shifted to start near 1 (0.98); maxmag = beta 1 and no decay (the largest output the gates
-allow, roughly); zero / mean-v = reference outputs (nothing / the running mean of v).
+allow, roughly); zero / mean-v = reference outputs (nothing / the running mean of v); plus-mean-v = the op's output plus the
+running mean of v (the uniform 1/t term of the paper's Section 3.2 expansion, which GDN omits).
 """
 from __future__ import annotations
 
@@ -115,6 +116,8 @@ def build(variant: str, seed: int = 0, calib_seq=None):
             lin.probe_post = lambda self, o, l: o * 0
         elif extra == "mean-v":
             lin.probe_post = _mean_v
+        elif extra == "plus-mean-v":  # the 1/t term of the paper's first-order expansion, added to the op
+            lin.probe_post = lambda self, o, l: o + _mean_v(self, o, l)
         elif extra:
             raise ValueError(f"unknown variant {variant!r}")
     return model, tok
