@@ -134,10 +134,11 @@ def main(args) -> int:
             full_loss = heldout_loss(model, heldout, acc.device, bf16)
         seed_everything(cfg.seed)  # new-parameter initialisation is a function of the seed
         linearize(model, lin_cfg, base_name=args.base)
-    calibration = previous.get("out_norm_calibration")
-    if lin_cfg.out_norm and not resuming:  # (a resume restores the weights from state.pt)
+    meta = {}
+    if lin_cfg.out_norm:  # before the init loss; deterministic, and a resume then loads the trained weights
         from models.out_norm_calibration import calibrate_out_norm
-        calibration = calibrate_out_norm(model, sequences.batch(0, cfg.batch_size).to(acc.device), bf16)
+        meta["out_norm_calibration"] = calibrate_out_norm(model, sequences.batch(0, cfg.batch_size).to(acc.device),
+                                                          bf16)
     init_loss = previous.get("results", {}).get("heldout_loss_init")
     data_meta = {k: v for k, v in td.meta.items()}
     data_meta.update(sequences=sequences.num, seq_len=cfg.seq_len,
@@ -145,7 +146,7 @@ def main(args) -> int:
     t_eval = time.perf_counter()
     if init_loss is None and acc.is_main_process and not fsdp:
         init_loss = heldout_loss(model, heldout, acc.device, bf16)
-    trainer = Trainer(model, sequences, cfg, out, accelerator=acc, meta={"data": data_meta})
+    trainer = Trainer(model, sequences, cfg, out, accelerator=acc, meta={"data": data_meta, **meta})
     if fsdp:  # the sharded model is evaluated by all ranks together
         t_eval = time.perf_counter()
         if full_loss is None:
@@ -163,7 +164,7 @@ def main(args) -> int:
               "data": data_meta, "seeds": {"init": cfg.seed, "data_order": cfg.seed, "heldout": "hash rule, no seed"},
               "note": args.note, "environment": environment(acc, fsdp), "summary": summary, "results": results}
     if lin_cfg.out_norm:
-        record["out_norm_calibration"] = calibration
+        record["out_norm_calibration"] = trainer.meta.get("out_norm_calibration")
     if not summary["finished"]:
         if acc.is_main_process:
             atomic_write_json(out / CONFIG_FILE, record)

@@ -204,11 +204,15 @@ def test_golinear_train_calibrates_and_records(tmp_path):
     base = write_tiny_backbone(tmp_path / "base")
     write_books(tmp_path / "data")
     run = tmp_path / "run"
-    assert golinear(["train", "--base", str(base), "--data-dir", str(tmp_path / "data"), "--seq-len", "32",
-                     "--eval-sequences", "1", "--heldout-docs", "2", "--steps", "2", "--window", "0", "--sinks",
-                     "0", "--no-short-conv", "--out-norm", "--out", str(run)]) == 0
+    train = ["train", "--base", str(base), "--data-dir", str(tmp_path / "data"), "--seq-len", "32", "--eval-sequences",
+             "1", "--heldout-docs", "2", "--steps", "3", "--window", "0", "--sinks", "0", "--no-short-conv",
+             "--out-norm", "--out", str(run)]
+    assert golinear(train + ["--stop-after", "1"]) == 0  # stopped, then resumed: the same record
+    stopped = json.loads((run / "train_config.json").read_text())["out_norm_calibration"]
+    assert golinear(train) == 0
     record = json.loads((run / "train_config.json").read_text())
     calibration = record["out_norm_calibration"]
+    assert calibration == stopped and record["summary"]["finished"]
     assert record["linearize"]["out_norm"] is True and calibration["tokens"] == 32
     assert len(calibration["rms_per_layer_mean"]) == len(calibration["layers"]) == 2
     assert all(0 < r < 1 for r in calibration["rms_per_layer_mean"])  # not the data-free 1
