@@ -74,6 +74,12 @@ def _check(args):
         raise ValueError(f"--linear {args.linear!r} is full attention; give a linearized spec or checkpoint")
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise FileNotFoundError(f"--data-dir {args.data_dir!r} does not exist")
+    from bench.lm_backend import check_model_args
+    for label, backend, margs, _ in _plan(args):
+        try:  # e.g. a model with retention slots has no batched row
+            check_model_args(backend, {**margs, "device": args.device})
+        except ValueError as e:
+            raise ValueError(f"row {label!r} (--rows): {e}") from None
 
 
 def _requests(args, tokenizer):

@@ -181,6 +181,30 @@ def test_bad_model_input(backend, args, error, match):
 
 
 @pytest.mark.slow
+def test_retention_slots_generate_sequentially(tmp_path):
+    """The static-cache decoder has no retention slots (models.fast_decode): a model with retain > 0, given as a
+    spec or as a checkpoint, defaults to generation=sequential, generates with it, and refuses batched in one line."""
+    from models.checkpoint import save_checkpoint
+    from models.load import load_model
+    from tests._tiny import write_tiny_backbone
+
+    tiny = write_tiny_backbone(tmp_path / "tiny")
+    model, _, _ = load_model(base=str(tiny), mechanism="gdn", window=4, sinks=1, retain=2)
+    ckpt = str(save_checkpoint(model, tmp_path / "ckpt"))
+    spec = dict(base=str(tiny), mechanism="gdn", window=4, sinks=1, retain=2)
+    assert B.check_model_args("linearized", dict(spec, retain=0))["generation"] == "batched"
+    for args in (spec, {"checkpoint": ckpt}):
+        assert B.check_model_args("linearized", args)["generation"] == "sequential"
+        with pytest.raises(ValueError) as e:
+            B.make_lm("linearized", **args, generation="batched")
+        assert str(e.value) == ("generation='batched': a model with retention slots (retain=2) has no static-cache "
+                                "decoder; allowed: ['sequential']")
+    lm = B.make_lm("linearized", checkpoint=ckpt)
+    req = Instance("generate_until", {}, ("the cat sat", {"until": [], "max_gen_toks": 3, "do_sample": False}), 0)
+    assert lm.generation == "sequential" and len(lm.generate_until([req], disable_tqdm=True)) == 1
+
+
+@pytest.mark.slow
 def test_unknown_mechanism_and_registry_name():
     with pytest.raises(ValueError, match="unknown mechanism 'gdm'"):
         B.make_lm("linearized", mechanism="gdm")
