@@ -11,11 +11,12 @@
 # (scripts/study/prepare_eval.sh), optionally a checkpoint folder CKPT outside the tree and .device/eval-partial.
 # Env: NAMES (checkpoint names under CKPT, or model specs such as mechanism=none,window=120,sinks=8; `full` is
 #   always added), SUITES (default "cr lambada"), K (workers, default 8), BUDGET (s from the start, default 540),
-#   CKPT (default checkpoints/smollm2-135m), BATCH (cr/lambada, 64), BATCH_MMLU (4), BATCH_LONG (32),
+#   CKPT (a carried folder of checkpoints outside the tree; a name not there is looked up in the tracked
+#   checkpoints/smollm2-135m, then in the machine's stash), BATCH (cr/lambada, 64), BATCH_MMLU (4), BATCH_LONG (32),
 #   LONG_ARGS (sniah/ruler: "--context-length 4096 --num-samples 500"), EXTRA_ARGS (every run; a CPU dry run:
 #   "--limit 2"), DRY=1 (CPU: no set-up, DEVICE=cpu, DATA from the data folder), GGUF_SHA, GOLINEAR_GIT_COMMIT.
 # Out ($OUT): cells.tgz (the cells this store has and leaderboards/store lacks), partial.tgz (request caches of
-#   unfinished cells, if < 15 MiB), logs.tgz (one log per worker, units.log: one line per unit with its time).
+#   unfinished cells, if < 15 MiB), logs.tgz (one log per worker; units-<start>.log: one line per unit and call, with its time; gpu.log).
 # Merge here: bash scripts/study/merge_eval.sh <files_at>.
 #
 # K and batch sizes. A 135M model leaves an H200 idle: lm-eval's per-request Python work and the tokenizer
@@ -28,7 +29,7 @@
 # beside ~6 other evaluation processes and training) add up to 697 s for full attention and 912 s for the
 # default recipe over CR + LAMBADA, i.e. ~700-900 process-seconds per model under similar sharing. With K=8 for
 # ~480 s of evaluation in a 540-s budget (set-up, imports and model loads take the rest), one call should finish
-# ~4-6 models' CR + LAMBADA (31 models: ~6-8 calls); MMLU took 310-360 s per model. units.log gives real figures.
+# ~4-6 models' CR + LAMBADA (31 models: ~6-8 calls); MMLU took 310-360 s per model. units-*.log give real figures.
 set -u
 T0=$(date +%s); ROOT=$PWD
 BUDGET=${BUDGET:-540}; K=${K:-8}; SUITES=${SUITES:-cr lambada}; CKPT=${CKPT:-checkpoints/smollm2-135m}
@@ -55,14 +56,15 @@ export GOLINEAR_GIT_COMMIT=${GOLINEAR_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/nu
 # checkpoints: carried ones are stashed, so a warm machine keeps them for the next call
 SPECS=()
 for name in full ${NAMES:-}; do
-  if [ -d "$CKPT/$name" ]; then cp -rn "$CKPT/$name" $STASH_CK/; SPECS+=($STASH_CK/$name)
-  elif [ -d "$STASH_CK/$name" ]; then SPECS+=($STASH_CK/$name)
+  src=""; for d in "$CKPT" checkpoints/smollm2-135m; do [ -z "$src" ] && [ -d "$d/$name" ] && src=$d/$name; done
+  if [ -n "$src" ]; then rm -rf $STASH_CK/$name; cp -r "$src" $STASH_CK/; SPECS+=($STASH_CK/$name)  # carried: fresh copy
+  elif [ -d "$STASH_CK/$name" ]; then SPECS+=($STASH_CK/$name)  # carried by an earlier call
   elif [ "$name" = full ] || [[ "$name" == *=* ]]; then SPECS+=($name)
-  else echo "no checkpoint $name in $CKPT or $STASH_CK: skipped"; fi
+  else echo "no checkpoint $name in $CKPT, checkpoints/smollm2-135m or $STASH_CK: skipped"; fi
 done
 suite_args() { case $1 in sniah|ruler) echo ${LONG_ARGS:---context-length 4096 --num-samples 500};; esac; }
 suite_batch() { case $1 in mmlu) echo ${BATCH_MMLU:-4};; sniah|ruler) echo ${BATCH_LONG:-32};; *) echo ${BATCH:-64};; esac; }
-: > $WORK/units.txt  # suite-major (list the longest suite first); units whose cells are all in the store are left out (no process spent)
+: > $WORK/units.txt  # suite-major (list the longest suite first); units with every cell in the store: left out
 for spec in "${SPECS[@]}"; do for s in $SUITES; do printf '%s\t%s\n' "$spec" "$s"; done; done > $WORK/all-units.txt
 for s in $SUITES; do grep -P "\t$s\$" $WORK/all-units.txt | $PY scripts/study/pending_units.py -- --store $STORE \
   --data-dir $DATA $(suite_args $s) ${EXTRA_ARGS:-} >> $WORK/units.txt; done
@@ -78,7 +80,7 @@ worker() {  # worker W: take each free unit in turn until the list or the budget
     timeout -k 10 $left $PY -m bench.cli run --models "$spec" --suites $s --store $STORE --device $DEVICE \
       --batch-size $bs --data-dir $DATA $args ${EXTRA_ARGS:-} < /dev/null >> $WORK/logs/w$w.log 2>&1; rc=$?
     echo "w$w $(basename $spec) $s rc=$rc $(( $(date +%s) - t ))s t=$(( $(date +%s) - T0 ))s $(tail -n +$((n0 + 1)) $WORK/logs/w$w.log | grep -o '[0-9]* evaluated' | tail -1)" \
-      | tee -a $WORK/logs/units.log
+      | tee -a $WORK/logs/units-$T0.log
   done < $WORK/units.txt
 }
 for w in $(seq 1 $K); do worker $w & sleep ${STAGGER_S:-2}; done  # staggered: model loads do not collide
@@ -95,5 +97,5 @@ tar czf $OUT/cells.tgz -C $STORE -T $WORK/new.txt
 mkdir -p $STORE/partial; tar czf $WORK/partial.tgz -C $STORE partial
 [ $(stat -c %s $WORK/partial.tgz) -lt 15000000 ] && cp $WORK/partial.tgz $OUT/ || echo "partial.tgz over 15 MB: not returned"
 tar czf $OUT/logs.tgz -C $WORK/logs .
-echo "$(wc -l < $WORK/new.txt) new cells returned; units done: $(grep -c 'rc=0' $WORK/logs/units.log 2>/dev/null) of $(wc -l < $WORK/units.txt)"
+echo "$(wc -l < $WORK/new.txt) new cells returned; units finished in this call: $(grep -c 'rc=0' $WORK/logs/units-$T0.log 2>/dev/null) of $(wc -l < $WORK/units.txt)"
 ls -l $OUT; echo "total $(( $(date +%s) - T0 )) s"
