@@ -7,8 +7,6 @@ anything is written.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from bench.store import Store
 
 

@@ -65,6 +65,15 @@ def run_call(tmp: Path, budget: int) -> tuple[subprocess.CompletedProcess, float
     return r, time.time() - t, out
 
 
+def evaluated(r: subprocess.CompletedProcess) -> list[str]:
+    """The script's unit lines that wrote a cell (one cell per unit here: LAMBADA)."""
+    return [line for line in r.stdout.splitlines() if line.startswith("w") and line.endswith("1 evaluated")]
+
+
+def returned(out: Path) -> set[str]:
+    return {m.name for m in tarfile.open(out / "cells.tgz").getmembers() if m.isfile()}
+
+
 @pytest.mark.slow
 def test_device_eval_dry_run_stops_at_its_deadline_and_resumes_without_redoing(tmp_path):
     """Two calls on one (warm) machine: the first is cut by its budget, the second finishes; every cell is
@@ -74,12 +83,11 @@ def test_device_eval_dry_run_stops_at_its_deadline_and_resumes_without_redoing(t
     assert wall < 60 + 30, first.stdout  # the deadline holds (timeout -k 10 on each run, then packing)
     second, _, out2 = run_call(tmp_path, budget=400)
     assert second.returncode == 0, second.stdout + second.stderr
-    def evaluated(r):
-        return [line for line in r.stdout.splitlines() if line.startswith("w") and line.endswith("1 evaluated")]
     # the third unit cannot start in call 1 (a unit takes > 30 s, the budget leaves < 30 s for it)
     assert len(evaluated(first)) < 3, first.stdout
     assert len(evaluated(first)) + len(evaluated(second)) == 3, first.stdout + second.stdout  # each cell once
-    names = {m.name for m in tarfile.open(out2 / "cells.tgz").getmembers() if m.isfile()}
+    assert len(returned(out1)) == len(evaluated(first))
+    names = returned(out2)
     assert len(names) == 3 and all("limit2" in n for n in names)  # the second call returns all new cells
     assert (out2 / "logs.tgz").exists() and (out2 / "partial.tgz").exists()
     store = tmp_path / "merged"
