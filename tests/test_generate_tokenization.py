@@ -72,3 +72,14 @@ def test_encode_ids_equals_the_tokenizers_call(lm):
         assert B.encode_ids(tok, ["a b c d e f"]) == tok(["a b c d e f"])["input_ids"]
     finally:
         tok.backend_tokenizer.no_truncation()
+
+
+def test_encode_ids_configures_the_tokenizers_parallelism(lm, monkeypatch):
+    """After a parallel encode the setting is explicit (the library's fork handler then leaves forked children
+    alone); a user's own choice is kept."""
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    B.encode_ids(lm.tokenizer, CONTEXTS)
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    B.encode_ids(lm.tokenizer, CONTEXTS)
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
