@@ -15,7 +15,8 @@ per row in place with device-side indexing (no host sync, static shapes: FastDec
 graph), folding the token leaving the window into the state.
 Launch overhead (tests/test_overhead.py counts kernels per layer): q/k/v are one matmul, the three short
 convs one conv over [q|k|v], RoPE/l2norm run on q and k at once, window + sinks are one fused attention
-call; GOLINEAR_COMPILE=1 compiles the elementwise regions (models.ops.compiled).
+call; GOLINEAR_COMPILE=1 compiles the elementwise regions (models.ops.compiled). The steady GDN decode step
+runs models.ops.fused_decode on CUDA (GOLINEAR_FUSED_DECODE; `step` below stays the definition).
 The opt-in output norm (out_norm; models.mechanisms.OutputNorm) follows the GLA/kGLA/GDN op inside `run`, the
 one place every path (parallel pass, chunked prefill, decode step) gets the op's output from.
 Retention slots (retain > 0, GDN with a window; docs/retention.md): the prompt runs models.ops.retention_prefill
@@ -33,6 +34,7 @@ from models import ops
 from models.cache import LinearLayerCache
 from models.decode_state import LIN_KEYS, DecodeState, gather_ring, put, ring_index
 from models.mechanisms import MECHANISM_CLASSES, ShortConvs
+from models.ops import fused_decode
 from models.ops.retention import retention_step
 from models.ops.retention_prefill import retention_prefill
 from models.prefill import prefill_chunk
@@ -316,6 +318,8 @@ class LinearizedAttention(nn.Module):
         slot is a real token and the leaving one is not a sink, so no sink write, mask or validity check."""
         if self.retain:
             return self._retention_step(x, position_embeddings, state)
+        if fused_decode.applies(self, x, steady):  # the same step in few kernels (CUDA by default)
+            return fused_decode.fused_step(self, x, position_embeddings, state, pos)
         B = x.shape[0]
         s, w = self.sinks, self.window
         qk, q, k, v, new_conv = project_qkv(self, x, position_embeddings, self.conv_weight(), state.conv)

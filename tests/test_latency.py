@@ -350,3 +350,66 @@ def test_fast_short_conv_matches_reference(T, with_state):
         got, got_state = fb.short_conv(x, w, state, output_final_state=True)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got_state, want_state)
+
+
+# ------------------------------------------------------------------ the fused steady decode step (models.ops.fused_decode)
+def _decode_run(model, monkeypatch, fused: str, n=5):
+    """Logits of n steady steps and the final decode state, rows at different positions (lengths 13 and 9)."""
+    monkeypatch.setenv("GOLINEAR_FUSED_DECODE", fused)
+    ids = torch.randint(0, 97, (2, 13), generator=torch.Generator().manual_seed(0))
+    fd = FastDecoder(model, prefill_chunk=5, max_len=64, use_graph=False)
+    fd.prefill(ids, lengths=[13, 9])
+    logits = []
+    for _ in range(n):
+        fd.decode(1)
+        logits.append(fd.last_logits.clone())
+    return torch.cat(logits, 1), [t.clone() for st in fd.states if st is not None for t in st.tensors()]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("sinks,conv,out_norm", [(2, True, False), (0, False, True), (3, True, True)])
+def test_fused_decode_step_equals_the_step(monkeypatch, compiled, sinks, conv, out_norm):
+    """GOLINEAR_FUSED_DECODE=1 (fp32, CPU): the same logits and decode state as LinearizedAttention.step, over
+    several steady steps (its pure function eagerly, and through torch.compile as on CUDA)."""
+    from models.ops import fused_decode
+    if compiled and not _inductor_works():
+        pytest.skip("torch.compile (inductor) cannot run on this machine")
+    if not compiled:
+        monkeypatch.setattr(fused_decode, "prepare", fused_decode._prepare)
+    model = tiny_model("gdn", window=4, sinks=sinks, short_conv=conv, out_norm=out_norm)
+    calls = []
+    real = fused_decode.fused_step
+    monkeypatch.setattr(fused_decode, "fused_step", lambda *a: calls.append(1) or real(*a))
+    want, want_state = _decode_run(model, monkeypatch, "0")
+    assert not calls
+    got, got_state = _decode_run(model, monkeypatch, "1")
+    assert len(calls) == 5 * 3  # every step of every layer took the fused path
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(got_state, want_state, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_decode_mode_is_validated(monkeypatch):
+    from models.ops import fused_decode
+    monkeypatch.setenv("GOLINEAR_FUSED_DECODE", "yes")
+    with pytest.raises(ValueError, match="GOLINEAR_FUSED_DECODE='yes'; allowed"):
+        fused_decode.mode()
+
+
+def test_fused_decode_is_off_on_cpu_by_default(monkeypatch):
+    from models.ops import fused_decode
+    monkeypatch.delenv("GOLINEAR_FUSED_DECODE", raising=False)
+    layer = tiny_model("gdn", window=4, sinks=2, short_conv=True).model.layers[0].self_attn
+    x = torch.zeros(1, 1, 64)
+    assert not fused_decode.applies(layer, x, steady=True)
+    monkeypatch.setenv("GOLINEAR_FUSED_DECODE", "1")
+    with torch.no_grad():
+        assert fused_decode.applies(layer, x, steady=True) and not fused_decode.applies(layer, x, steady=False)
+
+
+def _inductor_works() -> bool:
+    try:
+        torch.compile(lambda t: t * 2 + 1)(torch.ones(3))
+        return True
+    except Exception:  # no C++ compiler / inductor unusable on this machine
+        return False

@@ -8,6 +8,8 @@ FLA imports. Which kernel backs each op:
     Hopper + triton<3.7.1 guard (FLA #640; gradients checked against the reference in tests/test_gpu.py
     for head dims 64 and 128 at T=4096 on the H200). gdn_recurrent: `fused_recurrent_gated_delta_rule`
     (forward only: FLA has no backward for it; with grad enabled and T > 1 the chunk kernel is used).
+    gdn_step_inplace: the same kernel launched with its final state written over the initial one (the fused
+    decode step, models.ops.fused_decode).
   - linear_attn_chunk / _recurrent (Hedgehog): FLA's `chunk_linear_attn` / `fused_recurrent_linear_attn`
     with normalize=False and scale=1, on v augmented by a ones column (padded to a multiple of 16), so one
     kernel returns the numerator and the denominator phi_q^T Z together; the state carries Z in that
@@ -28,6 +30,7 @@ FLA's kernels are wrapped in torch.compiler.disable (opaque to torch.compile).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import torch
@@ -60,6 +63,7 @@ def load_fla():
     from fla.ops.attn.parallel import parallel_attn_fwd
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
     from fla.ops.gated_delta_rule.chunk import ChunkGatedDeltaRuleFunction
+    from fla.ops.gated_delta_rule.fused_recurrent import fused_recurrent_gated_delta_rule_fwd_kernel
     from fla.ops.gla import chunk_gla, fused_recurrent_gla
     from fla.ops.linear_attn import chunk_linear_attn, fused_recurrent_linear_attn
     from fla.modules.causal_conv1d import causal_conv1d_fwd
@@ -82,7 +86,8 @@ def load_fla():
         fused_recurrent_gated_delta_rule=opaque(fused_recurrent_gated_delta_rule),
         chunk_linear_attn=opaque(chunk_linear_attn), fused_recurrent_linear_attn=opaque(fused_recurrent_linear_attn),
         causal_conv1d_fwd=opaque(causal_conv1d_fwd), l2norm_fwd=opaque(l2norm_fwd),
-        rotary_embedding_fwdbwd=opaque(rotary_embedding_fwdbwd))
+        rotary_embedding_fwdbwd=opaque(rotary_embedding_fwdbwd),
+        gdn_step_launch=opaque(functools.partial(_gdn_step_launch, fused_recurrent_gated_delta_rule_fwd_kernel)))
 
 
 # ----------------------------------------------------------------------------------------------- GLA
@@ -169,6 +174,33 @@ def gdn_recurrent(q, k, v, log_a, beta, scale, initial_state=None, output_final_
                                                         scale=scale, initial_state=_state_in(initial_state),
                                                         output_final_state=output_final_state)
     return o.to(out_dtype), state
+
+
+def gdn_step_inplace(q, k, v, log_a, beta, scale, state):
+    """gdn_recurrent with the fp32 state [B, H, K, V] updated in place (the decode step: no new state, no copy
+    back): FLA's fused recurrent kernel with h0 = ht (each program loads its state slice before it stores it).
+    q/k/v [B, T, H, D] contiguous, log_a [B, T, H] fp32, beta [B, T, H] in q's dtype -> o [B, T, H, V]."""
+    reference._check_qkv(q, k, v)
+    want = (q.shape[0], q.shape[2], q.shape[3], v.shape[-1])
+    if state.dtype != torch.float32 or not state.is_contiguous() or tuple(state.shape) != want:
+        raise ValueError(f"state {tuple(state.shape)} {state.dtype}: must be fp32, contiguous, {want}")
+    o = torch.empty_like(v)
+    kernels.gdn_step_launch(q.contiguous(), k.contiguous(), v.contiguous(), log_a.float().contiguous(),
+                            beta.contiguous(), o, state, scale)
+    return o
+
+
+def _gdn_step_launch(kernel, q, k, v, g, beta, o, state, scale):
+    """The launch of FLA 0.6.0's fused_recurrent_gated_delta_rule_fwd with ht = h0 = state (its block sizes)."""
+    import triton
+    B, T, H, K = k.shape
+    V = v.shape[-1]
+    BV = min(8, triton.next_power_of_2(V))
+    kernel[(triton.cdiv(V, BV) * B * H,)](
+        q=q, k=k, v=v, g=g, gk=None, gv=None, beta=beta, A_log=None, dt_bias=None, o=o, h0=state, ht=state,
+        cu_seqlens=None, scale=scale, T=T, H=H, HV=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=BV,
+        IS_BETA_HEADWISE=True, USE_QK_L2NORM_IN_KERNEL=False, APPLY_BETA_SIGMOID=False, ALLOW_NEG_EIGVAL=False,
+        STATE_V_FIRST=False, num_warps=1, num_stages=3)
 
 
 # ----------------------------------------------------------------------------------------------- linear attention
