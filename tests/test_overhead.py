@@ -118,7 +118,15 @@ def _recurrent(name, op):
     return fn
 
 
-STAND_INS = dict(
+def _gdn_step_launch(q, k, v, g, beta, o, state, scale):
+    """fla_backend.gdn_step_inplace's kernel: o and the state written in place, one call."""
+    with record_function("kernel::fused_recurrent_gdn_inplace"):
+        out, new = reference.gdn_recurrent(q, k, v, g, beta, scale, state, True)
+        o.copy_(out)
+        state.copy_(new)
+
+
+STAND_INS = dict(gdn_step_launch=_gdn_step_launch,
     chunk_o=types.SimpleNamespace(TRITON_ABOVE_3_4_0=True), parallel_attn_fwd=_parallel_attn_fwd, chunk_gla=_gla,
     GDNChunkFunction=types.SimpleNamespace(apply=_gdn), gdn_chunk_apply=_gdn, chunk_linear_attn=_lin, fused_recurrent_linear_attn=_lin,
     fused_recurrent_gla=_recurrent("fused_recurrent_gla", reference.gla_recurrent),
@@ -244,6 +252,12 @@ def report(compiled: bool = False) -> list[dict]:
         for recipe in (None, "gdn-default"):
             rows.append(dict(workload="decode step", recipe=recipe or "full attention (static cache)",
                              **per_layer(recipe, decode_step, torch.bfloat16)))
+    elif _inductor_works():  # the fused steady step (GOLINEAR_FUSED_DECODE=1)
+        import os
+        os.environ["GOLINEAR_FUSED_DECODE"] = "1"
+        rows.append(dict(workload="decode step (fused)", recipe="gdn-default",
+                         **per_layer("gdn-default", decode_step, torch.bfloat16)))
+        del os.environ["GOLINEAR_FUSED_DECODE"]
     return rows
 
 
@@ -258,7 +272,11 @@ def report(compiled: bool = False) -> list[dict]:
 # gdn default recipe 114 (+1 FLA call) at the H200 sweep of 2026-11-29 (whose ~4.7 ms per token over
 # full-static at 1K, 32 layers, is these extra launches); 77 since (the steady step once position >=
 # sinks + window: no sink writes, masks or validity checks; l2norm on q and k at once; one SDPA call).
-BOUND = {"train_gdn": 210, "prefill_gdn": 96, "train_gdn_compiled": 165, "decode_gdn": 77}
+# The fused steady step (models.ops.fused_decode, on by default on CUDA): 32, of which the attention's own are
+# 5 matmuls (q, k, v, [a|b], o), the compiled prepare region, the in-place GDN kernel and the sum y_lin + y_swa
+# (the CPU's inductor makes that region ONE C++ kernel; Triton on CUDA splits it at its reductions and scatters,
+# so the GPU count is a few higher).
+BOUND = {"train_gdn": 210, "prefill_gdn": 96, "train_gdn_compiled": 165, "decode_gdn": 77, "decode_gdn_fused": 32}
 
 
 def test_compiled_kernel_count(cuda_path, monkeypatch):
@@ -311,6 +329,21 @@ def test_decode_step_kernel_count(cuda_path):
           f"full attention (static cache) {full['kernels']}")
     assert c["fla"] == 1 and c["syncs"] == 0 and full["syncs"] == 0  # capturable: no host sync
     assert full["kernels"] < c["kernels"] <= BOUND["decode_gdn"], (c, full)
+
+
+def test_fused_decode_step_kernel_count(cuda_path, monkeypatch):
+    """GOLINEAR_FUSED_DECODE=1: the steady step in fewer kernels than full attention's (inductor's counted)."""
+    if not _inductor_works():
+        pytest.skip("torch.compile (inductor) cannot run on this machine")
+    import torch._inductor.config as inductor_config
+    monkeypatch.setenv("GOLINEAR_FUSED_DECODE", "1")
+    with inductor_config.patch({"cpp.enable_kernel_profile": True}):
+        c = per_layer("gdn-default", decode_step, torch.bfloat16)
+    print(f"\nfused decode step per layer: {c['kernels']} kernels ({c['ops'].get('inductor', 0)} inductor) + "
+          f"{c['fla']} FLA call")
+    assert c["fla"] == 1 and c["syncs"] == 0 and 0 < c["ops"].get("inductor", 0)
+    assert c["ops"].get("aten::mm", 0) == 8  # q, k, v, [a|b], o + the MLP's 3: no weight copied per step
+    assert c["kernels"] <= BOUND["decode_gdn_fused"], c
 
 
 # ------------------------------------------------------------------------------------------- the new CUDA-path code, on CPU

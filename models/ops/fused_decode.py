@@ -52,20 +52,20 @@ def _l2norm(x, eps=1e-6):
     return x * torch.rsqrt(sq + eps).to(x.dtype)
 
 
-def _prepare(q_raw, k_raw, v_raw, ab, conv_w, conv, cos, sin, A_log, dt_bias, sink_k, sink_v, ring_k, ring_v,
-             lin_k, lin_v, lin_log_a, lin_beta, slot, scale: float):
+def _prepare(q_raw, k_raw, v_raw, ab, conv_parts, conv, cos, sin, A_log, dt_bias, sink_k, sink_v, ring_k, ring_v,
+             lin_k, lin_v, lin_log_a, lin_beta, pos, window: int, scale: float):
     """Everything of a steady GDN decode step but the recurrence, for B rows at their own positions.
 
-    q_raw [B, H*D], k_raw/v_raw [B, Hkv*D] (projections), ab [B, 2H], conv_w [C, W] or None, cos/sin [B, D],
-    slot [B] (pos % window). Writes conv, ring_k/v and lin_* in place; returns (q, k, v, log_a, beta) of the
+    q_raw [B, H*D], k_raw/v_raw [B, Hkv*D] (projections), ab [B, 2H], conv_parts the short convs' q, k, v taps
+    ([*, W] each) or None, cos/sin [B, D], pos [B]. Writes conv, ring_k/v and lin_* in place; returns (q, k, v, log_a, beta) of the
     linear op (q of this token, the rest of the token leaving the window, [B, 1, H, ...]) and y_swa [B, 1, H, D]."""
     B, dtype = q_raw.shape[0], v_raw.dtype
     Hkv, D = ring_k.shape[2], ring_k.shape[3]
     H = q_raw.shape[1] // D
     x = torch.cat([q_raw, k_raw, v_raw], -1)
-    if conv_w is not None:  # y_t = sum_i w_i x_{t-W+1+i}, the state holding the last W-1 inputs
-        W = conv_w.shape[1]
-        w = conv_w.to(dtype)
+    if conv_parts is not None:  # y_t = sum_i w_i x_{t-W+1+i}, the state holding the last W-1 inputs
+        w = torch.cat(conv_parts).to(dtype)
+        W = w.shape[1]
         y = x * w[:, W - 1]
         for i in range(W - 1):
             y = y + conv[:, :, i].to(dtype) * w[:, i]
@@ -81,7 +81,7 @@ def _prepare(q_raw, k_raw, v_raw, ab, conv_w, conv, cos, sin, A_log, dt_bias, si
     a, b = ab.float().split([H, H], -1)
     cur["log_a"] = -A_log.float().exp() * torch.nn.functional.softplus(a + dt_bias.float())
     cur["beta"] = torch.sigmoid(b)
-    rows = torch.arange(B, device=slot.device)
+    rows, slot = torch.arange(B, device=pos.device), pos % window
     leaving = []
     for key, buf in (("k", lin_k), ("v", lin_v), ("log_a", lin_log_a), ("beta", lin_beta)):
         leaving.append(buf[rows, slot].unsqueeze(1))
@@ -90,10 +90,11 @@ def _prepare(q_raw, k_raw, v_raw, ab, conv_w, conv, cos, sin, A_log, dt_bias, si
     ring_v.index_put_((rows, slot), v.to(ring_v.dtype))
     keys = ring_k if sink_k is None else torch.cat([sink_k, ring_k], 1)  # [B, L, Hkv, D]
     vals = ring_v if sink_v is None else torch.cat([sink_v, ring_v], 1)
-    qg = q.reshape(B, Hkv, groups, D).float()
-    scores = torch.einsum("bhgd,blhd->bhgl", qg, keys.float()) * scale
-    p = torch.softmax(scores, -1)
-    swa = torch.einsum("bhgl,blhd->bhgd", p, vals.float()).reshape(B, 1, H, D).to(dtype)
+    # products and sums, not matmuls: a few rows against s + w keys, which inductor fuses into its reductions
+    qg = q.reshape(B, 1, Hkv, groups, D).float()
+    scores = (qg * keys.float().unsqueeze(3)).sum(-1) * scale  # [B, L, Hkv, G]
+    p = torch.softmax(scores, 1)
+    swa = (p.unsqueeze(-1) * vals.float().unsqueeze(3)).sum(1).reshape(B, 1, H, D).to(dtype)
     lk, lv, la, lb = leaving
     return qk_n[:, :H].unsqueeze(1).contiguous(), lk, lv, la, lb.to(dtype), swa  # (FLA reads dense rows)
 
@@ -114,13 +115,13 @@ def fused_step(layer, x, position_embeddings, state, pos):
     cos, sin = position_embeddings
     x2 = x[:, 0]
     lin = layer.lin
-    conv_w = layer.conv_weight() if layer.conv is not None else None
+    conv = layer.conv
     ab = torch.nn.functional.linear(x2, _gate_weight(lin))
     rl = state.ring_lin
     q, k, v, log_a, beta, swa = prepare(
-        layer.q_proj(x2), layer.k_proj(x2), layer.v_proj(x2), ab, conv_w, state.conv, cos[:, 0], sin[:, 0],
-        lin.A_log, lin.dt_bias, state.sink_k, state.sink_v, state.ring_k, state.ring_v, rl["k"], rl["v"],
-        rl["log_a"], rl["beta"], pos % layer.window, layer.scaling)
+        layer.q_proj(x2), layer.k_proj(x2), layer.v_proj(x2), ab, None if conv is None else (conv.q, conv.k, conv.v),
+        state.conv, cos[:, 0], sin[:, 0], lin.A_log, lin.dt_bias, state.sink_k, state.sink_v, state.ring_k,
+        state.ring_v, rl["k"], rl["v"], rl["log_a"], rl["beta"], pos, layer.window, layer.scaling)
     if ops.backend_for(q) is fla_backend:
         o = fla_backend.gdn_step_inplace(q, k, v, log_a, beta, lin.scale, state.state)
     else:
