@@ -16,7 +16,8 @@ from models.layers import LinearizedAttention
 from models.ops import _one_thread
 from models.ops import reference as R
 from models.ops.retention import RetentionState, entry_scores, retention_recurrent, retention_step
-from models.ops.retention_prefill import retention_prefill
+from models.ops.retention_prefill import retention_prefill, retention_prefill_walk
+from models.ops.retention_static import fold_steps
 
 SCALE, LIN_SCALE = 0.41, 0.37
 TOL = 1e-10  # fp64 throughout
@@ -88,13 +89,78 @@ def test_prefill_matches_definition(case, score):
     T, s, w, r = case
     q, k, v, lin, scores = make(T)
     y_ref, info = retention_recurrent(q, k, v, lin, SCALE, LIN_SCALE, s, w, r, score=score, scores=scores)
-    for chunk in sorted({1, 2, max(w, 1), w + 3, 64}):  # smaller and larger than the window
-        y, st = retention_prefill(q, k, v, lin, SCALE, LIN_SCALE, s, w, r, score=score, scores=scores,
-                                  chunk_size=chunk)
+    runs = [(retention_prefill_walk, chunk) for chunk in sorted({1, 2, max(w, 1), w + 3, 64})]  # vs the window
+    for prefill, chunk in runs + [(retention_prefill, 64)]:  # the walk, then the layer's path for this score
+        y, st = prefill(q, k, v, lin, SCALE, LIN_SCALE, s, w, r, score=score, scores=scores, chunk_size=chunk)
         assert_close(y, y_ref)
         assert_close(st.S, info["S"])
         assert retained_sets(st.ret_pos) == sorted_sets(info["retained"]), f"chunk {chunk}"
         assert st.folded.tolist() == [[len(f) for f in rows] for rows in info["folded"]]
+
+
+FAST_CASES = [  # (T, B, H, Hkv, sinks, window, retain): several query blocks (64), windows longer than a block
+    (150, 2, 4, 2, 3, 7, 5),
+    (200, 3, 6, 2, 0, 70, 9),
+    (130, 1, 4, 1, 2, 1, 64),
+    (90, 2, 2, 2, 4, 3, 200),  # more slots than tokens ever leaving
+    (70, 2, 4, 2, 8, 56, 8),  # the study's split at a short length
+]
+
+
+def tied(scores):
+    """Scores with many ties (a handful of values): the tie rule decides most slots."""
+    return scores.mul(1.5).round().clamp(-2, 2)
+
+
+@pytest.mark.parametrize("score", ["proj_residual", "given", "given-ties"])
+@pytest.mark.parametrize("case", FAST_CASES)
+def test_fast_path_is_the_walk(case, score):
+    """Arrival-time scores: the fast path (fold steps from the scores, one GDN op over the fold sequence, one
+    masked attention) = the walk, values, final state, slots and gradients."""
+    T, B, H, Hkv, s, w, r = case
+    q, k, v, lin, scores = make(T, B=B, H=H, Hkv=Hkv, seed=T)
+    if score == "given-ties":
+        score, scores = "given", tied(scores)
+    leaves = [q, k, v, *lin.values()]
+    for x in leaves:
+        x.requires_grad_(True)
+    weight = torch.randn(B, T, H, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    out = {}
+    for name, prefill in (("walk", retention_prefill_walk), ("fast", retention_prefill)):
+        y, st = prefill(q, k, v, lin, SCALE, LIN_SCALE, s, w, r, score=score, scores=scores, chunk_size=16)
+        out[name] = (y, st, torch.autograd.grad((y * weight).sum(), leaves))
+    (y_w, st_w, g_w), (y_f, st_f, g_f) = out["walk"], out["fast"]
+    assert_close(y_f, y_w)
+    assert_close(st_f.S, st_w.S)
+    assert torch.equal(st_f.ret_pos.sort(-1).values, st_w.ret_pos.sort(-1).values)
+    assert torch.equal(st_f.ret["score"].sort(-1).values, st_w.ret["score"].sort(-1).values)
+    assert torch.equal(st_f.folded, st_w.folded)
+    for a, b in zip(g_f, g_w):
+        assert_close(a, b)
+
+
+def test_fast_path_is_the_definition_with_ties():
+    """Against the token-by-token definition too (tied given scores, several query blocks, GQA, B = 2)."""
+    q, k, v, lin, scores = make(140, seed=12)
+    y_ref, info = retention_recurrent(q, k, v, lin, SCALE, LIN_SCALE, 2, 9, 6, score="given", scores=tied(scores))
+    y, st = retention_prefill(q, k, v, lin, SCALE, LIN_SCALE, 2, 9, 6, score="given", scores=tied(scores))
+    assert_close(y, y_ref)
+    assert_close(st.S, info["S"])
+    assert retained_sets(st.ret_pos) == sorted_sets(info["retained"])
+
+
+def test_fold_steps_fold_one_token_a_step_in_the_definitions_order():
+    """fold_steps gives the definition's fold order exactly, at most one token a step, never a sink."""
+    T, s, w, r = 60, 3, 5, 4
+    q, k, v, lin, scores = make(T, seed=13)
+    for sc in (scores, tied(scores)):
+        _, info = retention_recurrent(q, k, v, lin, SCALE, LIN_SCALE, s, w, r, score="given", scores=sc)
+        fold = fold_steps(sc, s, w, r)
+        for b in range(2):
+            for h in range(2):
+                folded = [j for j in range(T) if fold[b, h, j] < T]
+                assert sorted(folded, key=lambda j: fold[b, h, j].item()) == info["folded"][b][h]
+                assert all(fold[b, h, j] >= T for j in range(s))
 
 
 @pytest.mark.parametrize("score", ["delta_error", "proj_residual"])

@@ -1,6 +1,11 @@
-"""Chunked prefill for GDN + sinks + window + retention slots (models/ops/retention.py has the rule).
+"""Prefill for GDN + sinks + window + retention slots (models/ops/retention.py has the rule).
 
-Per chunk of C steps, the tokens that can fold are known in advance: the r tokens in the slots at the
+`retention_prefill` (what the layer calls): scores fixed at arrival (`proj_residual`, `given`) take the
+fast path of models/ops/retention_static.py (slot decisions on the scalar scores first, then one GDN op over
+the fold sequence and one masked attention); `delta_error` takes the chunk walk below, which is also the
+reference the fast path is tested against (`retention_prefill_walk`).
+
+The walk: per chunk of C steps, the tokens that can fold are known in advance: the r tokens in the slots at the
 chunk's start and the (up to) C tokens that leave the window during it. Which of them folds at which
 step is a sequential, data-dependent decision (delta_error depends on the state), so the chunk walks
 its steps, but never touches the K x V state inside the walk: it tracks the "probes" Y = S^T p for those
@@ -21,13 +26,37 @@ from models.diagnostics import normalize_keys
 from models.ops.reference import _check_chunk_size, _compute_dtype, _exclusive_suffix_sum, _masked_softmax
 from models.ops.retention import (EPS, KV_KEYS, LIN, Q_KEYS, RetentionState, _check, delta_error, entry_scores, evict,
                                   take)
+from models.ops.retention_static import end_slots, fold_order, fold_steps, linear_path, softmax_path
 
 
 def retention_prefill(q, k, v, lin, scale, lin_scale, sinks, window, retain, score="delta_error", scores=None,
                       chunk_size=64, want_state=True):
-    """A whole prompt from an empty cache, chunk by chunk. Inputs as retention_recurrent.
+    """A whole prompt from an empty cache. Inputs as retention_recurrent; chunk_size is the walk's (delta_error).
     Returns (y [B, T, H, V] in q's dtype, RetentionState after the prompt; None unless want_state: training
     needs no decode state)."""
+    if score == "delta_error":
+        return retention_prefill_walk(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, scores,
+                                      chunk_size, want_state)
+    _check(q, k, v, lin, sinks, window, retain)
+    T, dt = q.shape[1], _compute_dtype(q)
+    with torch.no_grad():
+        static = entry_scores(k.to(dt), score, scores)
+        fold = fold_steps(static, sinks, window, retain)
+    y_lin, S = linear_path(lin, fold_order(fold), lin_scale, want_state)
+    y = (y_lin.to(dt) + softmax_path(q, k, v, fold, scale, sinks, window, retain).to(dt)).to(q.dtype)
+    if not want_state:
+        return y, None
+    slot_pos, slot_score, folded = end_slots(fold, static, sinks, window, retain)
+    Lh = {key: lin[LIN[key]].to(dt).transpose(1, 2) for key in Q_KEYS}
+    if S is None or T == 0:
+        S = q.new_zeros(q.shape[0], q.shape[2], Lh["lk"].shape[-1], Lh["lv"].shape[-1], dtype=dt)
+    return y, _state_after(k.to(dt), v.to(dt), Lh, static, S.to(dt), slot_pos, slot_score.to(dt), folded, sinks,
+                           window)
+
+
+def retention_prefill_walk(q, k, v, lin, scale, lin_scale, sinks, window, retain, score="delta_error", scores=None,
+                           chunk_size=64, want_state=True):
+    """The chunk walk, for every score (the path of delta_error, the reference of the fast path)."""
     _check(q, k, v, lin, sinks, window, retain)
     _check_chunk_size(chunk_size)
     B, T, H, D = q.shape

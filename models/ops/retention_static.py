@@ -1,0 +1,125 @@
+"""Retention with scores fixed at arrival (`proj_residual`, `given`): decide every slot first, then run two
+ordinary ops (issue #17; the rule is in models/ops/retention.py).
+
+When the score does not depend on the state, the slots after any step hold the r best (score, position) of
+the tokens that have left the window (the lowest score folds, ties: the earliest position). So token j >= sinks,
+which leaves at step j + window, folds at
+
+    fold(j) = window + max(j, p_r(j)),   p_r(j) = the r-th smallest position of the tokens that beat it
+
+(never, if fewer than r beat it; at once, with r = 0); sinks never fold. Query t sees key j iff
+j <= t < fold(j). With the fold steps known, no step needs a Python loop:
+  - the linear path is ONE gated delta rule (`models.ops.gdn_chunk`, FLA on CUDA) over the fold sequence:
+    step t takes the k, v, log_a, beta of the token folding at t (all zero, a no-op update, where none does)
+    and the query q_t, so its output lin_scale * q_t^T S_t is the op's linear output;
+  - the softmax path is ONE masked attention (SDPA) with that visibility, over query blocks that gather only
+    the keys they can see (sinks, the window span, the slots held before the block).
+Same outputs, final state and slots as the walk and the definition (tests/test_retention.py).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from models import ops
+
+PAIR_BLOCK = 1 << 24  # elements of one [.., rows, T] comparison block in fold_steps (memory bound)
+QUERY_BLOCK = 64  # queries per block of the softmax path
+KEY_ALIGN = 16  # the softmax path pads each block's keys to a multiple of this (SDPA kernels' mask alignment)
+
+
+def fold_steps(scores: torch.Tensor, sinks: int, window: int, retain: int) -> torch.Tensor:
+    """scores [B, T, Hkv] -> [B, Hkv, T] long: the step each token folds at (>= T: not within the prompt)."""
+    B, T, Hkv = scores.shape
+    sc = scores.detach().transpose(1, 2)  # [B, Hkv, T]
+    pos = torch.arange(T, device=sc.device)
+    never = T + window  # a fold step no query reaches
+    if retain == 0:
+        fold = (pos + window).expand(B, Hkv, T)
+    else:  # rank: a strict order, ties to the position (stable sort); sinks never beat anyone
+        rank = torch.where(pos >= sinks, sc.sort(dim=-1, stable=True).indices.argsort(-1), -1)
+        parts, rows = [], max(1, PAIR_BLOCK // max(1, B * Hkv * T))
+        small = torch.int16 if T < 1 << 15 else torch.int32  # the counts' type (int16: 2x faster cumsum on CPU)
+        for j0 in range(0, T, rows):
+            beats = rank.unsqueeze(2) > rank[..., j0:j0 + rows, None]  # [B, Hkv, rows(j), T(i)]
+            count = beats.view(torch.uint8).cumsum(-1, dtype=small)  # beaters at positions <= i
+            want = torch.full(count.shape[:-1] + (1,), min(retain, T), dtype=small, device=sc.device)
+            p_r = torch.searchsorted(count, want).squeeze(-1)  # the r-th beater's position; T: fewer beat it
+            parts.append(window + torch.maximum(pos[j0:j0 + rows], p_r))
+        fold = torch.cat(parts, -1)
+    return torch.where(pos < sinks, never, fold)
+
+
+def fold_order(fold: torch.Tensor) -> torch.Tensor:
+    """fold [B, Hkv, T] -> [B, Hkv, T]: the token folding at each step, -1 where none does (at most one does)."""
+    B, Hkv, T = fold.shape
+    pos = torch.arange(T, device=fold.device).expand(B, Hkv, T)
+    out = fold.new_full((B, Hkv, 2 * T), -1)
+    return out.scatter(2, torch.where(fold < T, fold, T + pos), pos)[..., :T]  # index T + j: a distinct bin
+
+
+def linear_path(lin: dict, order: torch.Tensor, lin_scale: float, want_state: bool):
+    """GDN over the fold sequence: (y_lin [B, T, H, V], final state or None)."""
+    B, T, H = lin["log_a"].shape
+    idx = order.repeat_interleave(H // order.shape[1], 1).transpose(1, 2)  # [B, T, H]
+    ok = idx >= 0
+
+    def at_fold(x):  # x [B, T, H, *] -> the folding token's row at each step, zeros where none folds
+        i = idx.clamp(min=0).view(B, T, H, *([1] * (x.dim() - 3))).expand(B, T, H, *x.shape[3:])
+        return torch.where(ok.view(i.shape[:3] + (1,) * (x.dim() - 3)), x.gather(1, i), torch.zeros((), dtype=x.dtype,
+                                                                                                   device=x.device))
+    k, v, log_a, beta = (at_fold(lin[key]) for key in ("k", "v", "log_a", "beta"))
+    return ops.gdn_chunk(lin["q"], k, v, log_a, beta, lin_scale, output_final_state=want_state)
+
+
+def softmax_path(q, k, v, fold: torch.Tensor, scale: float, sinks: int, window: int, retain: int) -> torch.Tensor:
+    """Softmax of query t over the keys j <= t < fold(j), one SDPA over query blocks of QUERY_BLOCK. A block
+    starting at t0 can only see the sinks, the span t0 - window .. t0 + QUERY_BLOCK - 1 and the (<= r) tokens
+    held in the slots before it, so it gathers just those keys; GQA as G query rows per KV head."""
+    B, T, H, D = q.shape
+    Hkv, V, dev = k.shape[2], v.shape[-1], q.device
+    G, Q = H // Hkv, min(QUERY_BLOCK, T)
+    if T == 0:
+        return q.new_zeros(B, 0, H, V)
+    nb = -(-T // Q)
+    pos, t0 = torch.arange(T, device=dev), torch.arange(nb, device=dev) * Q
+    span = t0[:, None] - window + torch.arange(window + Q, device=dev)  # [nb, w + Q]
+    held = (pos >= sinks) & (pos < (t0 - window)[:, None]) & (fold.unsqueeze(2) >= t0[:, None])  # [B,Hkv,nb,T]
+    n = min(retain, T)
+    slots = torch.where(held, pos, T).topk(n, -1, largest=False).values  # [B, Hkv, nb, n]; T = empty
+    L = sinks + window + Q + n
+    pad = -L % KEY_ALIGN
+    idx = torch.cat([torch.arange(sinks, device=dev).expand(B, Hkv, nb, sinks),
+                     torch.where(span >= sinks, span, -1).expand(B, Hkv, nb, window + Q), slots,
+                     torch.full((B, Hkv, nb, pad), -1, device=dev)], -1)  # [B, Hkv, nb, L + pad]
+    idx = torch.where(idx < T, idx, -1)
+    at = idx.clamp(min=0).flatten(2)  # [B, Hkv, nb * L']
+    kf = fold.gather(2, at).view(idx.shape)
+    tq = (t0[:, None] + torch.arange(Q, device=dev)).unsqueeze(-1)  # [nb, Q, 1]
+    see = (idx.unsqueeze(3) >= 0) & (idx.unsqueeze(3) <= tq) & (tq < kf.unsqueeze(3))  # [B, Hkv, nb, Q, L']
+    empty = ~see.any(-1, keepdim=True)  # padding queries, or sinks = window = 0: key 0, output zeroed below
+    see = see | (empty & (torch.arange(idx.shape[-1], device=dev) == 0))
+
+    def keys(x):  # x [B, T, Hkv, *] -> the blocks' keys [B, Hkv * nb, L', *]
+        xh = x.transpose(1, 2)
+        return xh.gather(2, at.unsqueeze(-1).expand(*at.shape, xh.shape[-1])).view(B, Hkv * nb, -1, xh.shape[-1])
+    qh = F.pad(q, (0, 0, 0, 0, 0, nb * Q - T)).view(B, nb, Q, Hkv, G, D).permute(0, 3, 1, 4, 2, 5)
+    mask = see.unsqueeze(3).expand(B, Hkv, nb, G, Q, -1).reshape(B, Hkv * nb, G * Q, -1)
+    o = F.scaled_dot_product_attention(qh.reshape(B, Hkv * nb, G * Q, D), keys(k), keys(v), attn_mask=mask,
+                                       scale=scale)
+    o = o.view(B, Hkv, nb, G, Q, V).masked_fill(empty.unsqueeze(3), 0)
+    return o.permute(0, 2, 4, 1, 3, 5).reshape(B, nb * Q, H, V)[:, :T]
+
+
+def end_slots(fold: torch.Tensor, scores: torch.Tensor, sinks: int, window: int, retain: int):
+    """The slots after the prompt: (positions [B, Hkv, r], -1 = empty; their scores, -inf = empty; folded count)."""
+    B, Hkv, T = fold.shape
+    pos = torch.arange(T, device=fold.device)
+    kept = (pos >= sinks) & (pos + window < T) & (fold >= T)  # left the window, never folded
+    n = min(retain, T)
+    slot = torch.where(kept, pos, T).topk(n, -1, largest=False, sorted=True).values if n else fold[..., :0]
+    slot = torch.cat([slot, slot.new_full((B, Hkv, retain - n), T)], -1)
+    slot = torch.where(slot < T, slot, -1)
+    sc = scores.detach().transpose(1, 2).gather(2, slot.clamp(min=0))
+    sc = torch.where(slot >= 0, sc, torch.full_like(sc, -float("inf")))
+    return slot, sc, (fold < T).sum(-1)
