@@ -350,3 +350,59 @@ def test_fast_prefill_matches_plain_prefill(dtype, monkeypatch):
     errs = [rel(fast[0], plain[0])] + [rel(a, b) for a, b in zip(fast[1], plain[1]) if b.norm() > 0]
     print(f"fast vs plain prefill {dtype}: logits {errs[0]:.1e}, state max {max(errs[1:]):.1e}")
     assert max(errs) < TOL[dt][0], errs
+
+
+# ----------------------------------------------------------------------------------------------- fused decode step (#14)
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
+def test_gdn_step_inplace_matches_reference(dtype):
+    """FLA's recurrent GDN kernel with h0 = ht (the state written over itself) == the reference step, at the
+    8B decode shape (batch 8, 32 heads of 128)."""
+    from models.ops import fla_backend, reference
+    g = torch.Generator(device="cuda").manual_seed(0)
+    B, H, D = 8, 32, 128
+    q, k = (F.normalize(torch.randn(B, 1, H, D, device="cuda", generator=g), dim=-1).to(dtype) for _ in range(2))
+    v = torch.randn(B, 1, H, D, device="cuda", generator=g).to(dtype)
+    log_a = -torch.rand(B, 1, H, device="cuda", generator=g)
+    beta = torch.rand(B, 1, H, device="cuda", generator=g).to(dtype)
+    S0 = torch.randn(B, H, D, D, device="cuda", generator=g) * 0.1
+    state = S0.clone()
+    o = fla_backend.gdn_step_inplace(q, k, v, log_a, beta, D ** -0.5, state)
+    ref_o, ref_S = reference.gdn_recurrent(q.float(), k.float(), v.float(), log_a, beta.float(), D ** -0.5, S0, True)
+    eo, es = rel(o, ref_o), rel(state, ref_S)
+    print(f"gdn_step_inplace {dtype}: o {eo:.1e}, state {es:.1e}")
+    assert o.dtype == dtype and eo < TOL[dtype][0] and es < TOL[dtype][0]
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
+def test_fused_decode_step_matches_the_step_on_cuda(dtype, monkeypatch):
+    """GOLINEAR_FUSED_DECODE (default on CUDA) against the definition (=0): logits and decode state after 8 steady
+    steps in a CUDA graph, rows at different positions, head dim 128."""
+    import transformers
+    from models.fast_decode import FastDecoder
+    from models.linearize import LinearizeConfig, linearize
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=512, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=1, head_dim=128, vocab_size=300)
+    model = linearize(transformers.LlamaForCausalLM(cfg).eval(),
+                      LinearizeConfig(mechanism="gdn", window=56, sinks=8, short_conv=True))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.05)
+    model = model.to("cuda", dtype)
+    ids = torch.randint(0, 300, (3, 300), device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
+    runs = {}
+    for mode in ("0", "auto"):
+        monkeypatch.setenv("GOLINEAR_FUSED_DECODE", mode)
+        fd = FastDecoder(model, prefill_chunk=128)
+        fd.prefill(ids, lengths=[300, 171, 90])
+        logits = []
+        for _ in range(8):
+            fd.decode(1)
+            logits.append(fd.last_logits.clone())
+        assert fd.graph is not None and fd.graph_steady
+        runs[mode] = torch.cat(logits, 1), [t.float() for st in fd.states for t in st.tensors()]
+    (want, want_st), (got, got_st) = runs["0"], runs["auto"]
+    errs = [rel(got, want)] + [rel(a, b) for a, b in zip(got_st, want_st, strict=True)]
+    print(f"fused decode step {dtype}: logits {errs[0]:.1e}, worst state {max(errs[1:]):.1e}")
+    assert max(errs) < TOL[dtype][0], errs
