@@ -6,7 +6,7 @@ gets `sinks + window + retain` as its window's budget split (sinks, window + ret
 cache budget. Each timing is the best of --repeats (after one warm-up). On the CPU it runs on one thread.
 
     .venv/bin/python scripts/bench_retention.py                          # T 1024, sinks 8, window 56, retain 8
-    .venv/bin/python scripts/bench_retention.py --device cuda --T 4096 --window 60 --retain 60
+    .venv/bin/python scripts/bench_retention.py --device cuda --dtype bfloat16 --T 4096 --window 60 --retain 60
 """
 from __future__ import annotations
 
@@ -20,16 +20,17 @@ from models import ops
 from models.ops.retention_prefill import retention_prefill, retention_prefill_walk
 
 SCORES = ("proj_residual", "delta_error")
+DTYPES = ("float32", "bfloat16")
 
 
-def inputs(T, H, Hkv, D, device, seed=0):
+def inputs(T, H, Hkv, D, device, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(1, T, n, D, generator=g) for n in (H, Hkv, Hkv))
     G = H // Hkv
     lin = dict(q=F.normalize(q, dim=-1), k=F.normalize(k, dim=-1).repeat_interleave(G, 2),
                v=v.repeat_interleave(G, 2), log_a=F.logsigmoid(torch.randn(1, T, H, generator=g) + 2),
                beta=torch.rand(1, T, H, generator=g))
-    leaves = [x.to(device).requires_grad_(True) for x in (q, k, v, *lin.values())]
+    leaves = [x.to(device, dtype).requires_grad_(True) for x in (q, k, v, *lin.values())]
     return leaves[0], leaves[1], leaves[2], dict(zip(lin, leaves[3:]))
 
 
@@ -53,7 +54,7 @@ def timed(fn, leaves, repeats, sync):
         y = fn()
         sync()
         t1 = time.perf_counter()
-        y.sum().backward()
+        y.float().sum().backward()
         sync()
         t2 = time.perf_counter()
         if i:
@@ -69,17 +70,22 @@ def main():
     ap.add_argument("--retain", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=DTYPES)
+    ap.add_argument("--scores", default=",".join(SCORES), help=f"comma-separated, from {SCORES}")
     ap.add_argument("--walk", action="store_true", help="also time the chunk walk for the arrival-time scores")
     a = ap.parse_args()
     if a.device == "cpu":
         torch.set_num_threads(1)
     sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
-    q, k, v, lin = inputs(a.T, 9, 3, 64, a.device)
+    scores = a.scores.split(",")
+    if not set(scores) <= set(SCORES):
+        raise SystemExit(f"--scores {a.scores!r}: allowed {SCORES}")
+    q, k, v, lin = inputs(a.T, 9, 3, 64, a.device, getattr(torch, a.dtype))
     leaves = [q, k, v, *lin.values()]
     s, w, r, scale = a.sinks, a.window, a.retain, 64 ** -0.5
-    print(f"T {a.T}, sinks {s}, window {w}, retain {r}, H 9, Hkv 3, D 64, {a.device}")
+    print(f"T {a.T}, sinks {s}, window {w}, retain {r}, H 9, Hkv 3, D 64, {a.device}, {a.dtype}")
     rows = [(f"default recipe (sinks {s}, window {w + r})", lambda: default_recipe(q, k, v, lin, s, w + r, scale))]
-    for score in SCORES:
+    for score in scores:
         rows.append((f"retention {score}", lambda score=score: retention_prefill(
             q, k, v, lin, scale, scale, s, w, r, score, want_state=False)[0]))
         if a.walk and score != "delta_error":

@@ -534,7 +534,8 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @cuda
 def test_gpu_prefill_matches_cpu_and_times_it():
     """On the GPU (fp32): a SmolLM2-shaped layer's op (H 9, Hkv 3, D 64, sinks 8, window 48, retain 8, T 1024)
-    equals the CPU result; prints forward + backward wall time against the default recipe's ops (run with -s)."""
+    equals the CPU result (delta_error) and the walk on the GPU (proj_residual's fast path); prints forward +
+    backward wall time against the default recipe's ops (run with -s)."""
     import time
     from models import ops
     q, k, v, lin, _ = make(1024, B=1, H=9, Hkv=3, D=64, seed=11, dtype=torch.float32)
@@ -560,6 +561,12 @@ def test_gpu_prefill_matches_cpu_and_times_it():
             assert rel_err(y.detach().cpu(), y_cpu) <= 1e-4
             _, st = retention_prefill(qd, kd, vd, lind, 0.125, 0.125, 8, 48, 8)
             assert torch.equal(st.ret_pos.cpu(), st_cpu.ret_pos)
+        else:  # the fast path (FLA's gdn_chunk, SDPA) against the walk on the same device (same scores)
+            with torch.no_grad():
+                y_walk, st_walk = retention_prefill_walk(qd, kd, vd, lind, 0.125, 0.125, 8, 48, 8, score)
+                _, st = retention_prefill(qd, kd, vd, lind, 0.125, 0.125, 8, 48, 8, score)
+            assert rel_err(y.detach(), y_walk) <= 1e-3
+            assert torch.equal(st.ret_pos.sort(-1).values, st_walk.ret_pos.sort(-1).values)
 
     def default():
         ent = {key: lind[key][:, 8:1024 - 48] for key in ("k", "v", "log_a", "beta")}
