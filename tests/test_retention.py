@@ -139,6 +139,12 @@ def test_fast_path_is_the_walk(case, score):
         assert_close(a, b)
 
 
+def test_fast_path_takes_an_empty_prompt():
+    q, k, v, lin, scores = make(0)
+    y, st = retention_prefill(q, k, v, lin, SCALE, LIN_SCALE, 2, 3, 2, score="proj_residual")
+    assert y.shape == (2, 0, 4, 6) and (st.ret_pos == -1).all() and (st.folded == 0).all() and st.seen == 0
+
+
 def test_fast_path_is_the_definition_with_ties():
     """Against the token-by-token definition too (tied given scores, several query blocks, GQA, B = 2)."""
     q, k, v, lin, scores = make(140, seed=12)

@@ -34,7 +34,7 @@ def fold_steps(scores: torch.Tensor, sinks: int, window: int, retain: int) -> to
     sc = scores.detach().transpose(1, 2)  # [B, Hkv, T]
     pos = torch.arange(T, device=sc.device)
     never = T + window  # a fold step no query reaches
-    if retain == 0:
+    if retain == 0 or T == 0:
         fold = (pos + window).expand(B, Hkv, T)
     else:  # rank: a strict order, ties to the position (stable sort); sinks never beat anyone
         rank = torch.where(pos >= sinks, sc.sort(dim=-1, stable=True).indices.argsort(-1), -1)
@@ -120,6 +120,6 @@ def end_slots(fold: torch.Tensor, scores: torch.Tensor, sinks: int, window: int,
     slot = torch.where(kept, pos, T).topk(n, -1, largest=False, sorted=True).values if n else fold[..., :0]
     slot = torch.cat([slot, slot.new_full((B, Hkv, retain - n), T)], -1)
     slot = torch.where(slot < T, slot, -1)
-    sc = scores.detach().transpose(1, 2).gather(2, slot.clamp(min=0))
+    sc = F.pad(scores.detach().transpose(1, 2), (0, 1)).gather(2, slot.clamp(min=0))  # (a T = 0 prompt reads the pad)
     sc = torch.where(slot >= 0, sc, torch.full_like(sc, -float("inf")))
     return slot, sc, (fold < T).sum(-1)
