@@ -17,6 +17,8 @@ same step HF generate runs through models.cache.LinearCache. tests/test_latency.
 the model's own parallel forward, tests/test_batched_generate.py the tokens against HF generate one prompt at
 a time. Decoding runs with one position per row (RoPE, ring slots, sink writes, masks and the full-attention KV
 slot are per row), so rows of different lengths share one static cache and one captured graph.
+On CUDA (GOLINEAR_FUSED_DECODE) the steady step of the default recipe runs models.ops.fused_decode and the
+layers' residual adds, norms and MLP activation models.ops.decode_glue: fewer kernels, the same computation.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import torch
 
 from models.decode_state import DecodeState, assign
 from models.layers import LinearizedAttention
+from models.ops import decode_glue
 from models.prefill import ChunkEnds, check_lengths
 from models.projection import decoder_layers, project_qkv
 
@@ -201,19 +204,34 @@ class FastDecoder:
         pos, pos_ids = io["pos"], io["pos_ids"]
         h = self.model.model.embed_tokens(io["ids"])
         pe = self.model.model.rotary_emb(h, pos_ids)
-        for i, layer in enumerate(self.layers):
-            x = layer.input_layernorm(h)
-            if self.linear[i]:
-                a = layer.self_attn.step(x, pe, self.states[i], pos, self.io["rows"], steady)
-            else:
-                a = self._step_full(layer.self_attn, self.states[i], x, pe, pos)
-            h = h + a
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
-        logits = self.model.lm_head(self.model.model.norm(h))
+        if decode_glue.usable(self.layers, self.model.model.norm, h):  # the same layers, glue fused (CUDA)
+            h_final = self._layers_fused_glue(h, pe, pos, steady)
+        else:
+            for i, layer in enumerate(self.layers):
+                h = h + self._attend(i, layer.input_layernorm(h), pe, pos, steady)
+                h = h + layer.mlp(layer.post_attention_layernorm(h))
+            h_final = self.model.model.norm(h)
+        logits = self.model.lm_head(h_final)
         io["logits"].copy_(logits.float())
         io["ids"].copy_(logits.argmax(-1))
         pos.add_(1)
         pos_ids.add_(1)
+
+    def _attend(self, i, x, pe, pos, steady):
+        layer = self.layers[i]
+        if self.linear[i]:
+            return layer.self_attn.step(x, pe, self.states[i], pos, self.io["rows"], steady)
+        return self._step_full(layer.self_attn, self.states[i], x, pe, pos)
+
+    def _layers_fused_glue(self, h, pe, pos, steady):
+        """The decoder layers with each residual add and the norm after it in one kernel (models.ops.decode_glue);
+        returns the final norm's output."""
+        x = decode_glue.rms_norm(h, self.layers[0].input_layernorm)
+        for i, layer in enumerate(self.layers):
+            h, x = decode_glue.add_rms_norm(h, self._attend(i, x, pe, pos, steady), layer.post_attention_layernorm)
+            after = self.layers[i + 1].input_layernorm if i + 1 < len(self.layers) else self.model.model.norm
+            h, x = decode_glue.add_rms_norm(h, decode_glue.mlp(layer.mlp, x), after)
+        return x
 
     def _step_full(self, attn, st: dict, x, pe, pos):
         """One query per row against the static KV buffer, written at the row's position (slots > pos masked):

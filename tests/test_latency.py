@@ -363,7 +363,8 @@ def _decode_run(model, monkeypatch, fused: str, n=5):
     for _ in range(n):
         fd.decode(1)
         logits.append(fd.last_logits.clone())
-    return torch.cat(logits, 1), [t.clone() for st in fd.states if st is not None for t in st.tensors()]
+    states = [st.tensors() if hasattr(st, "tensors") else list(st.values()) for st in fd.states]  # (dict: full)
+    return torch.cat(logits, 1), [t.clone() for ts in states for t in ts]
 
 
 @pytest.mark.parametrize("compiled", [False, True])
@@ -413,3 +414,24 @@ def _inductor_works() -> bool:
         return True
     except Exception:  # no C++ compiler / inductor unusable on this machine
         return False
+
+
+@pytest.mark.parametrize("mech,full", [("gdn", None), (None, None), ("gdn", [1])])
+def test_fused_decoder_glue_equals_the_modules(monkeypatch, mech, full):
+    """GOLINEAR_FUSED_DECODE=1, the compiled residual add + RMSNorm and SiLU * up (models.ops.decode_glue): the
+    logits and decode state of the modules' own forward (fp32), full attention and hybrids included."""
+    if not _inductor_works():
+        pytest.skip("torch.compile (inductor) cannot run on this machine")
+    from models.ops import decode_glue
+    cfg = dict(window=4, sinks=2, short_conv=True, full_layers=full) if mech else {}
+    model = tiny_model(mech, **cfg)
+    calls = []
+    real = decode_glue.add_rms_norm
+    monkeypatch.setattr(decode_glue, "add_rms_norm", lambda *a: calls.append(1) or real(*a))
+    want, want_state = _decode_run(model, monkeypatch, "0")
+    assert not calls
+    got, got_state = _decode_run(model, monkeypatch, "1")
+    assert len(calls) == 5 * 2 * 3  # two per layer and step
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(got_state, want_state, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
