@@ -151,6 +151,7 @@ class FastDecoder:
             out.append(self.io["ids"].clone())
         return torch.cat(out, 1) if out else self.io["ids"].new_zeros(self.io["ids"].shape[0], 0)
 
+    @torch.no_grad()
     def capture(self):
         """Capture the decode step now (else the first decode() does it); no-op without graphs."""
         if "ids" not in self.io:
