@@ -112,11 +112,12 @@ def tied(scores):
     return scores.mul(1.5).round().clamp(-2, 2)
 
 
-@pytest.mark.parametrize("score", ["proj_residual", "given", "given-ties"])
+@pytest.mark.parametrize("score", ["proj_residual", "given", "given-ties", "delta_error"])
 @pytest.mark.parametrize("case", FAST_CASES)
 def test_fast_path_is_the_walk(case, score):
-    """Arrival-time scores: the fast path (fold steps from the scores, one GDN op over the fold sequence, one
-    masked attention) = the walk, values, final state, slots and gradients."""
+    """The layer's path (decisions first: fold steps from arrival-time scores, or the walk without autograd for
+    delta_error; then one GDN op over the fold sequence and one masked attention) = the walk with autograd
+    through it: values, final state, slots and gradients."""
     T, B, H, Hkv, s, w, r = case
     q, k, v, lin, scores = make(T, B=B, H=H, Hkv=Hkv, seed=T)
     if score == "given-ties":

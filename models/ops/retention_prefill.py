@@ -21,32 +21,43 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from models.diagnostics import normalize_keys
-from models.ops.reference import _check_chunk_size, _compute_dtype, _exclusive_suffix_sum, _masked_softmax
-from models.ops.retention import (EPS, KV_KEYS, LIN, Q_KEYS, RetentionState, _check, delta_error, entry_scores, evict,
-                                  take)
-from models.ops.retention_static import end_slots, fold_order, fold_steps, linear_path, softmax_path
+from models.ops.reference import (_check_chunk_size, _compute_dtype, _exclusive_suffix_sum, _masked_softmax,
+                                  _pairwise_segment_sum)
+from models.ops.retention import EPS, KV_KEYS, LIN, Q_KEYS, RetentionState, _check, entry_scores, take
+from models.ops.retention_static import end_slots, fold_order, fold_steps, fold_steps_of, linear_path, softmax_path
 
 
 def retention_prefill(q, k, v, lin, scale, lin_scale, sinks, window, retain, score="delta_error", scores=None,
                       chunk_size=64, want_state=True):
-    """A whole prompt from an empty cache. Inputs as retention_recurrent; chunk_size is the walk's (delta_error).
+    """A whole prompt from an empty cache. Inputs as retention_recurrent; chunk_size is the delta_error walk's.
     Returns (y [B, T, H, V] in q's dtype, RetentionState after the prompt; None unless want_state: training
-    needs no decode state)."""
-    if score == "delta_error":
-        return retention_prefill_walk(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, scores,
-                                      chunk_size, want_state)
+    needs no decode state). The slot decisions come first, without autograd (fold_steps from arrival-time
+    scores; the walk for delta_error); the values then come from one GDN op over the fold sequence and one
+    masked attention (models/ops/retention_static.py), whatever the score."""
     _check(q, k, v, lin, sinks, window, retain)
     T, dt = q.shape[1], _compute_dtype(q)
     with torch.no_grad():
-        static = entry_scores(k.to(dt), score, scores)
-        fold = fold_steps(static, sinks, window, retain)
-    y_lin, S = linear_path(lin, fold_order(fold), lin_scale, want_state)
+        if score == "delta_error":
+            _check_chunk_size(chunk_size)
+            static = None
+            order, slot_pos, slot_score, folded, _ = _walk_prompt(q.detach(), k.detach(), v.detach(),
+                                                                  {key: x.detach() for key, x in lin.items()},
+                                                                  scale, lin_scale, sinks, window, retain, score,
+                                                                  None, chunk_size, softmax=False)
+            fold = fold_steps_of(order, window)
+        else:
+            static = entry_scores(k.to(dt), score, scores)
+            fold = fold_steps(static, sinks, window, retain)
+            order = fold_order(fold)
+    y_lin, S = linear_path(lin, order, lin_scale, want_state)
     y = (y_lin.to(dt) + softmax_path(q, k, v, fold, scale, sinks, window, retain).to(dt)).to(q.dtype)
     if not want_state:
         return y, None
-    slot_pos, slot_score, folded = end_slots(fold, static, sinks, window, retain)
+    if static is not None:
+        slot_pos, slot_score, folded = end_slots(fold, static, sinks, window, retain)
     Lh = {key: lin[LIN[key]].to(dt).transpose(1, 2) for key in Q_KEYS}
     if S is None or T == 0:
         S = q.new_zeros(q.shape[0], q.shape[2], Lh["lk"].shape[-1], Lh["lv"].shape[-1], dtype=dt)
@@ -56,14 +67,26 @@ def retention_prefill(q, k, v, lin, scale, lin_scale, sinks, window, retain, sco
 
 def retention_prefill_walk(q, k, v, lin, scale, lin_scale, sinks, window, retain, score="delta_error", scores=None,
                            chunk_size=64, want_state=True):
-    """The chunk walk, for every score (the path of delta_error, the reference of the fast path)."""
+    """The chunk walk, decisions and values, for every score, with autograd through it: the reference the
+    layer's path (retention_prefill) is tested against."""
     _check(q, k, v, lin, sinks, window, retain)
     _check_chunk_size(chunk_size)
+    dt = _compute_dtype(q)
+    _, slot_pos, slot_score, folded, (y, S, Lh, static) = _walk_prompt(q, k, v, lin, scale, lin_scale, sinks, window,
+                                                                       retain, score, scores, chunk_size)
+    if not want_state:
+        return y.to(q.dtype), None
+    return y.to(q.dtype), _state_after(k.to(dt), v.to(dt), Lh, static, S, slot_pos, slot_score, folded, sinks,
+                                       window)
+
+
+def _walk_prompt(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, scores, chunk_size, softmax=True):
+    """Every chunk's walk. Returns (order [B, Hkv, T]: the token folding at each step, -1 none; slot_pos,
+    slot_score, folded after the prompt; (y, S, Lh, static): y None unless softmax)."""
     B, T, H, D = q.shape
     Hkv = k.shape[2]
     G = H // Hkv
     dt = _compute_dtype(q)
-    out_dtype = q.dtype
     q, k, v = (x.to(dt) for x in (q, k, v))
     lq = lin["q"].to(dt)
     Lh = {key: lin[LIN[key]].to(dt).transpose(1, 2) for key in Q_KEYS}  # [B, H, T, *]
@@ -72,68 +95,85 @@ def retention_prefill_walk(q, k, v, lin, scale, lin_scale, sinks, window, retain
     slot_pos = torch.full((B, Hkv, retain), -1, dtype=torch.long, device=q.device)
     slot_score = q.new_full((B, Hkv, retain), -math.inf)
     folded = torch.zeros(B, Hkv, dtype=torch.long, device=q.device)
-    ys = []
+    ys, orders = [], [slot_pos.new_zeros(B, Hkv, 0)]
     for c0 in range(0, T, chunk_size):
         c1 = min(T, c0 + chunk_size)
-        y_lin, S, slot_pos, slot_score, folded, members = _walk(Lh, lq, static, S, slot_pos, slot_score, folded,
-                                                               c0, c1, sinks, window, G, lin_scale)
-        ys.append(y_lin + _chunk_softmax(q, k, v, c0, c1, members, sinks, window, scale))
-    y = torch.cat(ys, 1) if ys else q.new_zeros(B, 0, H, Lh["lv"].shape[-1])
-    if not want_state:
-        return y.to(out_dtype), None
-    return y.to(out_dtype), _state_after(k, v, Lh, static, S, slot_pos, slot_score, folded, sinks, window)
+        y_lin, S, slot_pos, slot_score, folded, members, order = _walk(Lh, lq, static, S, slot_pos, slot_score,
+                                                                      folded, c0, c1, sinks, window, G, lin_scale)
+        orders.append(order)
+        if softmax:
+            ys.append(y_lin + _chunk_softmax(q, k, v, c0, c1, members, sinks, window, scale))
+    y = (torch.cat(ys, 1) if ys else q.new_zeros(B, 0, H, Lh["lv"].shape[-1])) if softmax else None
+    return torch.cat(orders, -1), slot_pos, slot_score, folded, (y, S, Lh, static)
 
 
 def _walk(Lh, lq, static, S, slot_pos, slot_score, folded, c0, c1, s, w, G, lin_scale):
     """The chunk's fold decisions and linear outputs. Returns (y_lin [B, n, H, V], S, slot_pos, slot_score,
-    folded, members [B, Hkv, n, r]: the slots' positions after each step)."""
+    folded, members [B, Hkv, n, r]: the slots' positions after each step, order [B, Hkv, n]: the position
+    folding at each step, -1 none).
+
+    Few ops a step: candidates are r slot holders, n leaving tokens and one all-zero "nothing" candidate
+    (an empty slot points at it: folding it is a no-op update); what a fold reads that does not change in the
+    chunk (v, a = exp(log_a), beta, the Gram row) sits in one packed row per candidate; the score is only
+    compared (no autograd); the queries' outputs come after the walk, from the folds, as in gdn_chunk."""
     B, H = lq.shape[0], lq.shape[2]
     Hkv, r = slot_pos.shape[1], slot_pos.shape[2]
-    n, dev = c1 - c0, lq.device
+    n, dev, V = c1 - c0, lq.device, Lh["lv"].shape[-1]
+    none = r + n  # the nothing candidate's index
     leave = torch.arange(c0, c1, device=dev) - w  # the token leaving at each step (valid when >= s)
     cand_pos = torch.cat([slot_pos, leave.clamp(min=0).expand(B, Hkv, n)], -1)  # [B, Hkv, r + n]
-    cand = {key: take(x, cand_pos.clamp(min=0).repeat_interleave(G, 1)) for key, x in Lh.items()}  # [B,H,r+n,*]
-    probes = torch.cat([cand["lk"], lq[:, c0:c1].transpose(1, 2)], 2)  # [B, H, r + 2n, K]
-    Y = probes @ S  # S^T p for every probe, [B, H, r + 2n, V]
-    gram = cand["lk"] @ probes.transpose(-1, -2)  # [B, H, r + n, r + 2n]
-    slot_cand = torch.arange(r, device=dev).expand(B, Hkv, r)  # each slot's candidate index
-    ar = torch.arange(r, device=dev)
-    gs, us, fs, outs, members = [], [], [], [], []
+    cand = {key: F.pad(take(x, cand_pos.clamp(min=0).repeat_interleave(G, 1)), (0, 0) * (x.dim() - 3) + (0, 1))
+            for key, x in Lh.items()}  # [B, H, r + n + 1, *], the last row zeros
+    Y = cand["lk"] @ S  # S^T k for every candidate
+    packed = torch.cat([cand["lv"], torch.exp(cand["log_a"]).unsqueeze(-1), cand["beta"].unsqueeze(-1),
+                        cand["lk"] @ cand["lk"].transpose(-1, -2)], -1)  # [B, H, r + n + 1, V + 2 + r + n + 1]
+    parts = [V, 1, 1, none + 1]
+    slot_cand = torch.where(slot_pos >= 0, torch.arange(r, device=dev), none)  # each slot's candidate
+    ar, far = torch.arange(r, device=dev), torch.full((), 1 << 62, device=dev)
+    zero_u, no_fold = lq.new_zeros(B, H, 1, V), torch.full((B, Hkv), none, device=dev)
+    us, fcs, members = [], [], []
     for i in range(n):
         j = c0 + i - w
-        g, u = lq.new_zeros(B, H), lq.new_zeros(B, H, Y.shape[-1])
-        fq = torch.zeros(B, H, dtype=torch.long, device=dev)
+        u, fc = zero_u, no_fold
         if j >= s:
             ci = r + i
             if static is None:
-                sc = delta_error(Y[:, :, ci], cand["lv"][:, :, ci], cand["log_a"][:, :, ci], G)
+                with torch.no_grad():  # models.ops.retention.delta_error
+                    err = (packed[:, :, ci, :V] - packed[:, :, ci, V:V + 1] * Y[:, :, ci]).norm(dim=-1)
+                    sc = err.view(B, Hkv, G).mean(-1)
             else:
                 sc = static[:, j]
-            e = evict(slot_score, slot_pos, sc, j)
-            leaving = e == r
-            fc = torch.where(leaving, torch.full_like(e, ci), take(slot_cand, e))
-            valid = leaving | (take(slot_pos, e) >= 0)
-            fq, vq = fc.repeat_interleave(G, 1), valid.repeat_interleave(G, 1)
-            g = torch.where(vq, take(cand["log_a"], fq), torch.zeros_like(g))
-            beta = torch.where(vq, take(cand["beta"], fq), torch.zeros_like(g))
-            a = torch.exp(g).unsqueeze(-1)
-            u = beta.unsqueeze(-1) * (take(cand["lv"], fq) - a * take(Y, fq))
-            Y = a.unsqueeze(-1) * Y + take(gram, fq).unsqueeze(-1) * u.unsqueeze(2)
-            hot = ar == e.unsqueeze(-1)
-            slot_pos = torch.where(hot, j, slot_pos)
-            slot_score = torch.where(hot, sc.unsqueeze(-1), slot_score)
-            slot_cand = torch.where(hot, ci, slot_cand)
-            folded = folded + valid.long()
-        gs.append(g)
+            if r:
+                low = slot_score.amin(-1)
+                loses = sc < low  # the leaving token folds itself (ties: a slot holder is earlier, it folds)
+                e = torch.where(slot_score == low.unsqueeze(-1), slot_pos, far).argmin(-1, keepdim=True)
+                fc = torch.where(loses, ci, slot_cand.gather(-1, e).squeeze(-1))
+            else:
+                fc = torch.full_like(no_fold, ci)
+            fq = fc.repeat_interleave(G, 1).view(B, H, 1, 1)
+            lv, a, beta, gram = packed.gather(2, fq.expand(B, H, 1, packed.shape[-1])).split(parts, -1)
+            u = beta * (lv - a * Y.gather(2, fq.expand(B, H, 1, V)))  # [B, H, 1, V]
+            Y = torch.addcmul(Y * a, gram.transpose(-1, -2), u)
+            if r:
+                hot = ar == torch.where(loses.unsqueeze(-1), r, e)  # the slot the leaving token takes, if any
+                slot_pos = torch.where(hot, j, slot_pos)
+                slot_score = torch.where(hot, sc.unsqueeze(-1), slot_score)
+                slot_cand = torch.where(hot, ci, slot_cand)
         us.append(u)
-        fs.append(fq)
-        outs.append(lin_scale * Y[:, :, r + n + i])
+        fcs.append(fc)
         members.append(slot_pos)
-    g, u = torch.stack(gs, -1), torch.stack(us, 2)  # [B, H, n], [B, H, n, V]
-    kf = take(cand["lk"], torch.stack(fs, -1))  # [B, H, n, K] (u = 0 on steps without a fold)
+    fc = torch.stack(fcs, -1)  # [B, Hkv, n]
+    fq = fc.repeat_interleave(G, 1)
+    g, u = cand["log_a"].gather(2, fq), torch.cat(us, 2)  # [B, H, n], [B, H, n, V] (0 where nothing folds)
+    kf = take(cand["lk"], fq)  # [B, H, n, K]
+    q = lq[:, c0:c1].transpose(1, 2)  # [B, H, n, K]
+    decay = torch.exp(_pairwise_segment_sum(g.unsqueeze(-1)).squeeze(-1)).tril()  # [i, m]: folds m+1..i
+    y = torch.exp(g.cumsum(-1)).unsqueeze(-1) * (q @ S) + ((q @ kf.transpose(-1, -2)) * decay) @ u
     to_end = _exclusive_suffix_sum(g, -1)
     S = torch.exp(g.sum(-1))[..., None, None] * S + (kf * torch.exp(to_end).unsqueeze(-1)).transpose(-1, -2) @ u
-    return torch.stack(outs, 1), S, slot_pos, slot_score, folded, torch.stack(members, 2)
+    folded = folded + (fc != none).sum(-1)
+    order = F.pad(cand_pos, (0, 1), value=-1).gather(2, fc)  # the position folding at each step, -1 none
+    return lin_scale * y.transpose(1, 2), S, slot_pos, slot_score, folded, torch.stack(members, 2), order
 
 
 def _chunk_softmax(q, k, v, c0, c1, members, s, w, scale):

@@ -58,6 +58,14 @@ def fold_order(fold: torch.Tensor) -> torch.Tensor:
     return out.scatter(2, torch.where(fold < T, fold, T + pos), pos)[..., :T]  # index T + j: a distinct bin
 
 
+def fold_steps_of(order: torch.Tensor, window: int) -> torch.Tensor:
+    """fold_order's inverse: order [B, Hkv, T] (-1 = none) -> fold [B, Hkv, T] (T + window: never)."""
+    B, Hkv, T = order.shape
+    step = torch.arange(T, device=order.device).expand(B, Hkv, T)
+    out = order.new_full((B, Hkv, 2 * T), T + window)
+    return out.scatter(2, torch.where(order >= 0, order, T + step), step)[..., :T]  # index T + t: a distinct bin
+
+
 def linear_path(lin: dict, order: torch.Tensor, lin_scale: float, want_state: bool):
     """GDN over the fold sequence: (y_lin [B, T, H, V], final state or None)."""
     B, T, H = lin["log_a"].shape
