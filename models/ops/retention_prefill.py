@@ -1,20 +1,22 @@
 """Prefill for GDN + sinks + window + retention slots (models/ops/retention.py has the rule).
 
-`retention_prefill` (what the layer calls): scores fixed at arrival (`proj_residual`, `given`) take the
-fast path of models/ops/retention_static.py (slot decisions on the scalar scores first, then one GDN op over
-the fold sequence and one masked attention); `delta_error` takes the chunk walk below, which is also the
-reference the fast path is tested against (`retention_prefill_walk`).
+`retention_prefill` (what the layer calls) decides first, without autograd, which token folds at which step:
+from the scalar scores alone for scores fixed at arrival (`proj_residual`, `given`:
+models.ops.retention_static.fold_steps), with the walk below for `delta_error` (its score depends on the
+state). The values then come from two ordinary ops whatever the score: one GDN op over the fold sequence and
+one masked attention (models/ops/retention_static.py), so the backward pass is theirs.
 
-The walk: per chunk of C steps, the tokens that can fold are known in advance: the r tokens in the slots at the
-chunk's start and the (up to) C tokens that leave the window during it. Which of them folds at which
-step is a sequential, data-dependent decision (delta_error depends on the state), so the chunk walks
-its steps, but never touches the K x V state inside the walk: it tracks the "probes" Y = S^T p for those
-candidates' keys and the chunk's queries (one matmul at the chunk's start), updated per fold by
-    Y <- a Y + (k_f . p) u,   u = beta_f (v_f - a Y_f)
-(the Gram matrix of candidates x probes is one matmul too). The chunk's end state is one matmul,
-S_end = exp(sum g) S_0 + sum_i exp(sum_{m>i} g_m) k_{f_i} u_i^T, and its softmax path (sinks, window span,
-the slots as they were at each step) one masked attention. Same outputs and final state as
-retention_recurrent; the returned RetentionState continues with retention_step.
+`retention_prefill_walk` (the walk with autograd through it, every score) is the reference the tests hold the
+layer's path to. Per chunk of C steps, the tokens that can fold are known in advance: the r slot holders at
+the chunk's start and the (up to) C tokens that leave the window during it. Which of them folds at which
+step is a sequential decision, so the chunk walks its steps, but never touches the K x V state inside the
+walk: it tracks the "probes" Y = S^T k for those candidates' keys (one matmul at the chunk's start),
+updated per fold by
+    Y <- a Y + (k_f . k) u,   u = beta_f (v_f - a Y_f)
+(the candidates' Gram matrix is one matmul too). The chunk's outputs and end state come after the walk from
+the folds (as in gdn_chunk): S_end = exp(sum g) S_0 + sum_i exp(sum_{m>i} g_m) k_{f_i} u_i^T; its softmax
+path (sinks, window span, the slots as they were at each step) is one masked attention. Same outputs and
+final state as retention_recurrent; the returned RetentionState continues with retention_step.
 """
 from __future__ import annotations
 
