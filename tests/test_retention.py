@@ -585,6 +585,33 @@ def test_gpu_prefill_matches_cpu_and_times_it():
 
 
 @cuda
+@pytest.mark.parametrize("score", ["proj_residual", "delta_error"])
+def test_gpu_prefill_captures_in_a_cuda_graph(score):
+    """`golinear train` captures the whole step in a CUDA graph on one GPU (models.train): the layer's retention
+    path, forward and backward, must capture (no host sync) and replay to the eager result."""
+    q, k, v, lin, _ = make(256, B=1, H=9, Hkv=3, D=64, seed=12, dtype=torch.float32)
+    leaves = [x.cuda().requires_grad_(True) for x in (q, k, v, *lin.values())]
+    qd, kd, vd, lind = leaves[0], leaves[1], leaves[2], dict(zip(lin, leaves[3:]))
+
+    def step():
+        y = retention_prefill(qd, kd, vd, lind, 0.125, 0.125, 8, 48, 8, score, want_state=False)[0].float()
+        return (y,) + torch.autograd.grad(y.square().sum(), leaves)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream (FLA's autotuning, allocator)
+        for _ in range(2):
+            eager = step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(captured, eager):
+        assert rel_err(a, b) <= 1e-4
+
+
+@cuda
 @pytest.mark.parametrize("score", ["delta_error", "proj_residual"])
 def test_gpu_generate_equals_the_full_forward(score):
     model = tiny_model(**RECIPE, retain=3, retain_score=score).cuda()
