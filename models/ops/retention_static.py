@@ -73,9 +73,9 @@ def linear_path(lin: dict, order: torch.Tensor, lin_scale: float, want_state: bo
     ok = idx >= 0
 
     def at_fold(x):  # x [B, T, H, *] -> the folding token's row at each step, zeros where none folds
-        i = idx.clamp(min=0).view(B, T, H, *([1] * (x.dim() - 3))).expand(B, T, H, *x.shape[3:])
-        return torch.where(ok.view(i.shape[:3] + (1,) * (x.dim() - 3)), x.gather(1, i), torch.zeros((), dtype=x.dtype,
-                                                                                                   device=x.device))
+        tail = (1,) * (x.dim() - 3)
+        i = idx.clamp(min=0).view(B, T, H, *tail).expand(B, T, H, *x.shape[3:])
+        return torch.where(ok.view(B, T, H, *tail), x.gather(1, i), torch.zeros((), dtype=x.dtype, device=x.device))
     k, v, log_a, beta = (at_fold(lin[key]) for key in ("k", "v", "log_a", "beta"))
     return ops.gdn_chunk(lin["q"], k, v, log_a, beta, lin_scale, output_final_state=want_state)
 
