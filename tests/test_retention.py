@@ -140,6 +140,20 @@ def test_fast_path_is_the_walk(case, score):
         assert_close(a, b)
 
 
+def test_fast_path_blocks_do_not_matter(monkeypatch):
+    """fold_steps' row blocks and the softmax path's query blocks are memory bounds only: tiny blocks (several
+    rows a block, queries 8 at a time, windows longer than a block) give the walk's result."""
+    from models.ops import retention_static
+    q, k, v, lin, scores = make(50, seed=14)
+    y_walk, st_walk = retention_prefill_walk(q, k, v, lin, SCALE, LIN_SCALE, 2, 11, 4, score="given",
+                                             scores=tied(scores))
+    monkeypatch.setattr(retention_static, "PAIR_BLOCK", 2 * 2 * 50 * 3)  # 3 rows a block
+    monkeypatch.setattr(retention_static, "QUERY_BLOCK", 8)
+    y, st = retention_prefill(q, k, v, lin, SCALE, LIN_SCALE, 2, 11, 4, score="given", scores=tied(scores))
+    assert_close(y, y_walk)
+    assert torch.equal(st.ret_pos.sort(-1).values, st_walk.ret_pos.sort(-1).values)
+
+
 def test_fast_path_takes_an_empty_prompt():
     q, k, v, lin, scores = make(0)
     y, st = retention_prefill(q, k, v, lin, SCALE, LIN_SCALE, 2, 3, 2, score="proj_residual")
