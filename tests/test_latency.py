@@ -435,3 +435,18 @@ def test_fused_decoder_glue_equals_the_modules(monkeypatch, mech, full):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     for a, b in zip(got_state, want_state, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_glue_only_for_known_formulas(monkeypatch):
+    """decode_glue serves Llama/Qwen RMSNorm + SiLU MLPs only, with the mode on; anything else runs the modules."""
+    from models.ops import decode_glue
+    model = tiny_model("gdn", window=4, sinks=2, short_conv=True)
+    layers, norm, x = model.model.layers, model.model.norm, torch.zeros(1, 1, 64)
+    monkeypatch.setenv("GOLINEAR_FUSED_DECODE", "1")
+    with torch.no_grad():
+        assert decode_glue.usable(layers, norm, x)
+        monkeypatch.setattr(layers[1], "post_attention_layernorm", torch.nn.LayerNorm(64))
+        assert not decode_glue.usable(layers, norm, x)
+    monkeypatch.setenv("GOLINEAR_FUSED_DECODE", "auto")  # CPU tensors: off by default
+    with torch.no_grad():
+        assert not decode_glue.usable(model.model.layers[:1], norm, x)
