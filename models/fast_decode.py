@@ -26,7 +26,7 @@ import torch
 
 from models.decode_state import DecodeState, assign
 from models.layers import LinearizedAttention
-from models.ops import decode_glue
+from models.ops import decode_glue, fused_decode
 from models.prefill import ChunkEnds, check_lengths
 from models.projection import decoder_layers, project_qkv
 
@@ -205,13 +205,14 @@ class FastDecoder:
         pos, pos_ids = io["pos"], io["pos_ids"]
         h = self.model.model.embed_tokens(io["ids"])
         pe = self.model.model.rotary_emb(h, pos_ids)
-        if decode_glue.usable(self.layers, self.model.model.norm, h):  # the same layers, glue fused (CUDA)
-            h_final = self._layers_fused_glue(h, pe, pos, steady)
-        else:
-            for i, layer in enumerate(self.layers):
-                h = h + self._attend(i, layer.input_layernorm(h), pe, pos, steady)
-                h = h + layer.mlp(layer.post_attention_layernorm(h))
-            h_final = self.model.model.norm(h)
+        with fused_decode.decode_scope():  # (GOLINEAR_FUSED_DECODE: on CUDA, fused step and glue)
+            if decode_glue.usable(self.layers, self.model.model.norm, h):
+                h_final = self._layers_fused_glue(h, pe, pos, steady)
+            else:
+                for i, layer in enumerate(self.layers):
+                    h = h + self._attend(i, layer.input_layernorm(h), pe, pos, steady)
+                    h = h + layer.mlp(layer.post_attention_layernorm(h))
+                h_final = self.model.model.norm(h)
         logits = self.model.lm_head(h_final)
         io["logits"].copy_(logits.float())
         io["ids"].copy_(logits.argmax(-1))

@@ -405,7 +405,9 @@ def test_fused_decode_is_off_on_cpu_by_default(monkeypatch):
     assert not fused_decode.applies(layer, x, steady=True)
     monkeypatch.setenv("GOLINEAR_FUSED_DECODE", "1")
     with torch.no_grad():
-        assert fused_decode.applies(layer, x, steady=True) and not fused_decode.applies(layer, x, steady=False)
+        assert not fused_decode.applies(layer, x, steady=True)  # outside FastDecoder's step (HF generate, lm-eval)
+        with fused_decode.decode_scope():
+            assert fused_decode.applies(layer, x, steady=True) and not fused_decode.applies(layer, x, steady=False)
 
 
 def _inductor_works() -> bool:
@@ -442,11 +444,12 @@ def test_fused_glue_only_for_known_formulas(monkeypatch):
     from models.ops import decode_glue
     model = tiny_model("gdn", window=4, sinks=2, short_conv=True)
     layers, norm, x = model.model.layers, model.model.norm, torch.zeros(1, 1, 64)
+    from models.ops.fused_decode import decode_scope
     monkeypatch.setenv("GOLINEAR_FUSED_DECODE", "1")
-    with torch.no_grad():
+    with torch.no_grad(), decode_scope():
         assert decode_glue.usable(layers, norm, x)
         monkeypatch.setattr(layers[1], "post_attention_layernorm", torch.nn.LayerNorm(64))
         assert not decode_glue.usable(layers, norm, x)
     monkeypatch.setenv("GOLINEAR_FUSED_DECODE", "auto")  # CPU tensors: off by default
-    with torch.no_grad():
+    with torch.no_grad(), decode_scope():
         assert not decode_glue.usable(model.model.layers[:1], norm, x)

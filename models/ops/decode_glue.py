@@ -21,8 +21,7 @@ SILUS = ("SiLU", "SiLUActivation")  # torch's and transformers' (ACT2FN["silu"])
 
 def usable(layers, final_norm, x: torch.Tensor) -> bool:
     """Whether every layer's norms and MLP (and the final norm) have the formulas below, with the mode on."""
-    m = fused_decode.mode()
-    if m == "0" or (m == "auto" and not x.is_cuda) or torch.is_grad_enabled():
+    if not fused_decode.enabled(x):
         return False
     norms = [final_norm] + [n for layer in layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
     mlps = [layer.mlp for layer in layers]

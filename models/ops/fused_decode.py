@@ -10,11 +10,13 @@ as three regions:
      op and a copy elsewhere);
   3. the disjoint sum y_lin + y_swa and o_proj.
 It serves GDN with a window (sinks and short conv optional), no retention slots, no q/k norm, every row past
-sinks + window (`steady`); every other step runs the definition. GOLINEAR_FUSED_DECODE: 'auto' (default: on
-for CUDA tensors), '1' (also on the CPU: the tests), '0' (off).
+sinks + window (`steady`), inside FastDecoder's step (`decode_scope`: HF generate, hence lm-eval, keeps the
+definition); every other step runs the definition. GOLINEAR_FUSED_DECODE: 'auto' (default: on for CUDA
+tensors), '1' (also on the CPU: the tests), '0' (off).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -33,10 +35,29 @@ def mode() -> str:
     return value
 
 
+_scope_depth = 0  # > 0 inside decode_scope()
+
+
+@contextlib.contextmanager
+def decode_scope():
+    """Where the fused step may serve: FastDecoder's step (HF generate, so lm-eval, keeps the definition)."""
+    global _scope_depth
+    _scope_depth += 1
+    try:
+        yield
+    finally:
+        _scope_depth -= 1
+
+
+def enabled(x: torch.Tensor) -> bool:
+    """The mode says yes for x, inside decode_scope, without autograd."""
+    m = mode()
+    return _scope_depth > 0 and m != "0" and (m == "1" or x.is_cuda) and not torch.is_grad_enabled()
+
+
 def applies(layer, x: torch.Tensor, steady: bool) -> bool:
     """Whether `fused_step` serves this layer's step (else LinearizedAttention.step's definition runs)."""
-    m = mode()
-    if m == "0" or (m == "auto" and not x.is_cuda) or not steady or torch.is_grad_enabled():
+    if not (steady and enabled(x)):
         return False
     return (layer.mechanism == "gdn" and layer.window > 0 and not layer.retain and layer.q_norm is None
             and not torch.is_autocast_enabled(x.device.type))
