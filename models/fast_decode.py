@@ -17,8 +17,8 @@ same step HF generate runs through models.cache.LinearCache. tests/test_latency.
 the model's own parallel forward, tests/test_batched_generate.py the tokens against HF generate one prompt at
 a time. Decoding runs with one position per row (RoPE, ring slots, sink writes, masks and the full-attention KV
 slot are per row), so rows of different lengths share one static cache and one captured graph.
-On CUDA (GOLINEAR_FUSED_DECODE) the steady step of the default recipe runs models.ops.fused_decode and the
-layers' residual adds, norms and MLP activation models.ops.decode_glue: fewer kernels, the same computation.
+With GOLINEAR_FUSED_DECODE=auto (default off until measured on an H200), on CUDA the steady step of the default
+recipe runs models.ops.fused_decode and the layers' residual adds, norms and MLP activation models.ops.decode_glue: fewer kernels, the same computation.
 """
 from __future__ import annotations
 
@@ -205,7 +205,7 @@ class FastDecoder:
         pos, pos_ids = io["pos"], io["pos_ids"]
         h = self.model.model.embed_tokens(io["ids"])
         pe = self.model.model.rotary_emb(h, pos_ids)
-        with fused_decode.decode_scope():  # (GOLINEAR_FUSED_DECODE: on CUDA, fused step and glue)
+        with fused_decode.decode_scope():  # (GOLINEAR_FUSED_DECODE=auto: on CUDA, fused step and glue)
             if decode_glue.usable(self.layers, self.model.model.norm, h):
                 h_final = self._layers_fused_glue(h, pe, pos, steady)
             else:

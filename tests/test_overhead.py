@@ -272,7 +272,7 @@ def report(compiled: bool = False) -> list[dict]:
 # gdn default recipe 114 (+1 FLA call) at the H200 sweep of 2026-11-29 (whose ~4.7 ms per token over
 # full-static at 1K, 32 layers, is these extra launches); 77 since (the steady step once position >=
 # sinks + window: no sink writes, masks or validity checks; l2norm on q and k at once; one SDPA call).
-# GOLINEAR_FUSED_DECODE (on by default on CUDA): the steady step (models.ops.fused_decode) took it to 32, the
+# GOLINEAR_FUSED_DECODE (auto: on CUDA; default off): the steady step (models.ops.fused_decode) took it to 32, the
 # fused glue (models.ops.decode_glue: residual add + RMSNorm, SiLU * up) to 13 (full attention: 28): 8 matmuls
 # (q, k, v, [a|b], o and the MLP's 3), the compiled prepare region, two add + norm kernels, SiLU * up, the sum
 # y_lin + y_swa, and the in-place GDN kernel. On the CPU inductor makes the prepare region ONE C++ kernel; Triton

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue #14, the fused decode step (models/ops/fused_decode.py, models/ops/decode_glue.py): one H200 call (carry
-# [".whl"]) that (a) times the decode at Llama-3.1-8B dims, batch 8, 32K: gdn-default and gdn fused (the default on
-# CUDA), then gdn-default with GOLINEAR_FUSED_DECODE=0 (the eager step, as before), (b) runs the GPU tests of the
+# [".whl"]) that (a) times the decode at Llama-3.1-8B dims, batch 8, 32K: gdn-default and gdn fused
+# (GOLINEAR_FUSED_DECODE=auto), then gdn-default with GOLINEAR_FUSED_DECODE=0 (the eager step, as before), (b) runs the GPU tests of the
 # fused path with the time left. Rows land in $OUT/on/latency.csv and $OUT/off/latency.csv, logs in $OUT.
 # Usage: bash scripts/gpu/fused_decode_check.sh   Env: BUDGET_S (default 570), SKIP_TESTS=1, SKIP_OFF=1
 set -u
@@ -13,8 +13,8 @@ mkdir -p $TRITON_CACHE_DIR
 BENCH="python3 -m bench.latency --model llama-3.1-8b --lengths 32768 --batch 8 --device cuda --dtype bfloat16"
 show() { grep -E "T= *32768|Error|error|Traceback" "$1" | tail -6; }
 
-echo "== fused (default on CUDA) at ${SECONDS}s"
-timeout $(( $(left) - 200 )) $BENCH --configs "gdn-default;gdn" --out-dir $OUT/on > $OUT/on.log 2>&1
+echo "== fused (GOLINEAR_FUSED_DECODE=auto) at ${SECONDS}s"
+GOLINEAR_FUSED_DECODE=auto timeout $(( $(left) - 200 )) $BENCH --configs "gdn-default;gdn" --out-dir $OUT/on > $OUT/on.log 2>&1
 echo "rc=$?"; show $OUT/on.log
 
 if [ "${SKIP_OFF:-0}" != 1 ]; then
