@@ -126,17 +126,22 @@ def _env():
                 HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 
 
-def _golinear(*args, timeout=900):
-    return subprocess.run([sys.executable, "-m", "bench.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          env=_env(), timeout=timeout)
+def _golinear_here(capsys, *args) -> tuple[int, str, str]:
+    """`golinear ARGS` in this process (its main(), as the console script calls it): (exit code, stdout, stderr).
+    For the runs whose test is not about the process boundary: no interpreter start and imports to pay again."""
+    from bench.cli import main
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 @pytest.mark.slow
-def test_real_run_kill_resume_noop_and_render(tmp_path):
+def test_real_run_kill_resume_noop_and_render(tmp_path, capsys):
     """Two cells on the real SmolLM2 (full attention and the untrained window+sink model, LAMBADA, 3 docs).
 
-    The first run is SIGKILLed as soon as one cell lands; the re-run evaluates only the other; a third
-    run does no work; the leaderboard shows the measured rows."""
+    The first run (a process of its own) is SIGKILLed as soon as one cell lands; the re-run evaluates only the
+    other; a third run does no work; the leaderboard shows the measured rows (these three in this process)."""
     store = tmp_path / "store"
     args = ["run", "--models", "full;swa-sink", "--suites", "lambada", "--limit", "3", "--store", str(store),
             "--batch-size", "4"]
@@ -151,10 +156,10 @@ def test_real_run_kill_resume_noop_and_render(tmp_path):
     before = Store(store).cells()  # every file present is a whole cell (no partial writes)
     assert len(before) == 1  # killed while the second model was loading or running
 
-    second = _golinear(*args)
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert f"2 cells planned, {len(before)} already in" in second.stdout
-    assert f"{2 - len(before)} evaluated" in second.stdout
+    code, out, err = _golinear_here(capsys, *args)
+    assert code == 0, err[-3000:]
+    assert f"2 cells planned, {len(before)} already in" in out
+    assert f"{2 - len(before)} evaluated" in out
     cells = Store(store).cells()
     assert len(cells) == 2 and len(list(store.glob("cells/*/*.json"))) == 2
     for c in cells:
@@ -169,25 +174,25 @@ def test_real_run_kill_resume_noop_and_render(tmp_path):
     assert labels == ["full", "swa-sink"]
 
     t0 = time.time()
-    third = _golinear(*args)
-    assert third.returncode == 0 and "2 already in" in third.stdout and "0 evaluated" in third.stdout
+    code, out, _ = _golinear_here(capsys, *args)
+    assert code == 0 and "2 already in" in out and "0 evaluated" in out
     assert time.time() - t0 < 120
     assert [c["digest"] for c in Store(store).cells()] == [c["digest"] for c in cells]  # untouched
 
-    out = tmp_path / "lb"
-    lb = _golinear("leaderboard", "--store", str(store), "--out", str(out))
-    assert lb.returncode == 0, lb.stderr[-2000:]
-    md = (out / "standard.md").read_text()
+    code, _, err = _golinear_here(capsys, "leaderboard", "--store", str(store), "--out", str(tmp_path / "lb"))
+    assert code == 0, err[-2000:]
+    md = (tmp_path / "lb" / "standard.md").read_text()
     assert re.search(r"\| measured +\| measured +\| smollm2-135m +\| full +\|", md)
     assert re.search(r"\| measured +\| measured +\| smollm2-135m +\| swa-sink +\|", md)
 
 
 @pytest.mark.slow
-def test_data_parallel_two_ranks_merge_into_one_cell(tmp_path):
-    """accelerate launch with two CPU processes (gloo): rank 0 writes one cell equal to a one-process run."""
+def test_data_parallel_two_ranks_merge_into_one_cell(tmp_path, capsys):
+    """accelerate launch with two CPU processes (gloo): rank 0 writes one cell equal to a one-process run
+    (run in this process)."""
     common = ["--models", "full", "--suites", "lambada", "--limit", "4", "--batch-size", "2"]
-    single = _golinear("run", *common, "--store", str(tmp_path / "one"))
-    assert single.returncode == 0, single.stderr[-3000:]
+    code, _, err = _golinear_here(capsys, "run", *common, "--store", str(tmp_path / "one"))
+    assert code == 0, err[-3000:]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--main_process_port", str(free_port()), "--mixed_precision", "no",
            "--dynamo_backend", "no", "-m", "bench.cli", "run", *common, "--store", str(tmp_path / "two")]
@@ -265,7 +270,7 @@ def test_two_identical_runs_at_once_both_finish_and_share_the_work(tmp_path):
 
 
 @pytest.mark.slow
-def test_fixed_data_file_makes_a_new_cell_not_a_stale_hit(tmp_path):
+def test_fixed_data_file_makes_a_new_cell_not_a_stale_hit(tmp_path, capsys):
     """The issue's first row: a cell measured on an edited data copy (no SHA256SUMS to catch it) is not
     reused once the data is right: the data hashes are part of the key."""
     data = tmp_path / "data"
@@ -276,10 +281,10 @@ def test_fixed_data_file_makes_a_new_cell_not_a_stale_hit(tmp_path):
     row["text"] = row["text"].rsplit(" ", 1)[0] + " zebra"  # a different target word
     f.write_text("\n".join([json.dumps(row)] + lines[1:]) + "\n")
     args = ["run", "--models", "full", "--suites", "lambada", "--limit", "3", "--store", str(tmp_path / "s")]
-    damaged = _golinear(*args, "--data-dir", str(data))
-    assert damaged.returncode == 0, damaged.stderr[-3000:]
-    fixed = _golinear(*args, "--data-dir", default_data_dir())
-    assert fixed.returncode == 0 and "0 already in" in fixed.stdout and "1 evaluated" in fixed.stdout
+    code, _, err = _golinear_here(capsys, *args, "--data-dir", str(data))
+    assert code == 0, err[-3000:]
+    code, out, _ = _golinear_here(capsys, *args, "--data-dir", default_data_dir())
+    assert code == 0 and "0 already in" in out and "1 evaluated" in out
     cells = Store(tmp_path / "s").cells()
     assert len(cells) == 2 and cells[0]["key"]["data"] != cells[1]["key"]["data"]
     assert cells[0]["metrics"]["perplexity,none"] != cells[1]["metrics"]["perplexity,none"]
