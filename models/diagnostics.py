@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import shlex
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -239,6 +241,7 @@ def plot_nmse(runs: dict, out: Path) -> list[Path]:
         ax.set_yscale("log")
         if key == "tokenwise":
             ax.set_xscale("symlog", linthresh=8)
+            ax.set_xlim(left=0)  # positions start at 0 (symlog would show an empty negative half)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("normalized MSE")
         ax.grid(alpha=0.3)
@@ -272,6 +275,7 @@ def plot_geometry(geometry: dict, runs: dict, out: Path) -> Path:
         curve = geometry[f"{metric}_t"]
         ax.plot(range(len(curve)), curve, lw=1.0)
         ax.set_xscale("symlog", linthresh=8)
+        ax.set_xlim(left=0)
         ax.set_xlabel("token position t")
         ax.set_ylabel(f"{metric}_t (mean over seq, layers, heads)")
         ax.grid(alpha=0.3)
@@ -363,7 +367,8 @@ def main(args) -> int:
         runs[f"{spec} (untrained)"] = {"linearize": cfg, "seed": seed,
                                        "before": summarize_nmse(collect(fresh_model(cfg, seed).to(device), seqs,
                                                                         True, device))}
-    result = {"command": "golinear diagnose", "base": args.base, "base_fingerprint": base_fp, "heldout": held_meta,
+    argv = sys.argv[1:] if sys.argv[1:2] == ["diagnose"] else ["diagnose"]  # the CLI's words (not pytest's)
+    result = {"command": "golinear " + shlex.join(argv), "base": args.base, "base_fingerprint": base_fp, "heldout": held_meta,
               "sequences": int(seqs.shape[0]), "seq_len": int(seqs.shape[1]), "device": str(device),
               "geometry_full_attention": geometry, "layer_scores_file": str(out / "layer_scores.json"), "runs": runs}
     atomic_write_json(out / "diagnostics.json", result)
