@@ -60,8 +60,18 @@ def test_committed_baseline_is_well_formed():
         assert c["n"] == data["subset"]["limit"] and c["stderr"] is not None and c["value"] is not None
 
 
+def _check_cli(capsys, *args) -> tuple[int, str, str]:
+    """`golinear check ARGS` through the CLI's main() in this process: (the exit code the console script returns,
+    stdout, stderr). The tests below are about the check's verdict, not the process boundary."""
+    from bench.cli import main
+    capsys.readouterr()
+    code = main(["check", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 @pytest.mark.slow
-def test_damaged_weights_fail_the_check(tmp_path):
+def test_damaged_weights_fail_the_check(tmp_path, capsys):
     """Baseline from the real SmolLM2 (LAMBADA, 8 docs); the same model passes; a copy whose weights were
     perturbed (noise of half each tensor's std) drops beyond tolerance and the CLI exits 1."""
     import torch
@@ -84,11 +94,9 @@ def test_damaged_weights_fail_the_check(tmp_path):
     damaged = tmp_path / "damaged"
     model.save_pretrained(damaged)
     tok.save_pretrained(damaged)
-    proc = subprocess.run([sys.executable, "-m", "bench.cli", "check", "--model", f"base={damaged}",
-                           "--baseline", str(base), "--batch-size", "4"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900)
-    assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
-    assert "FAILED" in proc.stdout and "DROP" in proc.stdout and "perplexity" in proc.stdout
+    code, out, err = _check_cli(capsys, "--model", f"base={damaged}", "--baseline", str(base), "--batch-size", "4")
+    assert code == 1, out + err[-2000:]
+    assert "FAILED" in out and "DROP" in out and "perplexity" in out
 
 
 SHIPPED = ROOT / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
@@ -96,27 +104,23 @@ SHIPPED_BASELINE = ROOT / "leaderboards" / "baseline" / "smollm2-gdn-default.jso
 
 
 @pytest.mark.slow
-def test_shipped_checkpoint_passes_and_a_damaged_copy_fails(tmp_path):
+def test_shipped_checkpoint_passes_and_a_damaged_copy_fails(tmp_path, capsys):
     """CI's regression check on the shipped default-recipe checkpoint, and the same check on a copy whose new
     parameters were damaged (noise of 3x each tensor's std): the CLI exits 1 with a DROP."""
     import shutil
     import torch
     from safetensors.torch import load_file, save_file
-    proc = subprocess.run([sys.executable, "-m", "bench.cli", "check", "--model", str(SHIPPED),
-                           "--baseline", str(SHIPPED_BASELINE)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=1200)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    code, out, err = _check_cli(capsys, "--model", str(SHIPPED), "--baseline", str(SHIPPED_BASELINE))
+    assert code == 0, out + err[-2000:]
     damaged = tmp_path / SHIPPED.name
     shutil.copytree(SHIPPED, damaged)
     tensors = load_file(str(damaged / "new_params.safetensors"))
     gen = torch.Generator().manual_seed(0)
     tensors = {k: v + torch.randn(v.shape, generator=gen) * 3 * (v.float().std() + 1e-3) for k, v in tensors.items()}
     save_file(tensors, str(damaged / "new_params.safetensors"))
-    proc = subprocess.run([sys.executable, "-m", "bench.cli", "check", "--model", str(damaged),
-                           "--baseline", str(SHIPPED_BASELINE)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=1200)
-    assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
-    assert "DROP" in proc.stdout
+    code, out, err = _check_cli(capsys, "--model", str(damaged), "--baseline", str(SHIPPED_BASELINE))
+    assert code == 1, out + err[-2000:]
+    assert "DROP" in out
 
 
 def test_temp_store_is_removed_on_sigterm_and_swept_after_sigkill(tmp_path):
