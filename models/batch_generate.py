@@ -5,6 +5,8 @@ state); each row then decodes from its own position. A row stops at its first EO
 token after which its continuation contains a stop string (lm-eval cuts the text there); the rows still
 running keep the batch going, and a stopped row's later tokens are dropped, so they change nothing. The host
 looks at the tokens every `check_every` steps (one device sync per check; every step on the CPU).
+`decoder_for` picks the decoder: a model with retention slots gets models.retention_generate.RetentionDecoder
+(prefill one prompt at a time, batched eager decode), every other model FastDecoder.
 """
 from __future__ import annotations
 
@@ -13,6 +15,16 @@ from array import array
 import torch
 
 from models.fast_decode import FastDecoder
+from models.projection import decoder_layers
+
+
+def decoder_for(model, **kwargs) -> FastDecoder:
+    """The batched decoder for `model`: models.retention_generate.RetentionDecoder (eager; kwargs: max_len) for a
+    model with retention slots (retain > 0), else FastDecoder(model, **kwargs)."""
+    if any(getattr(layer.self_attn, "retain", 0) for layer in decoder_layers(model)):
+        from models.retention_generate import RetentionDecoder
+        return RetentionDecoder(model, max_len=kwargs.get("max_len"))
+    return FastDecoder(model, **kwargs)
 
 
 def eos_ids(model, tokenizer=None) -> set[int]:

@@ -49,6 +49,8 @@ class FastDecoder:
     [B, n]. `use_graph=None` means: on CUDA. `max_len` bounds prompt + generated tokens (it sizes the KV
     buffers of full-attention layers only)."""
 
+    handles_retention = False  # models.retention_generate.RetentionDecoder, a subclass, does
+
     def __init__(self, model, prefill_chunk: int = DEFAULT_PREFILL_CHUNK, use_graph: bool | None = None,
                  max_len: int | None = None):
         if prefill_chunk < 0:
@@ -60,9 +62,10 @@ class FastDecoder:
         self.use_graph = (self.device.type == "cuda") if use_graph is None else use_graph
         self.max_len = max_len
         self.linear = [isinstance(layer.self_attn, LinearizedAttention) for layer in self.layers]
-        if any(lin and layer.self_attn.retain for layer, lin in zip(self.layers, self.linear)):
+        if not self.handles_retention and any(lin and layer.self_attn.retain
+                                              for layer, lin in zip(self.layers, self.linear)):
             raise ValueError("FastDecoder has no static cache for retention slots (retain > 0); decode such a "
-                             "model with HF generate (models.cache.LinearCache)")
+                             "model with models.retention_generate.RetentionDecoder or HF generate")
         self.states: list = [None] * len(self.layers)
         # from this position on, every sink and ring slot holds a real token and the token leaving the window
         # is not a sink: the decode step then skips the sink writes, the masks and the validity checks

@@ -73,11 +73,12 @@ def delta_error(y: torch.Tensor, lv: torch.Tensor, log_a: torch.Tensor, groups: 
     return err.unflatten(-1, (-1, groups)).mean(-1)
 
 
-def evict(slot_score, slot_pos, new_score, new_pos: int) -> torch.Tensor:
+def evict(slot_score, slot_pos, new_score, new_pos) -> torch.Tensor:
     """Index in 0..r (r = the leaving token) of the candidate that folds: the lowest score, ties to the
-    earliest position. slot_* [B, Hkv, r], new_score [B, Hkv]."""
+    earliest position. slot_* [B, Hkv, r], new_score [B, Hkv], new_pos an int or per row [B, Hkv]."""
     sc = torch.cat([slot_score, new_score.unsqueeze(-1)], -1)
-    pos = torch.cat([slot_pos, slot_pos.new_full(new_score.shape + (1,), new_pos)], -1)
+    new_pos = torch.as_tensor(new_pos, dtype=slot_pos.dtype, device=slot_pos.device).expand(new_score.shape)
+    pos = torch.cat([slot_pos, new_pos.unsqueeze(-1)], -1)
     low = sc == sc.amin(-1, keepdim=True)
     return torch.where(low, pos, torch.full_like(pos, 1 << 62)).argmin(-1)
 
@@ -229,9 +230,11 @@ def take(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 
 
 def _fold_and_place(state_ret, ret_pos, S, leaving, pos, score, G):
-    """The leaving token (dict of KV_KEYS/Q_KEYS without the slot dim) competes with the slots; the loser
-    folds (a no-op update for an empty slot). Returns (ret, ret_pos, S, folded_now [B, Hkv])."""
+    """The leaving token (dict of KV_KEYS/Q_KEYS without the slot dim; its position `pos`, an int or per row
+    [B, 1]) competes with the slots; the loser folds (a no-op update for an empty slot). Returns (ret, ret_pos,
+    S, folded_now [B, Hkv])."""
     r = ret_pos.shape[-1]
+    pos = torch.as_tensor(pos, dtype=ret_pos.dtype, device=ret_pos.device).expand(score.shape)  # [B, Hkv]
     e = evict(state_ret["score"], ret_pos, score, pos)  # [B, Hkv]
     valid = (e == r) | (take(ret_pos, e) >= 0)
     eq, vq = e.repeat_interleave(G, 1), valid.repeat_interleave(G, 1)
@@ -245,7 +248,7 @@ def _fold_and_place(state_ret, ret_pos, S, leaving, pos, score, G):
         hot = (torch.arange(r, device=e.device) == (eq if key in Q_KEYS else e).unsqueeze(-1))
         hot = hot.view(hot.shape + (1,) * (x.dim() - 3))
         ret[key] = torch.where(hot, leaving[key].unsqueeze(2), x)
-    ret_pos = torch.where(torch.arange(r, device=e.device) == e.unsqueeze(-1), pos, ret_pos)
+    ret_pos = torch.where(torch.arange(r, device=e.device) == e.unsqueeze(-1), pos.unsqueeze(-1), ret_pos)
     return ret, ret_pos, S, valid
 
 

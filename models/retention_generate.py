@@ -1,0 +1,97 @@
+"""Batched greedy decoding for models with retention slots (retain > 0, issue #17), eager (no CUDA graph).
+
+The static-cache decoder (models.fast_decode.FastDecoder) prefills a right-padded batch in chunks, which
+retention's prefill (models.ops.retention_prefill) cannot do. `RetentionDecoder` keeps FastDecoder's decode
+loop (embedding, per-row RoPE positions, MLPs, the hybrid's full-attention KV buffers, greedy argmax) and
+changes two things:
+
+  - prefill: each prompt alone (batch 1, unpadded) through the model's own forward on a models.cache.LinearCache,
+    the forward HF generate's first step runs, so each row's state is by construction the one-at-a-time
+    path's; the rows' states are then stacked (models.ops.retention_rows.RetentionRows, the conv states, the
+    full layers' KV into static buffers);
+  - the linearized layers' step: models.ops.retention_rows.retention_rows_step, each row at its own position
+    (batched once every row is past sinks + window; a shorter row steps alone until then).
+
+The prefill is therefore as slow as one prompt at a time; the decode steps are batched. models.batch_generate
+drives it like FastDecoder (per-row EOS / stop strings); tests/test_retention_generate.py checks the tokens
+against HF generate one prompt at a time.
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from models.cache import LinearCache, LinearLayerCache
+from models.decode_state import DecodeState
+from models.fast_decode import FastDecoder
+from models.ops.retention_rows import RetentionRows, retention_rows_step
+from models.prefill import check_lengths
+from models.projection import matmul_dtype, project_qkv
+
+
+class RetentionDecoder(FastDecoder):
+    """FastDecoder's interface (`prefill(input_ids, lengths)`, `decode(n)`) for a model with retention slots."""
+
+    handles_retention = True
+
+    def __init__(self, model, max_len: int | None = None):
+        super().__init__(model, prefill_chunk=0, use_graph=False, max_len=max_len)
+        if not any(lin and layer.self_attn.retain for layer, lin in zip(self.layers, self.linear)):
+            raise ValueError("RetentionDecoder is for models with retention slots (retain > 0); use FastDecoder")
+
+    @torch.no_grad()
+    def prefill(self, input_ids: torch.Tensor, lengths=None) -> torch.Tensor:
+        """Each row's prompt alone through the model's forward; returns each row's first new token [B, 1].
+        input_ids [B, T] padded on the right; lengths: each row's real length (None: all T)."""
+        B, T = input_ids.shape
+        if T == 0:
+            raise ValueError("prefill needs at least one prompt token")
+        lens = check_lengths(lengths, B, T)
+        max_len = max(self.max_len or 0, T + 1)
+        caches, logits = [], []
+        arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        for b, n in enumerate(lens):  # (transformers >= 5.24 names the cache argument `cache`)
+            cache = LinearCache.for_model(self.model)
+            out = self.model(input_ids[b:b + 1, :n], use_cache=True, logits_to_keep=1, **{arg: cache})
+            caches.append(cache)
+            logits.append(out.logits[:, -1:])
+        for i in range(len(self.layers)):
+            layers = [c.layers[i] for c in caches]
+            self.states[i] = self._stack_linear(layers) if self.linear[i] else self._stack_full(layers, lens, max_len)
+        logits = torch.cat(logits, 0).float()
+        nxt = logits.argmax(-1)
+        pos = torch.tensor(lens, device=self.device)
+        self.io = {"ids": nxt, "pos": pos, "pos_ids": pos.view(B, 1).clone(), "logits": logits,
+                   "rows": torch.arange(B, device=self.device)}
+        self.positions = lens
+        return nxt
+
+    @staticmethod
+    def _stack_linear(layers: list[LinearLayerCache]) -> DecodeState:
+        states = [c.state for c in layers]
+        conv = None if states[0].conv is None else torch.cat([s.conv for s in states], 0)
+        return DecodeState(conv=conv, retention=RetentionRows.stack([s.retention for s in states]))
+
+    def _stack_full(self, layers, lens: list[int], max_len: int) -> dict:
+        """A hybrid's full-attention layer: each row's KV (HF's DynamicLayer, [1, Hkv, n, D]) in a static buffer
+        [B, Hkv, max_len, D], as FastDecoder keeps it."""
+        k0 = layers[0].keys
+        kb = torch.zeros(len(lens), k0.shape[1], max_len, k0.shape[3], dtype=k0.dtype, device=self.device)
+        vb = torch.zeros_like(kb)
+        for b, (c, n) in enumerate(zip(layers, lens)):
+            kb[b, :, :n], vb[b, :, :n] = c.keys[0], c.values[0]
+        return {"k": kb, "v": vb}
+
+    def _attend(self, i, x, pe, pos, steady):
+        """LinearizedAttention._retention_step with each row at its own position."""
+        if not self.linear[i]:
+            return super()._attend(i, x, pe, pos, steady)
+        attn, state = self.layers[i].self_attn, self.states[i]
+        qk, q, k, v, new_conv = project_qkv(attn, x, pe, attn.conv_weight(), state.conv)
+        if new_conv is not None:
+            state.conv.copy_(new_conv)
+        lin = attn.linear_inputs(x, q, k, v, qk=qk)
+        y, state.retention = retention_rows_step(state.retention, q, k, v, lin, attn.scaling, attn.lin.scale,
+                                                 attn.retain_score)
+        return attn.o_proj(y.reshape(x.shape[0], 1, -1).to(matmul_dtype(x)))

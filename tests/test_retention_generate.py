@@ -1,0 +1,100 @@
+"""Batched generation for models with retention slots (models/retention_generate.py, models/ops/retention_rows.py),
+fp32 on the CPU: a batch of prompts of different lengths gives, token for token, what each prompt gives generated
+alone by HF's generate (the one-at-a-time path), for both scores; the per-row step equals each row stepped alone."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.batch_generate import decoder_for, generate_batch
+from models.ops.retention import RetentionState, retention_step
+from models.ops.retention_prefill import retention_prefill
+from models.ops.retention_rows import RetentionRows, retention_rows_step
+from models.retention_generate import RetentionDecoder
+from test_batched_generate import alone, prompts, tiny_model
+
+SCORES = ("delta_error", "proj_residual")
+RECIPE = dict(window=4, sinks=2, short_conv=True, retain=3)  # steady from sinks + window = 6 tokens
+LONG = [7, 6, 19, 11]  # all past the steady point, different lengths
+
+
+@pytest.mark.parametrize("score", SCORES)
+@pytest.mark.parametrize("lengths", [LONG, LONG + [3], [1, 4]], ids=["steady", "one-short-row", "all-short"])
+def test_batched_equals_each_prompt_alone(score, lengths):
+    model = tiny_model("gdn", **RECIPE, retain_score=score)
+    ps, n = prompts(lengths), 12
+    decoder = decoder_for(model, max_len=64)
+    assert isinstance(decoder, RetentionDecoder)
+    assert generate_batch(decoder, ps, n) == [alone(model, p, n) for p in ps]
+
+
+def test_hybrid_full_layer_and_no_conv():
+    """A hybrid's full-attention layer goes through the static KV buffers with per-row positions."""
+    model = tiny_model("gdn", window=3, sinks=1, retain=2, full_layers=[1], retain_score="proj_residual")
+    ps, n = prompts([5, 12, 9, 2]), 10
+    assert generate_batch(decoder_for(model, max_len=64), ps, n) == [alone(model, p, n) for p in ps]
+
+
+def test_rows_stop_early_at_eos():
+    """A row stops at its first EOS; the other rows are unaffected."""
+    model = tiny_model("gdn", **RECIPE)
+    ps, n = prompts(LONG), 10
+    ref = [alone(model, p, n) for p in ps]
+    eos = ref[1][2]
+    got = generate_batch(decoder_for(model), ps, n, eos={eos})
+    want = [r[:r.index(eos) + 1] if eos in r else r for r in ref]
+    assert got == want and len(got[1]) <= 3 and any(len(g) == n for g in got)
+
+
+def _states(lengths, score, seed=0):
+    """Per-row prefilled RetentionStates of random prompts, and a random next token's inputs for each."""
+    g = torch.Generator().manual_seed(seed)
+    H, Hkv, D, s, w, r = 4, 2, 8, 2, 4, 3
+
+    def inputs(T):
+        q, k, v = torch.randn(1, T, H, D, generator=g), torch.randn(1, T, Hkv, D, generator=g), \
+            torch.randn(1, T, Hkv, D, generator=g)
+        lk = torch.nn.functional.normalize(k.repeat_interleave(2, 2), dim=-1)
+        lin = {"q": q, "k": lk, "v": v.repeat_interleave(2, 2), "log_a": -torch.rand(1, T, H, generator=g),
+               "beta": torch.rand(1, T, H, generator=g)}
+        return q, k, v, lin
+    states = []
+    for T in lengths:
+        q, k, v, lin = inputs(T)
+        states.append(retention_prefill(q, k, v, lin, 0.3, 1.0, s, w, r, score, want_state=True)[1])
+    return states, [inputs(1) for _ in lengths]
+
+
+@pytest.mark.parametrize("score", SCORES)
+def test_rows_step_equals_each_row_alone(score):
+    """Several steps of retention_rows_step on stacked rows (one before the steady point) = each row stepped alone
+    by retention_step: outputs and every tensor of the state."""
+    lengths = [9, 6, 23, 3]
+    states, _ = _states(lengths, score)
+    rows = RetentionRows.stack(states)
+    for step in range(6):
+        _, toks = _states(lengths, score, seed=step + 1)
+        cat = [torch.cat([tk[i] for tk in toks]) for i in range(3)]
+        lin = {key: torch.cat([tk[3][key] for tk in toks]) for key in toks[0][3]}
+        y, rows = retention_rows_step(rows, *cat, lin, 0.3, 1.0, score)
+        for b, (q, k, v, one) in enumerate(toks):
+            yb, states[b] = retention_step(states[b], q, k, v, one, 0.3, 1.0, score)
+            torch.testing.assert_close(y[b:b + 1], yb, rtol=1e-6, atol=1e-6)
+    assert rows.seen == [n + 6 for n in lengths]
+    for b, one in enumerate(states):
+        for got, want in zip(rows.row(b).tensors(), one.tensors()):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_stack_and_select_keep_each_row():
+    states, _ = _states([8, 3], "proj_residual")
+    rows = RetentionRows.stack(states).select(torch.tensor([1, 0, 1]))
+    assert rows.seen == [3, 8, 3]
+    for got, want in zip(rows.row(1).tensors(), states[0].tensors()):
+        assert torch.equal(got, want)
+    assert isinstance(rows.row(2), RetentionState) and rows.row(2).seen == 3
+
+
+def test_decoder_refuses_a_model_without_slots():
+    with pytest.raises(ValueError, match=r"^RetentionDecoder is for models with retention slots"):
+        RetentionDecoder(tiny_model("gdn", window=4, sinks=2))
