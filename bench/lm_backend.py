@@ -322,14 +322,13 @@ class GolinearHF(HFLM):
         return with_continuations(context, outs, self.eot_token_id if pad is None else pad)
 
     def _generate_batched(self, prompts, new_tokens: int, stop, generation_kwargs) -> list[list[int]]:
-        from models.batch_generate import eos_ids, generate_batch
-        from models.fast_decode import FastDecoder
+        from models.batch_generate import decoder_for, eos_ids, generate_batch
         if generation_kwargs.get("do_sample") or generation_kwargs.get("num_beams", 1) != 1:
             raise ValueError(f"generation=batched is greedy only; got do_sample={generation_kwargs.get('do_sample')}, "
                              f"num_beams={generation_kwargs.get('num_beams', 1)} (use generation=sequential)")
         decoder = self._decoders.get(len(prompts))
         if decoder is None:
-            decoder = self._decoders[len(prompts)] = FastDecoder(self.model)
+            decoder = self._decoders[len(prompts)] = decoder_for(self.model)
         # full-attention layers get a KV buffer rounded up to 1024 slots: batches of similar widths share a shape
         # (and so one captured graph)
         width = padded_width(max(len(p) for p in prompts)) if self.device.type == "cuda" else max(map(len, prompts))

@@ -24,7 +24,8 @@ def decoder_for(model, **kwargs) -> FastDecoder:
     if any(getattr(layer.self_attn, "retain", 0) for layer in decoder_layers(model)):
         from models.retention_generate import RetentionDecoder
         return RetentionDecoder(model, max_len=kwargs.get("max_len"))
-    return FastDecoder(model, **kwargs)
+    from models import fast_decode  # looked up per call: scripts/gpu/profile_host.py swaps in a stand-in
+    return fast_decode.FastDecoder(model, **kwargs)
 
 
 def eos_ids(model, tokenizer=None) -> set[int]:
