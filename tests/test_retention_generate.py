@@ -98,3 +98,16 @@ def test_stack_and_select_keep_each_row():
 def test_decoder_refuses_a_model_without_slots():
     with pytest.raises(ValueError, match=r"^RetentionDecoder is for models with retention slots"):
         RetentionDecoder(tiny_model("gdn", window=4, sinks=2))
+
+
+# ---------------------------------------------------------------------------------------------- GPU (skipped on CPU)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("score", SCORES)
+def test_gpu_batched_equals_each_prompt_alone(score):
+    """On the GPU (fp32, the FLA prefill ops): the batched path's tokens = HF generate of each prompt alone."""
+    model = tiny_model("gdn", **RECIPE, retain_score=score).cuda()
+    ps, n = prompts(LONG + [3]), 12
+    with torch.no_grad():
+        want = [model.generate(torch.tensor([p], device="cuda"), max_new_tokens=n, do_sample=False,
+                               pad_token_id=0)[0, len(p):].tolist() for p in ps]
+    assert generate_batch(decoder_for(model, max_len=64), ps, n) == want
