@@ -21,6 +21,8 @@ COMMANDS = {  # name: (module that runs it, module of its options, help)
     "run": ("bench.runner", "bench.cli_args",
             "evaluate models x suites x configurations into the result store (resumable)"),
     "leaderboard": ("bench.leaderboard", "bench.cli_args", "render leaderboards/*.md|csv|html from the result store"),
+    "claims": ("bench.claims", "bench.cli_args",
+               "render leaderboards/claims.md|csv: each claim of the paper, ours at 135M, a verdict by a rule"),
     "store": ("bench.store_merge", "bench.cli_args",
               "store merge SRC...: add the cells of other result stores to --store (kept cells never change)"),
     "check": ("bench.check", "bench.cli_args", "regression check against a committed baseline"),

@@ -1,4 +1,4 @@
-"""The options of the bench commands (`golinear demo|params|run|leaderboard|store|check|latency|generation`).
+"""The options of the bench commands (`golinear demo|params|run|leaderboard|claims|store|check|latency|generation`).
 
 They live apart from the commands so that `golinear COMMAND --help` builds its parser without importing
 the command's module (and with it torch or lm-eval); bench.cli imports a command's module only to run it.
@@ -87,6 +87,14 @@ def leaderboard(p):
     p.add_argument("--store", default="runs/store", help="result store folder (default runs/store)")
     p.add_argument("--out", default="leaderboards", help="output folder (default leaderboards/)")
     p.add_argument("--reference-dir", default=str(REFERENCE_DIR), help="paper rows (CSV) to show as reported")
+
+
+def claims(p):
+    p.add_argument("--store", default="leaderboards/store", help="result store folder (default: the committed one)")
+    p.add_argument("--checkpoints", default="checkpoints/smollm2-135m",
+                   help="folder of checkpoint folders, each with train_config.json (held-out loss, steps)")
+    p.add_argument("--out", default="leaderboards", help="output folder for claims.md and claims.csv")
+    p.add_argument("--reference-dir", default=str(REFERENCE_DIR), help="the paper's rows (CSV)")
 
 
 def store(p):

@@ -1,0 +1,151 @@
+"""`golinear claims`: each rule's verdict on holds / fails / missing, the seeds' spread, the choice of evidence
+(store before held-out CE, finished runs before short ones), and a render from the real repository files.
+
+Stores and checkpoint folders are fabricated in tmp_path; the paper's side is the real reference CSVs.
+"""
+import json
+import statistics
+
+import pytest
+
+from bench import claims as C
+from bench.cli import main as cli_main
+from bench.cli_args import REFERENCE_DIR, REPO_ROOT
+from bench.store import Store
+
+CR_TASKS = {"golinear_piqa": "acc", "golinear_arc_easy": "acc", "golinear_arc_challenge": "acc_norm",
+            "golinear_hellaswag": "acc_norm", "golinear_winogrande": "acc"}
+CE, CR = C.CE, C.METRICS["CR"]
+
+
+def checkpoint(root, name, heldout, *, steps=2500, requested=2500, full=3.47, seed=0):
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "train_config.json").write_text(json.dumps({
+        "train": {"steps": requested, "seed": seed}, "summary": {"step": steps},
+        "results": {"heldout_loss_trained": heldout, "heldout_loss_full_attention": full}}))
+
+
+def put_cr(store, name, score, *, full=False, limit=None):
+    """The five CR cells of one model, every task at `score` (a fraction)."""
+    key = "base=smollm2-135m" if full else f"base=smollm2-135m,checkpoint={name},checkpoint_files=ab"
+    for task, metric in CR_TASKS.items():
+        store.put({"key": {"model": key, "task": task, "config": {"limit": limit, "num_fewshot": 0}},
+                   "model": {"label": name, "family": name, "backbone": "smollm2-135m", "full_attention": full,
+                             "budget": "inf" if full else 64},
+                   "task": task, "suite": "cr", "metric": metric, "n": 20,
+                   "metrics": {f"{metric},none": {"value": score, "stderr": 0.01}}})
+
+
+def table(tmp_path, store=None):
+    store = store or Store(tmp_path / "store")
+    return C.claims_table(store, tmp_path / "ck", REFERENCE_DIR).set_index("claim")
+
+
+def row(t, start):
+    return t.loc[next(c for c in t.index if c.startswith(start))]
+
+
+# ----------------------------------------------------------------------------- each rule: holds, fails, missing
+@pytest.mark.parametrize("rule,holds,fails,missing", [
+    (C.ordering, {"gdn": 3.0, "kgla": 3.5, "gla": 3.51, "hedgehog": 4.5},
+     {"gdn": 10.68, "kgla": 5.08, "gla": 7.22, "hedgehog": 5.12}, {"gdn": 3.0, "kgla": 3.5, "gla": 3.51}),
+    (C.close_gap, {"full": 3.47, "gdn": 3.48}, {"full": 3.47, "gdn": 3.695}, {"gdn": 3.48}),
+    (C.issue_target, {"full": 3.47, "gdn": 3.48}, {"full": 3.47, "gdn": 3.6}, {"full": 3.47}),
+    (C.near_best, {"gdn": 3.566, "kgla": 3.572, "gla": 3.57}, {"gdn": 3.566, "kgla": 3.572, "gla": 6.75},
+     {"kgla": 3.5, "gla": 3.5}),
+    (C.rises, {"b128": 3.5, "b256": 3.44, "b1024": 3.37}, {"b128": 3.5, "b256": 3.52}, {"b128": 3.5}),
+    (lambda s, m: C.beats(s, m, a="56+8", b="64"), {"gdn:56+8": 3.7, "gdn:64": 4.36},
+     {"gdn:56+8": 3.7, "gdn:64": 4.36, "gla:56+8": 5.0, "gla:64": 4.9}, {"gdn:56+8": 3.7, "gla:64": 4.9}),
+])
+def test_each_rule_decides_holds_fails_and_refuses_missing(rule, holds, fails, missing):
+    assert rule(holds, CE)[0] is True
+    assert rule(fails, CE)[0] is False
+    assert rule(missing, CE)[0] is None
+
+
+def test_ruler_profile_rule_and_the_paper_numbers_it_reads():
+    ok = {"agg@small": 35, "ret@small": 2, "avg@small": 18, "agg@large": 67, "ret@large": 28, "avg@large": 47}
+    assert C.ruler_profile(ok, CR)[0] is True
+    assert C.ruler_profile(ok | {"ret@large": 65}, CR)[0] is False  # retrieval caught up
+    assert C.ruler_profile(ok | {"avg@large": 10}, CR)[0] is False  # falls with the budget
+    assert C.ruler_profile({k: v for k, v in ok.items() if k != "avg@large"}, CR)[0] is None
+    paper = C.ruler_rows(C.load_reference(REFERENCE_DIR))["Llama-3.1-8B"]
+    assert paper["avg@small"] == 18.50 and paper["avg@large"] == 47.52
+    assert paper["agg@small"] == pytest.approx((34.44 + 60.04 + 21.27 + 23.49) / 4)
+
+
+def test_direction_follows_the_metric():
+    assert C.close_gap({"full": 50.0, "gdn": 49.5}, CR)[0] is True  # higher is better: 0.5 points behind
+    assert C.close_gap({"full": 50.0, "gdn": 47.0}, CR)[0] is False
+    assert C.close_gap({"full": 3.47, "gdn": 3.0}, CE)[0] is True  # below full attention's loss: no gap
+
+
+# ----------------------------------------------------------------------------- evidence and verdict vocabulary
+def test_held_out_ce_verdicts_are_labelled_and_missing_roles_are_named(tmp_path):
+    ck = tmp_path / "ck"
+    for name, loss in {"gdn": 3.0, "kgla": 3.5, "gla": 3.51, "hedgehog": 4.5, "gdn-w56-s8": 3.8,
+                       "gdn-w64": 3.7}.items():
+        checkpoint(ck, name, loss)
+    t = table(tmp_path)
+    strict = row(t, "Strict ordering GDN")
+    assert strict["verdict"] == "holds on held-out CE only" and "not the paper's metric" in strict["ours at 135M"]
+    sinks = row(t, "Sinks beat")
+    assert sinks["verdict"] == "does not hold on held-out CE"
+    assert "gla-w56-s8" in sinks["why"] and "kgla-w64" in sinks["why"]  # named, not silently dropped
+    hybrid = row(t, "Hardness-selected")
+    assert hybrid["verdict"] == "not measured" and "gdn-full10-hardness" in hybrid["why"]
+    assert set(t["verdict"]) <= set(C.VERDICTS)
+
+
+def test_store_rows_come_before_held_out_ce_and_name_a_short_run(tmp_path):
+    ck = tmp_path / "ck"
+    checkpoint(ck, "gdn-w56-s8-sc", 3.63, steps=379)
+    checkpoint(ck, "gdn-w56-s8-sc-10m", 3.567)
+    store = Store(tmp_path / "store")
+    put_cr(store, "full", 0.50, full=True)
+    put_cr(store, "gdn-w56-s8-sc", 0.499)  # 0.1 points behind: within the 0.5 target
+    put_cr(store, "gdn-w56-s8-sc-10m", 0.30, limit=20)  # a subset is never a full-set row
+    r = row(table(tmp_path, store), "Default recipe vs full attention: CR")
+    assert r["verdict"] == "holds" and "CR (points" in r["ours at 135M"]
+    assert "379 of 2500 steps" in r["ours at 135M"] and "not yet evaluated: `gdn-w56-s8-sc-10m`" in r["ours at 135M"]
+    put_cr(store, "gdn-w56-s8-sc-10m", 0.40)  # the finished run, now on the full sets: it replaces the short one
+    r = row(table(tmp_path, store), "Default recipe vs full attention: CR")
+    assert r["verdict"] == "does not hold" and "gdn 40.00" in r["ours at 135M"] and "379" not in r["ours at 135M"]
+
+
+def test_seeds_spread_is_mean_and_sample_std_of_the_finished_seed_folders(tmp_path):
+    ck = tmp_path / "ck"
+    checkpoint(ck, "gdn-w56-s8-sc", 9.9, steps=379)  # short: left out while finished seeds exist
+    for name, loss, seed in (("gdn-w56-s8-sc-10m", 3.0, 0), ("gdn-w56-s8-sc-seed1", 3.2, 1),
+                             ("gdn-w56-s8-sc-seed2", 3.4, 2)):
+        checkpoint(ck, name, loss, seed=seed)
+    checkpoint(ck, "kgla-w56-s8-sc", 3.21)
+    r = row(table(tmp_path), "With the short conv")
+    assert r["seeds"] == f"gdn: {3.2:.4f} +- {statistics.stdev([3.0, 3.2, 3.4]):.4f} (3 seeds)"
+    assert "gdn 3.200" in r["ours at 135M"] and r["verdict"] == "holds on held-out CE only"  # kgla 0.01 behind
+
+
+def test_the_rule_is_applied_to_the_papers_numbers(tmp_path):
+    (tmp_path / "ck").mkdir()
+    t = table(tmp_path)
+    assert row(t, "Short conv beats LoRA")["rule on the paper's numbers"] == \
+        "Llama-3.1-8B: holds; Qwen3-8B-Base: does not hold"  # Table 7: LoRA ahead on Qwen's CR
+    assert "gdn 63.08" in row(t, "Strict ordering GDN")["paper's numbers"]
+
+
+# ----------------------------------------------------------------------------- the real files, the command
+def test_renders_from_the_repository_files(tmp_path):
+    changed = C.render(REPO_ROOT / "leaderboards" / "store", REPO_ROOT / "checkpoints" / "smollm2-135m", tmp_path,
+                       REFERENCE_DIR)
+    assert {p.name for p in changed} == {"claims.md", "claims.csv"}
+    md = (tmp_path / "claims.md").read_text()
+    assert all(c.text in md for c in C.CLAIMS) and md.count("\n| ") == len(C.CLAIMS) + 1
+    assert C.render(REPO_ROOT / "leaderboards" / "store", REPO_ROOT / "checkpoints" / "smollm2-135m", tmp_path,
+                    REFERENCE_DIR) == []  # deterministic: nothing rewritten
+
+
+def test_missing_input_is_a_one_line_error(tmp_path, capsys):
+    assert cli_main(["claims", "--store", str(tmp_path / "nope"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "result store" in err and "nope" in err
