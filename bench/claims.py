@@ -26,6 +26,7 @@ import pandas as pd
 from bench.leaderboard import (CR_COLS, RULER_COLS, SNIAH_TASKS, load_reference, measured_frame, to_csv,
                                write_if_changed)
 from bench.store import Store
+from models.spec import local_files_identity
 
 
 @dataclass(frozen=True)
@@ -254,6 +255,8 @@ class Run:
     requested: int
     heldout: float | None
     full_attention_heldout: float | None
+    seed: int = 0
+    files: str = ""  # the folder's files hash, as store keys name it (`checkpoint_files=`)
 
     @property
     def finished(self) -> bool:
@@ -268,24 +271,31 @@ class Evidence:
 
 
 def load_runs(checkpoints: Path) -> dict:
+    """recipe -> its runs, from every `<folder>/train_config.json`."""
     runs = {}
     for cfg in sorted(Path(checkpoints).glob("*/train_config.json")):
-        c = json.loads(cfg.read_text())
-        res, s = c.get("results", {}), c.get("summary", {})
-        run = Run(cfg.parent.name, int(s.get("step", 0)), int(c["train"]["steps"]),
-                  res.get("heldout_loss_trained"), res.get("heldout_loss_full_attention"))
+        try:
+            c = json.loads(cfg.read_text())
+            res, s = c.get("results", {}), c.get("summary", {})
+            run = Run(cfg.parent.name, int(s.get("step", 0)), int(c["train"]["steps"]),
+                      res.get("heldout_loss_trained"), res.get("heldout_loss_full_attention"),
+                      int(c["train"].get("seed", 0)), local_files_identity(cfg.parent) or "")
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{cfg}: not a `golinear train` record ({type(e).__name__}: {e})") from None
         runs.setdefault(RUN_NAME.match(run.name)["recipe"], []).append(run)
     return runs
 
 
 def pick(runs: list[Run]) -> list[Run]:
-    """The finished runs (one per seed folder), else the longest one."""
-    done = [r for r in runs if r.finished]
-    return done or sorted(runs, key=lambda r: -r.steps)[:1]
+    """The finished runs, one per seed (the first folder name of a seed: `<recipe>` before `<recipe>-10m`),
+    else the longest run."""
+    done = list({r.seed: r for r in sorted(runs, key=lambda r: r.name, reverse=True) if r.finished}.values())
+    return sorted(done, key=lambda r: r.name) or sorted(runs, key=lambda r: -r.steps)[:1]
 
 
-def store_value(frame: pd.DataFrame, target: str, metric: str, cols, run: str | None = None) -> float | None:
-    """Mean of `cols` for one model in the store, None unless every column is there (full sets only)."""
+def store_value(frame: pd.DataFrame, target: str, metric: str, cols, run: Run | None = None) -> float | None:
+    """Mean of `cols` for one model in the store, None unless every column is there (full sets only; a
+    checkpoint's cells only when they are of the folder's current files)."""
     if frame.empty:
         return None
     cols = cols or {"CR": CR_COLS, "LAMBADA": ["LAMBADA"], "S-NIAH": SNIAH_TASKS, "RULER": RULER_COLS}[metric]
@@ -295,7 +305,7 @@ def store_value(frame: pd.DataFrame, target: str, metric: str, cols, run: str | 
     elif target.startswith("none@"):
         f = f[f["model_key"].str.contains("mechanism=none") & (f["budget"] == target[5:])]
     else:
-        f = f[f["model_key"].str.contains("checkpoint=") & (f["family"] == run)]
+        f = f[f["model_key"].str.contains(f"checkpoint_files={run.files}", regex=False) & (f["family"] == run.name)]
     vals = f.groupby("column")["value"].mean()
     return float(vals[cols].mean()) if all(c in vals for c in cols) else None
 
@@ -311,9 +321,9 @@ def role_scores(ev: Evidence, target: str, cols, metric: str) -> tuple[list[floa
     if target == "full" or target.startswith("none@"):
         v = store_value(ev.frame, target, metric, cols)
         return ([] if v is None else [v]), ""
-    runs = pick([r for r in ev.runs.get(target, []) if store_value(ev.frame, target, metric, cols, r.name) is not None])
+    runs = pick([r for r in ev.runs.get(target, []) if store_value(ev.frame, target, metric, cols, r) is not None])
     waiting = [r for r in pick(ev.runs.get(target, [])) if r.finished and r not in runs]
-    return ([store_value(ev.frame, target, metric, cols, r.name) for r in runs],
+    return ([store_value(ev.frame, target, metric, cols, r) for r in runs],
             label(runs) + (f"; not yet evaluated: {label(waiting)}" if runs and waiting else ""))
 
 

@@ -12,6 +12,7 @@ from bench import claims as C
 from bench.cli import main as cli_main
 from bench.cli_args import REFERENCE_DIR, REPO_ROOT
 from bench.store import Store
+from models.spec import local_files_identity
 
 CR_TASKS = {"golinear_piqa": "acc", "golinear_arc_easy": "acc", "golinear_arc_challenge": "acc_norm",
             "golinear_hellaswag": "acc_norm", "golinear_winogrande": "acc"}
@@ -26,9 +27,10 @@ def checkpoint(root, name, heldout, *, steps=2500, requested=2500, full=3.47, se
         "results": {"heldout_loss_trained": heldout, "heldout_loss_full_attention": full}}))
 
 
-def put_cr(store, name, score, *, full=False, limit=None):
-    """The five CR cells of one model, every task at `score` (a fraction)."""
-    key = "base=smollm2-135m" if full else f"base=smollm2-135m,checkpoint={name},checkpoint_files=ab"
+def put_cr(store, name, score, *, full=False, limit=None, folder=None):
+    """The five CR cells of one model, every task at `score` (a fraction), keyed by the folder's files."""
+    files = None if full else local_files_identity(folder)
+    key = "base=smollm2-135m" if full else f"base=smollm2-135m,checkpoint={name},checkpoint_files={files}"
     for task, metric in CR_TASKS.items():
         store.put({"key": {"model": key, "task": task, "config": {"limit": limit, "num_fewshot": 0}},
                    "model": {"label": name, "family": name, "backbone": "smollm2-135m", "full_attention": full,
@@ -104,12 +106,13 @@ def test_store_rows_come_before_held_out_ce_and_name_a_short_run(tmp_path):
     checkpoint(ck, "gdn-w56-s8-sc-10m", 3.567)
     store = Store(tmp_path / "store")
     put_cr(store, "full", 0.50, full=True)
-    put_cr(store, "gdn-w56-s8-sc", 0.499)  # 0.1 points behind: within the 0.5 target
-    put_cr(store, "gdn-w56-s8-sc-10m", 0.30, limit=20)  # a subset is never a full-set row
+    put_cr(store, "gdn-w56-s8-sc", 0.499, folder=ck / "gdn-w56-s8-sc")  # 0.1 points behind: within 0.5
+    put_cr(store, "gdn-w56-s8-sc-10m", 0.30, limit=20, folder=ck / "gdn-w56-s8-sc-10m")  # a subset: never used
+    put_cr(store, "gdn-w56-s8-sc-10m", 0.20, folder=tmp_path)  # an earlier version of the folder: never used
     r = row(table(tmp_path, store), "Default recipe vs full attention: CR")
     assert r["verdict"] == "holds" and "CR (points" in r["ours at 135M"]
     assert "379 of 2500 steps" in r["ours at 135M"] and "not yet evaluated: `gdn-w56-s8-sc-10m`" in r["ours at 135M"]
-    put_cr(store, "gdn-w56-s8-sc-10m", 0.40)  # the finished run, now on the full sets: it replaces the short one
+    put_cr(store, "gdn-w56-s8-sc-10m", 0.40, folder=ck / "gdn-w56-s8-sc-10m")  # finished, full sets: replaces it
     r = row(table(tmp_path, store), "Default recipe vs full attention: CR")
     assert r["verdict"] == "does not hold" and "gdn 40.00" in r["ours at 135M"] and "379" not in r["ours at 135M"]
 
@@ -117,6 +120,7 @@ def test_store_rows_come_before_held_out_ce_and_name_a_short_run(tmp_path):
 def test_seeds_spread_is_mean_and_sample_std_of_the_finished_seed_folders(tmp_path):
     ck = tmp_path / "ck"
     checkpoint(ck, "gdn-w56-s8-sc", 9.9, steps=379)  # short: left out while finished seeds exist
+    checkpoint(ck, "gdn-w56-s8-sc-seed0", 9.8, seed=0)  # a second folder of seed 0: counted once
     for name, loss, seed in (("gdn-w56-s8-sc-10m", 3.0, 0), ("gdn-w56-s8-sc-seed1", 3.2, 1),
                              ("gdn-w56-s8-sc-seed2", 3.4, 2)):
         checkpoint(ck, name, loss, seed=seed)
