@@ -9,7 +9,8 @@ A claim names roles (e.g. gdn, kgla, gla, hedgehog), where each role is found in
 recipes (scripts/study/recipes.txt names), and one rule that turns {role: score} into holds / does not hold.
 The same rule is applied to the paper's own numbers, so a reader sees whether the rule is a fair reading.
 A recipe's runs are its folders `<recipe>`, `<recipe>-10m`, `<recipe>-seedN`; the runs that reached their
-requested steps are used (mean +- sample std over them), else the longest one, labelled with its steps.
+requested steps are used, one per seed (mean +- sample std over them), else the longest one, labelled with its
+steps. A checkpoint's store cells count only while they are of the folder's current files.
 """
 from __future__ import annotations
 
