@@ -8,9 +8,10 @@ for recurrent layers too. Generation (`generation=` model arg):
   - `batched` (linearized default; `golinear-hf` with it = full-static): HFLM's batches, left-padded, are
     unpadded and generated together by models.batch_generate on the static-cache decoder (right-padded
     prefill, per-row positions, per-row stop; CUDA graph on CUDA, eager on the CPU), see docs/generation.md;
+    a model with retention slots (retain > 0) on models.retention_generate (each prompt prefilled alone, the
+    decode steps batched, eager);
   - `hf` (golinear-hf default): lm-eval's own batched HF generate (left padding is exact for softmax);
-  - `sequential`: HF generate one sequence at a time without its padding (the old linearized path); the default
-    and only choice for a model with retention slots (retain > 0: the static-cache decoder has none).
+  - `sequential`: HF generate one sequence at a time without its padding (the old linearized path).
 A prompt longer than max_length - max_gen_toks is an error naming both lengths (HFLM would cut it on the left).
 
     import bench.lm_backend, lm_eval
@@ -84,13 +85,7 @@ def check_model_args(backend: str, args: dict) -> dict:
         raise ValueError(f"golinear-hf is full attention; it takes no linearization args, got {sorted(linear)} "
                          f"(use model 'linearized')")
     allowed = GENERATION[backend]
-    slots = retention_slots(spec) if backend == "linearized" else 0
-    if slots:
-        allowed = ("sequential",)
     out["generation"] = out.get("generation") or allowed[0]
-    if out["generation"] not in allowed and slots:
-        raise ValueError(f"generation={out['generation']!r}: a model with retention slots (retain={slots}) has no "
-                         f"static-cache decoder; allowed: {list(allowed)}")
     if out["generation"] not in allowed:
         raise ValueError(f"generation={out['generation']!r} for {backend!r}; allowed: {list(allowed)} (left-padded HF "
                          "generate would let padding into a linearized model's state)" if backend == "linearized"
@@ -103,13 +98,6 @@ def check_model_args(backend: str, args: dict) -> dict:
             raise ValueError(f"checkpoint={out['checkpoint']!r} already says how the model is linearized; "
                              f"drop {sorted(set(linear) - {'checkpoint'})}")
     return out
-
-
-def retention_slots(spec: ModelSpec) -> int:
-    """retain of a spec, or of the checkpoint it names (its config.json's linearize options)."""
-    if spec.checkpoint:
-        return int(spec.checkpoint_config()["linearize"].get("retain", 0))
-    return spec.retain
 
 
 def padded_width(n: int) -> int:

@@ -19,8 +19,6 @@ from bench.cli import main as cli
     (["--linear", "full"], "--linear 'full' is full attention"),
     (["--dtype", "int8"], "--dtype 'int8'; allowed"),
     (["--data-dir", "/no/such/folder"], "--data-dir '/no/such/folder' does not exist"),
-    (["--linear", "gdn,window=8,retain=2"], "row 'gdn,window=8,retain=2' (--rows): generation='batched': a model "
-     "with retention slots (retain=2) has no static-cache decoder; allowed: ['sequential']"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, needle, tmp_path, capsys):
     assert cli(["generation", "--device", "cpu", "--out-dir", str(tmp_path), *argv]) == 2

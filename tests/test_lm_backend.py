@@ -181,9 +181,10 @@ def test_bad_model_input(backend, args, error, match):
 
 
 @pytest.mark.slow
-def test_retention_slots_generate_sequentially(tmp_path):
-    """The static-cache decoder has no retention slots (models.fast_decode): a model with retain > 0, given as a
-    spec or as a checkpoint, defaults to generation=sequential, generates with it, and refuses batched in one line."""
+def test_retention_slots_generate_batched_as_one_at_a_time(tmp_path):
+    """A model with retain > 0, given as a spec or as a checkpoint, defaults to generation=batched
+    (models.retention_generate); lm-eval's generate_until on prompts of different lengths (one shorter than
+    sinks + window) gives the same continuations batched and one at a time."""
     from models.checkpoint import save_checkpoint
     from models.load import load_model
     from tests._tiny import write_tiny_backbone
@@ -192,16 +193,14 @@ def test_retention_slots_generate_sequentially(tmp_path):
     model, _, _ = load_model(base=str(tiny), mechanism="gdn", window=4, sinks=1, retain=2)
     ckpt = str(save_checkpoint(model, tmp_path / "ckpt"))
     spec = dict(base=str(tiny), mechanism="gdn", window=4, sinks=1, retain=2)
-    assert B.check_model_args("linearized", dict(spec, retain=0))["generation"] == "batched"
     for args in (spec, {"checkpoint": ckpt}):
-        assert B.check_model_args("linearized", args)["generation"] == "sequential"
-        with pytest.raises(ValueError) as e:
-            B.make_lm("linearized", **args, generation="batched")
-        assert str(e.value) == ("generation='batched': a model with retention slots (retain=2) has no static-cache "
-                                "decoder; allowed: ['sequential']")
-    lm = B.make_lm("linearized", checkpoint=ckpt)
-    req = Instance("generate_until", {}, ("the cat sat", {"until": [], "max_gen_toks": 3, "do_sample": False}), 0)
-    assert lm.generation == "sequential" and len(lm.generate_until([req], disable_tqdm=True)) == 1
+        assert B.check_model_args("linearized", args)["generation"] == "batched"
+    texts = ["the cat", "the cat sat on a mat and the dog ran to the red house", "birds sang over green hills under"]
+    reqs = [Instance("generate_until", {}, (t, {"until": ["."], "max_gen_toks": 6, "do_sample": False}), i)
+            for i, t in enumerate(texts)]
+    outs = {mode: B.make_lm("linearized", checkpoint=ckpt, generation=mode, batch_size=3).generate_until(
+        reqs, disable_tqdm=True) for mode in ("sequential", "batched")}
+    assert outs["batched"] == outs["sequential"] and len(outs["batched"]) == 3
 
 
 @pytest.mark.slow
