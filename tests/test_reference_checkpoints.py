@@ -24,10 +24,10 @@ RECIPES = [p for p in FOLDERS if p not in SEED_REPLICAS]
 EXPECTED = {"gla", "kgla", "gdn", "hedgehog", "gdn-w64", "gdn-w56-s8", "gdn-w56-s8-sc", "gdn-w56-s8-lora",
             "gdn-w120-s8-sc"}
 TOKENS = 384
-# Strict (no window, frozen q/k/v) GLA and GDN after <= 2.7M tokens on SmolLM2 are still about as bad as a
-# uniform guess on held-out text (measured here: 11.09 and 11.13 vs log(vocab) = 10.80; held-out CE 8.66 and
-# 10.68 in their train_config.json). For them the test asks only that training helped (beats the init).
-NEAR_UNIFORM = {"gla", "gdn"}
+# Strict GDN as written (no window, frozen q/k/v; 653 steps) is still about as bad as a uniform guess on held-out
+# text (measured here: 11.13 vs log(vocab) = 10.80; held-out CE 10.68 in its train_config.json): its output is too
+# small for the frozen o_proj (docs/study.md). For it the test asks only that training helped (beats the init).
+NEAR_UNIFORM = {"gdn"}
 
 
 def test_every_reference_recipe_is_shipped():
