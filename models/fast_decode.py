@@ -81,11 +81,7 @@ class FastDecoder:
         """Run the prompts, fill the static cache; returns each row's first generated token [B, 1].
 
         input_ids [B, T] padded on the right; lengths: each row's real length (None: all T)."""
-        B, T = input_ids.shape
-        if T == 0:
-            raise ValueError("prefill needs at least one prompt token")
-        lens = check_lengths(lengths, B, T)
-        max_len = max(self.max_len or 0, T + 1)
+        B, T, lens, max_len = self._prompt_shape(input_ids, lengths)
         changed = False
         fresh = [DecodeState() if lin else None for lin in self.linear]  # filled chunk by chunk, then loaded
         chunk = self.prefill_chunk or T
@@ -128,6 +124,13 @@ class FastDecoder:
             self.graph = None
         self.positions = lens  # host-side copy of io["pos"], for the steady switch and the capacity check
         return nxt
+
+    def _prompt_shape(self, input_ids: torch.Tensor, lengths):
+        """(B, T, each row's real length, the KV buffers' length) of a right-padded prompt batch, checked."""
+        B, T = input_ids.shape
+        if T == 0:
+            raise ValueError("prefill needs at least one prompt token")
+        return B, T, check_lengths(lengths, B, T), max(self.max_len or 0, T + 1)
 
     @torch.no_grad()
     def decode(self, n: int) -> torch.Tensor:

@@ -279,14 +279,14 @@ class LinearizedAttention(nn.Module):
             state.retention = kept
         return y
 
-    def _retention_step(self, x, position_embeddings, state: DecodeState):
-        """One decode token (every row at the same position) on the fixed-size retention state."""
+    def _retention_step(self, x, position_embeddings, state: DecodeState, step=retention_step):
+        """One decode token on the fixed-size retention state: every row at the same position (retention_step), or
+        each at its own (models.ops.retention_rows.retention_rows_step, from models.retention_generate)."""
         qk, q, k, v, new_conv = project_qkv(self, x, position_embeddings, self.conv_weight(), state.conv)
         if new_conv is not None:
             state.conv.copy_(new_conv)
         lin = self.linear_inputs(x, q, k, v, qk=qk)
-        y, state.retention = retention_step(state.retention, q, k, v, lin, self.scaling, self.lin.scale,
-                                            self.retain_score)
+        y, state.retention = step(state.retention, q, k, v, lin, self.scaling, self.lin.scale, self.retain_score)
         return self.o_proj(y.reshape(x.shape[0], 1, -1).to(matmul_dtype(x)))
 
     def _fill(self, state: DecodeState, k, v, lin, lin_state, conv):

@@ -26,8 +26,6 @@ from models.cache import LinearCache, LinearLayerCache
 from models.decode_state import DecodeState
 from models.fast_decode import FastDecoder
 from models.ops.retention_rows import RetentionRows, retention_rows_step
-from models.prefill import check_lengths
-from models.projection import matmul_dtype, project_qkv
 
 
 class RetentionDecoder(FastDecoder):
@@ -44,11 +42,7 @@ class RetentionDecoder(FastDecoder):
     def prefill(self, input_ids: torch.Tensor, lengths=None) -> torch.Tensor:
         """Each row's prompt alone through the model's forward; returns each row's first new token [B, 1].
         input_ids [B, T] padded on the right; lengths: each row's real length (None: all T)."""
-        B, T = input_ids.shape
-        if T == 0:
-            raise ValueError("prefill needs at least one prompt token")
-        lens = check_lengths(lengths, B, T)
-        max_len = max(self.max_len or 0, T + 1)
+        B, _, lens, max_len = self._prompt_shape(input_ids, lengths)
         caches, logits = [], []
         arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         for b, n in enumerate(lens):  # (transformers >= 5.24 names the cache argument `cache`)
@@ -87,11 +81,4 @@ class RetentionDecoder(FastDecoder):
         """LinearizedAttention._retention_step with each row at its own position."""
         if not self.linear[i]:
             return super()._attend(i, x, pe, pos, steady)
-        attn, state = self.layers[i].self_attn, self.states[i]
-        qk, q, k, v, new_conv = project_qkv(attn, x, pe, attn.conv_weight(), state.conv)
-        if new_conv is not None:
-            state.conv.copy_(new_conv)
-        lin = attn.linear_inputs(x, q, k, v, qk=qk)
-        y, state.retention = retention_rows_step(state.retention, q, k, v, lin, attn.scaling, attn.lin.scale,
-                                                 attn.retain_score)
-        return attn.o_proj(y.reshape(x.shape[0], 1, -1).to(matmul_dtype(x)))
+        return self.layers[i].self_attn._retention_step(x, pe, self.states[i], step=retention_rows_step)

@@ -66,18 +66,26 @@ def backend_for(x):
 FAST_PREFILL = ("1", "0")  # GOLINEAR_FAST_PREFILL: on (default) / off
 
 
-_prefill_depth = 0  # > 0 inside prefill_scope()
+class Scope:
+    """A re-entrant region flag: `with scope():` marks the code inside; `scope.active` says whether we are in it."""
+
+    def __init__(self):
+        self.depth = 0
+
+    @property
+    def active(self) -> bool:
+        return self.depth > 0
+
+    @contextlib.contextmanager
+    def __call__(self):
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
 
 
-@contextlib.contextmanager
-def prefill_scope():
-    """Where fast_inference may say yes: the chunked prefill of models.prefill."""
-    global _prefill_depth
-    _prefill_depth += 1
-    try:
-        yield
-    finally:
-        _prefill_depth -= 1
+prefill_scope = Scope()  # where fast_inference may say yes: the chunked prefill of models.prefill
 
 
 def fast_inference(x) -> bool:
@@ -86,7 +94,7 @@ def fast_inference(x) -> bool:
     flag = os.environ.get("GOLINEAR_FAST_PREFILL", "1").strip() or "1"
     if flag not in FAST_PREFILL:
         raise ValueError(f"GOLINEAR_FAST_PREFILL={flag!r}; allowed: {list(FAST_PREFILL)}")
-    return (_prefill_depth > 0 and flag == "1" and getattr(x, "is_cuda", False) and not torch.is_grad_enabled()
+    return (prefill_scope.active and flag == "1" and getattr(x, "is_cuda", False) and not torch.is_grad_enabled()
             and not compile_enabled() and backend_for(x) is not reference)
 
 

@@ -17,7 +17,6 @@ on an H200 (the compiled CUDA path has run only on the CPU so far); then the def
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 
@@ -36,24 +35,14 @@ def mode() -> str:
     return value
 
 
-_scope_depth = 0  # > 0 inside decode_scope()
-
-
-@contextlib.contextmanager
-def decode_scope():
-    """Where the fused step may serve: FastDecoder's step (HF generate, so lm-eval, keeps the definition)."""
-    global _scope_depth
-    _scope_depth += 1
-    try:
-        yield
-    finally:
-        _scope_depth -= 1
+decode_scope = ops.Scope()  # where the fused step may serve: FastDecoder's step (HF generate, so lm-eval, keeps
+# the definition)
 
 
 def enabled(x: torch.Tensor) -> bool:
     """The mode says yes for x, inside decode_scope, without autograd."""
     m = mode()
-    return _scope_depth > 0 and m != "0" and (m == "1" or x.is_cuda) and not torch.is_grad_enabled()
+    return decode_scope.active and m != "0" and (m == "1" or x.is_cuda) and not torch.is_grad_enabled()
 
 
 def applies(layer, x: torch.Tensor, steady: bool) -> bool:
