@@ -217,6 +217,7 @@ def sweep(args) -> list[dict]:
         run, extra, decoder, undo = _runner(args, model, spec, dtype, device, max_len)
         for batch in args.batch:
             warm = True  # per batch size: kernels are tuned and graphs captured per shape
+            seen = set()  # prefill chunk shapes already run at this batch size (FLA compiles/autotunes per shape)
             for length in args.lengths:
                 ids = torch.randint(0, vocab, (batch, length), generator=gen).to(device)
                 if spec is None:  # static KV buffer sized for this length (not for the longest prompt)
@@ -226,6 +227,10 @@ def sweep(args) -> list[dict]:
                     if warm:  # compile / autotune / graph capture outside the timings
                         _warm_up(run, ids, None if undo is None else decoder)  # (full-static: one chunk)
                         warm = False
+                    if undo is not None and not chunk_shapes(length, decoder.prefill_chunk) <= seen:
+                        c = decoder.prefill_chunk or length  # untimed, the same chunks (2 suffice, bar a remainder)
+                        run(ids if length % c else ids[:, :min(length, 2 * c)])
+                        seen |= chunk_shapes(length, decoder.prefill_chunk)
                     _reset_memory(device)
                     prefill_s, decode_s = run(ids)
                     decode_ms = 1000 * decode_s / max(args.new_tokens, 1)
@@ -247,6 +252,18 @@ def sweep(args) -> list[dict]:
             undo()
         _reset_memory(device)
     return rows
+
+
+def chunk_shapes(length: int, chunk: int) -> set:
+    """The (first?, tokens) chunk shapes a chunked prefill of `length` tokens runs (chunk 0: the whole prompt);
+    a linearized configuration's kernels are compiled and autotuned for each on first use."""
+    c = chunk or length
+    shapes = {(True, min(c, length))}
+    if length > c:
+        shapes.add((False, c) if length >= 2 * c else (False, length - c))
+        if length % c and length > 2 * c:
+            shapes.add((False, length % c))
+    return shapes
 
 
 def _warm_up(run, ids, decoder=None):

@@ -357,6 +357,7 @@ def test_fast_prefill_matches_plain_prefill(dtype, monkeypatch):
 def test_gdn_step_inplace_matches_reference(dtype):
     """FLA's recurrent GDN kernel with h0 = ht (the state written over itself) == the reference step, at the
     8B decode shape (batch 8, 32 heads of 128)."""
+    dtype = DTYPES[dtype]
     from models.ops import fla_backend, reference
     g = torch.Generator(device="cuda").manual_seed(0)
     B, H, D = 8, 32, 128
@@ -377,6 +378,7 @@ def test_gdn_step_inplace_matches_reference(dtype):
 def test_fused_decode_step_matches_the_step_on_cuda(dtype, monkeypatch):
     """GOLINEAR_FUSED_DECODE (default on CUDA) against the definition (=0): logits and decode state after 8 steady
     steps in a CUDA graph, rows at different positions, head dim 128."""
+    dtype = DTYPES[dtype]
     import transformers
     from models.fast_decode import FastDecoder
     from models.linearize import LinearizeConfig, linearize

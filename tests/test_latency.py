@@ -453,3 +453,13 @@ def test_fused_glue_only_for_known_formulas(monkeypatch):
     monkeypatch.setenv("GOLINEAR_FUSED_DECODE", "auto")  # CPU tensors: off by default
     with torch.no_grad(), decode_scope():
         assert not decode_glue.usable(model.model.layers[:1], norm, x)
+
+
+def test_chunk_shapes_names_every_chunk_a_timed_prefill_runs():
+    """The warm-up before a timed prefill must have run each chunk shape (FLA compiles and autotunes per shape)."""
+    from bench.latency import chunk_shapes
+    assert chunk_shapes(1024, 8192) == {(True, 1024)}
+    assert chunk_shapes(32768, 8192) == chunk_shapes(16384, 8192) == {(True, 8192), (False, 8192)}
+    assert chunk_shapes(12000, 8192) == {(True, 8192), (False, 3808)}
+    assert chunk_shapes(20000, 8192) == {(True, 8192), (False, 8192), (False, 3616)}
+    assert chunk_shapes(100, 0) == {(True, 100)}
