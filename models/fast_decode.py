@@ -17,7 +17,7 @@ same step HF generate runs through models.cache.LinearCache. tests/test_latency.
 the model's own parallel forward, tests/test_batched_generate.py the tokens against HF generate one prompt at
 a time. Decoding runs with one position per row (RoPE, ring slots, sink writes, masks and the full-attention KV
 slot are per row), so rows of different lengths share one static cache and one captured graph.
-With GOLINEAR_FUSED_DECODE=auto (default off until measured on an H200), on CUDA the steady step of the default
+With GOLINEAR_FUSED_DECODE=auto (the default), on CUDA the steady step of the default
 recipe runs models.ops.fused_decode and the layers' residual adds, norms and MLP activation
 models.ops.decode_glue: fewer kernels, the same computation.
 """

@@ -16,7 +16,7 @@ graph), folding the token leaving the window into the state.
 Launch overhead (tests/test_overhead.py counts kernels per layer): q/k/v are one matmul, the three short
 convs one conv over [q|k|v], RoPE/l2norm run on q and k at once, window + sinks are one fused attention
 call; GOLINEAR_COMPILE=1 compiles the elementwise regions (models.ops.compiled). The steady GDN decode step
-runs models.ops.fused_decode on CUDA with GOLINEAR_FUSED_DECODE=auto (default off; `step` below stays the definition).
+runs models.ops.fused_decode on CUDA (GOLINEAR_FUSED_DECODE=auto, the default; `step` below stays the definition).
 The opt-in output norm (out_norm; models.mechanisms.OutputNorm) follows the GLA/kGLA/GDN op inside `run`, the
 one place every path (parallel pass, chunked prefill, decode step) gets the op's output from.
 Retention slots (retain > 0, GDN with a window; docs/retention.md): the prompt runs models.ops.retention_prefill

@@ -11,9 +11,9 @@ as three regions:
   3. the disjoint sum y_lin + y_swa and o_proj.
 It serves GDN with a window (sinks and short conv optional), no retention slots, no q/k norm, every row past
 sinks + window (`steady`), inside FastDecoder's step (`decode_scope`: HF generate, hence lm-eval, keeps the
-definition); every other step runs the definition. GOLINEAR_FUSED_DECODE: '0' (default: off), 'auto' (on for
-CUDA tensors), '1' (also on the CPU: the tests). Off by default until scripts/gpu/fused_decode_check.sh has passed
-on an H200 (the compiled CUDA path has run only on the CPU so far); then the default becomes 'auto'.
+definition); every other step runs the definition. GOLINEAR_FUSED_DECODE: 'auto' (default: on for CUDA tensors),
+'0' (off: the eager step), '1' (also on the CPU: the tests). scripts/gpu/fused_decode_check.sh passed on an H200
+(tests/test_gpu.py against the eager step; 8B dims, batch 8, 32K: 7.24 ms/token fused, 11.48 eager).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import torch
 from models import ops
 from models.ops import fla_backend
 
-MODES = ("0", "auto", "1")  # GOLINEAR_FUSED_DECODE; the first is the default
+MODES = ("auto", "0", "1")  # GOLINEAR_FUSED_DECODE; the first is the default
 
 
 def mode() -> str:
