@@ -9,7 +9,9 @@ of positions are not counted: they are small or avoidable).
 
 The linearized layers' terms are read off the DecodeState a decoder actually holds (models/decode_state.py:
 exact shapes and dtypes, whatever the mechanism); full-attention layers' KV cache is counted from the model
-config, up to the current length.
+config, up to the current length. A layer with retention slots (retain > 0, docs/retention.md) holds a
+RetentionState instead (fp32 whatever the model dtype, as the op keeps it): the same terms from its tensors,
+plus `retained_slots`; its scores, positions, key sum and fold counters are not counted (a few bytes per head).
 """
 from __future__ import annotations
 
@@ -18,9 +20,12 @@ import time
 import torch
 
 from models.decode_state import DecodeState
+from models.ops.retention import Q_KEYS
+from models.ops.retention_rows import RetentionRows
 from models.projection import decoder_layers
 
-TERMS = ("weights", "embedding_rows", "kv_cache", "recurrent_state", "window_sinks", "window_inputs", "conv_state")
+TERMS = ("weights", "embedding_rows", "kv_cache", "recurrent_state", "window_sinks", "window_inputs", "conv_state",
+         "retained_slots")
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -49,17 +54,27 @@ def kv_cache_bytes(config, dtype: torch.dtype, batch: int, context: float) -> fl
     return 2 * batch * context * config.num_key_value_heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
 
+def retention_state(state: DecodeState):
+    """The models.ops.retention.RetentionState of a layer with retention slots (RetentionDecoder stacks its rows
+    in a RetentionRows), else None."""
+    ret = state.retention
+    return ret.state if isinstance(ret, RetentionRows) else ret
+
+
 def recurrent_state_bytes(state: DecodeState) -> int:
     """The recurrent state (fp32, [B, H, K, V]; Hedgehog: numerator and normaliser), read and written back."""
-    if state.state is None:
-        return 0
-    tensors = state.state if isinstance(state.state, tuple) else (state.state,)
-    return 2 * sum(_nbytes(t) for t in tensors)
+    ret = retention_state(state)
+    tensors = (ret.S,) if ret is not None else state.state if isinstance(state.state, tuple) else (state.state,)
+    return 2 * sum(_nbytes(t) for t in tensors if t is not None)
 
 
 def window_sink_bytes(state: DecodeState) -> int:
     """The softmax path: every sink and window slot's key and value, read by the step's attention, plus the
     new token's key and value written into its ring slot."""
+    ret = retention_state(state)
+    if ret is not None:  # [B, Hkv, slots, D]
+        return (sum(_nbytes(t) for t in (ret.sink_k, ret.sink_v, ret.win["k"], ret.win["v"]))
+                + sum(_nbytes(ret.win[key][:, :, 0]) for key in ("k", "v")))
     read = sum(_nbytes(t) for t in (state.sink_k, state.sink_v, state.ring_k, state.ring_v) if t is not None)
     written = sum(_nbytes(t[:, 0]) for t in (state.ring_k, state.ring_v) if t is not None)
     return read + written
@@ -67,8 +82,23 @@ def window_sink_bytes(state: DecodeState) -> int:
 
 def window_input_bytes(state: DecodeState) -> int:
     """The linear-path inputs the window keeps per token (k, v, gates): one slot read (the token leaving the
-    window folds into the state) and one slot written (the new token), per input."""
+    window folds into the state, or takes a retention slot) and one slot written (the new token), per input."""
+    ret = retention_state(state)
+    if ret is not None:  # [B, H, w, *]
+        return 2 * sum(_nbytes(ret.win[key][:, :, 0]) for key in Q_KEYS)
     return 2 * sum(_nbytes(t[:, 0]) for t in state.ring_lin.values())
+
+
+def retained_slot_bytes(state: DecodeState) -> int:
+    """Retention slots, counted as the window's: every slot's key and value read by the step's attention; at
+    most one slot changes per step (the token leaving the window takes the place of the holder that folds),
+    so one slot's key, value and linear inputs written, and one slot's linear inputs read (the fold's)."""
+    ret = retention_state(state)
+    if ret is None:
+        return 0
+    read = sum(_nbytes(ret.ret[key]) for key in ("k", "v"))  # [B, Hkv, r, D]
+    slot = {key: _nbytes(ret.ret[key][:, :, 0]) for key in ("k", "v", *Q_KEYS)}  # Q_KEYS: [B, H, r, *]
+    return read + sum(slot.values()) + sum(slot[key] for key in Q_KEYS)
 
 
 def conv_state_bytes(state: DecodeState) -> int:
@@ -100,6 +130,7 @@ def decode_bytes(model, states, batch: int, context: float) -> dict[str, float]:
             out["window_sinks"] += window_sink_bytes(st)
             out["window_inputs"] += window_input_bytes(st)
             out["conv_state"] += conv_state_bytes(st)
+            out["retained_slots"] += retained_slot_bytes(st)
         else:
             out["kv_cache"] += kv_cache_bytes(model.config, dtype, batch, context)
     return out

@@ -3,7 +3,9 @@
 For each batch size of `--batch` (e.g. 1,8: the interactive case and the paper's) and each prompt length:
 prefill the prompt (logits of the last position only), then `--new-tokens` greedy decode steps. Full
 attention is the backbone itself (HF model, SDPA, its own dynamic KV cache, eager). Linearized configurations
-run through models.fast_decode (chunked prefill, static cache, decode captured in a CUDA graph on GPU).
+run through models.fast_decode (chunked prefill, static cache, decode captured in a CUDA graph on GPU); those
+with retention slots (retain > 0) through models.retention_generate.RetentionDecoder (each prompt prefilled
+alone and whole, eager decode: rows with prefill_chunk 0 and cuda_graph False).
 Weights are random by default (speed does not depend on trained values): `--model` names a configuration in
 models.backbone.NAMED_CONFIGS; with `--weights real` the model is loaded (embedded SmolLM2, a folder or a hub id).
 
@@ -149,7 +151,8 @@ def _linearize(model, spec, dtype):
     cfg = LinearizeConfig(mechanism=a["mechanism"], window=a["window"], sinks=a["sinks"],
                           short_conv=a["short_conv"], lora=a["lora"],
                           full_layers=list(a["full_layers"]) if a["full_layers"] else None,
-                          keep_full=a["keep_full"], select="uniform")
+                          keep_full=a["keep_full"], select="uniform", retain=a["retain"],
+                          retain_score=a["retain_score"])
     linearize(model, cfg)
     for layer in layers:
         layer.self_attn.to(dtype)
@@ -162,6 +165,7 @@ def _linearize(model, spec, dtype):
 
 def _runner(args, model, spec, dtype, device, max_len):
     """(run(ids) -> (prefill s, decode s), row fields, decoder or None, undo or None) for one configuration."""
+    from models.batch_generate import decoder_for
     from models.fast_decode import FastDecoder
     use_graph = not args.no_graph and device.type == "cuda"
     if spec is None:  # full attention through the same static-cache / CUDA-graph decoder as ours
@@ -171,9 +175,11 @@ def _runner(args, model, spec, dtype, device, max_len):
     if spec.is_full_attention:
         return lambda ids: run_full(model, ids, args.new_tokens), dict(prefill_chunk=0, cuda_graph=False), None, None
     undo = _linearize(model, spec, dtype)
-    decoder = FastDecoder(model, prefill_chunk=args.prefill_chunk, use_graph=use_graph, max_len=max_len)
+    # FastDecoder, or for retention slots (retain > 0) RetentionDecoder: each prompt prefilled alone and
+    # whole (prefill_chunk 0), eager decode (use_graph False)
+    decoder = decoder_for(model, prefill_chunk=args.prefill_chunk, use_graph=use_graph, max_len=max_len)
     return (lambda ids: run_fast(decoder, ids, args.new_tokens),
-            dict(prefill_chunk=args.prefill_chunk, cuda_graph=decoder.use_graph), decoder, undo)
+            dict(prefill_chunk=decoder.prefill_chunk, cuda_graph=decoder.use_graph), decoder, undo)
 
 
 def bound_fields(model, states, batch: int, length: int, new_tokens: int, copy_bytes_per_s: float,
@@ -229,7 +235,8 @@ def sweep(args) -> list[dict]:
                         warm = False
                     if undo is not None and not chunk_shapes(length, decoder.prefill_chunk) <= seen:
                         c = decoder.prefill_chunk or length  # untimed, the same chunks (2 suffice, bar a remainder)
-                        run(ids if length % c else ids[:, :min(length, 2 * c)])
+                        b = 1 if decoder.handles_retention else batch  # (it prefills each row alone)
+                        run(ids[:b] if length % c else ids[:b, :min(length, 2 * c)])
                         seen |= chunk_shapes(length, decoder.prefill_chunk)
                     _reset_memory(device)
                     prefill_s, decode_s = run(ids)

@@ -463,3 +463,74 @@ def test_chunk_shapes_names_every_chunk_a_timed_prefill_runs():
     assert chunk_shapes(12000, 8192) == {(True, 8192), (False, 3808)}
     assert chunk_shapes(20000, 8192) == {(True, 8192), (False, 8192), (False, 3616)}
     assert chunk_shapes(100, 0) == {(True, 100)}
+
+
+# ------------------------------------------------------------------ retention slots (issue #17)
+def _retention_hand_count(batch, heads, kv_heads, head_dim, sinks, window, retain, elt=4):
+    """Per linearized layer, the retention terms of bench/decode_bound.py from the shapes (fp32 state): K or V
+    of one slot for every KV head, and one slot's fold inputs (lk, lv [H, D], log_a, beta [H])."""
+    kv_slot = elt * batch * kv_heads * head_dim
+    fold_slot = elt * batch * heads * (2 * head_dim + 2)
+    return dict(recurrent_state=2 * elt * batch * heads * head_dim * head_dim,
+                window_sinks=2 * kv_slot * (sinks + window + 1), window_inputs=2 * fold_slot,
+                retained_slots=2 * kv_slot * retain + 2 * kv_slot + 2 * fold_slot)
+
+
+def test_decode_bytes_retention_hand_count():
+    """A GDN hybrid with retention slots (layer 1 full), decoded by RetentionDecoder (RetentionRows) and by HF's
+    forward on a LinearCache (RetentionState): every term against the hand count, the same after more steps."""
+    from bench.decode_bound import decode_bytes
+    from models.cache import LinearCache
+    from models.retention_generate import RetentionDecoder
+    s, w, r = 2, 4, 3
+    model = tiny_model("gdn", window=w, sinks=s, short_conv=True, full_layers=[1], retain=r,
+                       retain_score="proj_residual")
+    ids = torch.randint(0, 97, (B, CTX), generator=torch.Generator().manual_seed(0))
+    rd = RetentionDecoder(model, max_len=64)
+    rd.prefill(ids)
+    got = decode_bytes(model, rd.states, batch=B, context=CTX + 0.5)
+    want = _retention_hand_count(B, H, HKV, D, s, w, r)
+    for term, per_layer in want.items():
+        assert got[term] == 2 * per_layer, term
+    assert got["conv_state"] == 2 * 2 * 4 * B * (64 + 2 * 32) * 3
+    assert got["kv_cache"] == 1 * 2 * 4 * B * (CTX + 0.5) * HKV * D
+    rd.decode(3)
+    assert decode_bytes(model, rd.states, batch=B, context=CTX + 0.5) == got  # fixed shapes
+    cache = LinearCache.for_model(model)
+    with torch.no_grad():
+        model(ids, cache=cache, use_cache=True)
+    states = [getattr(layer, "state", None) for layer in cache.layers]
+    assert decode_bytes(model, states, batch=B, context=CTX + 0.5) == got
+
+
+def test_latency_retention_config_rows(tmp_path):
+    """A configuration with retention slots runs through the sweep (RetentionDecoder: whole-prompt prefill, eager
+    decode) next to the default recipe. Its decode bytes are flat in length; they exceed the default recipe's
+    with the same sinks and window by the retained slots' bytes (K and V of every slot read, one slot a step
+    written), and the default recipe's at the same total budget by that one changed slot only."""
+    import math
+
+    from models.configs import named_config
+    s, w, r = 2, 6, 6
+    ret = f"gdn-default,sinks={s},window={w},retain={r},retain_score=proj_residual"
+    same_window, same_budget = f"gdn-default,sinks={s},window={w}", f"gdn-default,sinks={s},window={w + r}"
+    assert cli(["latency", "--lengths", "20,28", "--batch", "2", "--new-tokens", "2", "--configs",
+                ";".join([same_budget, same_window, ret]), "--out-dir", str(tmp_path), "--layers", "1",
+                "--prefill-chunk", "8"]) == 0
+    df = pd.read_csv(tmp_path / "latency.csv")
+    assert len(df) == 6 and (df.status == "ok").all()
+    for col in ["prefill_s", "decode_ms_per_token", *latency.BOUND_COLUMNS]:
+        assert all(math.isfinite(x) and x > 0 for x in df[col]), col
+    rows = df[df.config == ret]
+    assert (rows.prefill_chunk == 0).all() and not rows.cuda_graph.astype(bool).any()
+    assert (df[df.config != ret].prefill_chunk == 8).all()
+    nbytes = df.set_index(["config", "length"]).decode_bytes_per_step
+    assert nbytes[ret, 20] == nbytes[ret, 28]
+    cfg = named_config("smollm2-135m")
+    H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    Dh = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
+    per_layer = _retention_hand_count(2, H, Hkv, Dh, s, w, r)
+    kv_slot = 4 * 2 * Hkv * Dh
+    for length in (20, 28):
+        assert nbytes[ret, length] - nbytes[same_window, length] == per_layer["retained_slots"]
+        assert nbytes[ret, length] - nbytes[same_budget, length] == per_layer["retained_slots"] - 2 * r * kv_slot
