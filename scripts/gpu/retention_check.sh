@@ -1,0 +1,51 @@
+#!/bin/bash
+# Issue #17, retention slots on the GPU (docs/retention.md): one H200 call (carry [".whl"]) that runs
+#   (a) the GPU tests of the op and of batched decoding (tests/test_retention.py and
+#       tests/test_retention_generate.py, -k gpu; ~1-2 min, most of it FLA's first compile);
+#   (c) the latency rows at Llama-3.1-8B dims, bf16, batch 8, T 1024..32768, GOLINEAR_FUSED_DECODE=auto: the
+#       retention config at the default recipe's budget 64 (sinks 8 + window 28 + retain 28, proj_residual;
+#       RetentionDecoder: each prompt prefilled alone, eager decode) first, then gdn-default (sinks 8 + window
+#       56) (~4-5 min: model init ~30 s; retention's prefill is one row at a time, its fold choice O(T^2),
+#       expect a few s a row at 32K, 9 prefills per length; gdn-default as in fused_decode_check.sh);
+#   (b) scripts/bench_retention.py: the op's forward/backward against the default recipe at T 4096, budget 128,
+#       bf16 (~1 min: delta_error's walk is ~80K launches a pass).
+# (c) runs before (b): its 32K rows are what the issue asks for. Each part is under `timeout` with what is
+# left of BUDGET_S; rows land in $OUT/latency/latency.csv (+ .md, .png), logs in $OUT/*.log.
+# Usage: bash scripts/gpu/retention_check.sh   Env: BUDGET_S (default 560)
+set -u
+OUT=${OUT:-/tmp/golinear-out}; mkdir -p "$OUT/latency"
+BUDGET_S=${BUDGET_S:-560}; left() { echo $((BUDGET_S - SECONDS)); }
+cap() { local n=$(( $(left) - $1 )); echo $(( n > 1 ? n : 1 )); }  # seconds left minus a reserve, >= 1 (timeout 0: none)
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/golinear-rc/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/golinear-rc/site:$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/golinear-rc/triton-cache
+mkdir -p $TRITON_CACHE_DIR
+RETAIN="gdn-default,window=28,retain=28,retain_score=proj_residual"  # budget 64 = gdn-default's sinks 8 + window 56
+
+echo "== (a) GPU tests at ${SECONDS}s"
+timeout $(cap 360) python3 -m pytest -q -s -p no:cacheprovider tests/test_retention.py \
+  tests/test_retention_generate.py -k gpu > $OUT/tests.log 2>&1
+echo "tests rc=$?"; grep -E "retention_prefill T=|default recipe|passed|failed|error" $OUT/tests.log | tail -8
+
+echo "== (c) latency at ${SECONDS}s"
+GOLINEAR_FUSED_DECODE=auto timeout $(cap 75) python3 -m bench.latency --model llama-3.1-8b --batch 8 \
+  --lengths 1024,4096,16384,32768 --device cuda --dtype bfloat16 --configs "$RETAIN;gdn-default" \
+  --out-dir $OUT/latency > $OUT/latency.log 2>&1
+echo "latency rc=$?"; grep -E "T=|Error|error|Traceback" $OUT/latency.log | tail -12
+
+echo "== (b) bench_retention.py at ${SECONDS}s"
+timeout $(cap 5) python3 scripts/bench_retention.py --device cuda --dtype bfloat16 --T 4096 --window 60 \
+  --retain 60 --repeats 2 > $OUT/bench_retention.log 2>&1
+echo "bench rc=$?"; tail -5 $OUT/bench_retention.log
+
+echo "== summary at ${SECONDS}s"
+python3 - "$OUT/latency/latency.csv" <<'EOF'
+import csv, sys
+try:
+    rows = list(csv.DictReader(open(sys.argv[1])))
+except FileNotFoundError:
+    sys.exit("no latency.csv")
+for r in rows:
+    print(f"{r['config']:>40} T={r['length']:>6} B={r['batch']} {r['status']}: decode {r['decode_ms_per_token']} ms/token"
+          f" (bound {r['decode_bound_ms']}, graph {r['cuda_graph']}), prefill {r['prefill_s']} s, peak {r['peak_gib']} GiB")
+EOF
+echo "done at ${SECONDS}s"
