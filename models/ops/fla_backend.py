@@ -3,7 +3,8 @@
 Same signatures and conventions as `models.ops.reference` ([B, T, H, D] layout, fp32 states [B, H, K, V],
 outputs in the input dtype). Imported only by the dispatch in `models.ops` when tensors are on CUDA and
 FLA imports. Which kernel backs each op:
-  - gla_chunk / gla_recurrent: `chunk_gla` / `fused_recurrent_gla`.
+  - gla_chunk / gla_recurrent: `chunk_gla` / `fused_recurrent_gla`; chunk_gla's inputs shorter than GLA_MIN_T
+    tokens are zero-padded to it (see GLA_MIN_T: the H200 faulted on FLA's chunk size 32).
   - gdn_chunk: FLA's `ChunkGatedDeltaRuleFunction` with its backward run under a scoped bypass of the
     Hopper + triton<3.7.1 guard (FLA #640; gradients checked against the reference in tests/test_gpu.py
     for head dims 64 and 128 at T=4096 on the H200). gdn_recurrent: `fused_recurrent_gated_delta_rule`
@@ -34,6 +35,7 @@ import functools
 import math
 
 import torch
+import torch.nn.functional as F
 
 from models.ops import reference
 from models.ops.reference import window_sink_decode  # noqa: F401  (a few small matmuls: fine on CUDA)
@@ -102,14 +104,34 @@ def _state_in(initial_state):
     return None if initial_state is None else initial_state.float().contiguous()
 
 
+# FLA 0.6.0's chunk_gla picks its chunk size from T: min(64, max(16, next_pow2(T))) (fla/ops/gla/chunk.py,
+# ChunkGLAFunction.forward); GDN and linear attention always run 64. On the H200 (triton 3.6) every GLA-family
+# lm-eval run died with "CUDA error: misaligned address" in chunk_gla_fwd_kernel_o's autotuning at the first batch
+# whose linear path had 17..32 tokens (chunk 32; /tmp/l5 logs of 2026-12-01, scripts/gpu/gla_eval_repro.py),
+# after every batch with chunk 64 had run. Shorter inputs are zero-padded to GLA_MIN_T tokens, so chunk_gla runs
+# chunk 64 only. Exact: padded tokens come after the real ones (causal), and with k = v = 0 and log decay 0 they
+# leave the state as it is. 0 turns the padding off (the repro's "without" arm).
+GLA_MIN_T = 64
+
+
+def _pad_time(x, n):
+    """x [B, T, ...] with n zero rows appended along T (x itself when n == 0)."""
+    return x if n == 0 else F.pad(x, (0, 0) * (x.dim() - 2) + (0, n))
+
+
 def gla_chunk(q, k, v, log_a, scale, initial_state=None, output_final_state=False, chunk_size=64):
     reference._check_qkv(q, k, v)
-    if q.shape[1] == 0:
+    T = q.shape[1]
+    if T == 0:
         return reference.gla_chunk(q, k, v, log_a, scale, initial_state, output_final_state, chunk_size)
     out_dtype = q.dtype
-    q, k, v = _same_dtype(q, k, v)
-    o, state = kernels.chunk_gla(q=q, k=k, v=v, g=log_a.float(), scale=scale,
+    pad = max(0, GLA_MIN_T - T)
+    q, k, v = (_pad_time(x, pad) for x in _same_dtype(q, k, v))
+    g = _pad_time(log_a.float(), pad).contiguous()  # (a strided view of the layer's log_a when sinks/window > 0)
+    o, state = kernels.chunk_gla(q=q, k=k, v=v, g=g, scale=scale,
                                  initial_state=_state_in(initial_state), output_final_state=output_final_state)
+    if pad:
+        o = o[:, :T].contiguous()
     return o.to(out_dtype), state
 
 
@@ -119,7 +141,7 @@ def gla_recurrent(q, k, v, log_a, scale, initial_state=None, output_final_state=
         return reference.gla_recurrent(q, k, v, log_a, scale, initial_state, output_final_state)
     out_dtype = q.dtype
     q, k, v = _same_dtype(q, k, v)
-    o, state = kernels.fused_recurrent_gla(q=q, k=k, v=v, gk=log_a.float(), scale=scale,
+    o, state = kernels.fused_recurrent_gla(q=q, k=k, v=v, gk=log_a.float().contiguous(), scale=scale,
                                            initial_state=_state_in(initial_state),
                                            output_final_state=output_final_state)
     return o.to(out_dtype), state
@@ -170,8 +192,9 @@ def gdn_recurrent(q, k, v, log_a, beta, scale, initial_state=None, output_final_
     out_dtype = q.dtype
     q, k, v = _same_dtype(q, k, v)
     # keywords only: the 5th positional argument of this op is gk, not beta (fla.md footgun)
-    o, state = kernels.fused_recurrent_gated_delta_rule(q=q, k=k, v=v, g=log_a.float(), beta=beta.to(q.dtype),
-                                                        scale=scale, initial_state=_state_in(initial_state),
+    o, state = kernels.fused_recurrent_gated_delta_rule(q=q, k=k, v=v, g=log_a.float().contiguous(),
+                                                        beta=beta.to(q.dtype).contiguous(), scale=scale,
+                                                        initial_state=_state_in(initial_state),
                                                         output_final_state=output_final_state)
     return o.to(out_dtype), state
 
