@@ -13,10 +13,12 @@ sinks padded to s slots, the recurrent state fp32 (zeros where no token entered 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from models.decode_state import LIN_KEYS, DecodeState, gather_ring, ring_index
 from models import ops
 from models.ops import fla_backend  # window_attention_blocked, sink_part (also on the CPU)
+from models.ops.window import WINDOW_BLOCK, _blocked_layout, _round_up
 from models.projection import fused_qkv, project_qkv
 
 
@@ -90,7 +92,7 @@ def _prefill_chunk(attn, x, pe, state: DecodeState, ends: ChunkEnds, carry: dict
     carry["conv"] = new_conv.clone() if new_conv is not None else None
     if new_conv is not None and ends.rows:
         _conv_ends(attn, x, prev_conv, carry["conv"], ends, state)
-    swa = None
+    swa = swa_args = None
     if attn.has_softmax_path:
         if p0 < s:  # the first s keys overall are the sinks
             prev = carry.get("sink_k")
@@ -100,14 +102,15 @@ def _prefill_chunk(attn, x, pe, state: DecodeState, ends: ChunkEnds, carry: dict
         if w > 0:  # window + sinks in one fused attention call over [sinks | previous w keys | these]
             tk, tv = carry.get("win_k"), carry.get("win_v")
             n_tail = 0 if tk is None else tk.shape[1]
-            k_ext = k if tk is None else torch.cat([tk, k], 1)
-            v_ext = v if tv is None else torch.cat([tv, v], 1)
             n_sink = carry["sink_k"].shape[1] if s > 0 and p1 - 1 - w >= 0 else 0  # a sink outside a window
             lo = n_sink if n_tail else 0  # first chunk: the sinks are its own keys 0..s-1, read in place
-            keys = torch.cat([carry["sink_k"], k_ext], 1) if lo else k_ext
-            vals = torch.cat([carry["sink_v"], v_ext], 1) if lo else v_ext
-            swa = fla_backend.window_attention_blocked(q, keys, vals, w, attn.scaling, sinks=n_sink, base=lo + n_tail,
-                                                       lo=lo, q_pos0=p0).to(q.dtype)
+            # [sinks | previous w keys | these] in one copy; the ring and the next tail read views of it
+            keys = _keys_after(([carry["sink_k"]] if lo else []) + ([tk] if n_tail else []), k)
+            vals = _keys_after(([carry["sink_v"]] if lo else []) + ([tv] if n_tail else []), v)
+            k_ext, v_ext = keys[:, lo:], vals[:, lo:]  # [previous w keys | these]: views
+            # run after the linear path, to be added straight into its output (window_attention_added)
+            swa_args = dict(q=q, k=keys, v=vals, window=w, scale=attn.scaling, sinks=n_sink, base=lo + n_tail,
+                            lo=lo, q_pos0=p0)
             if ends.rows:
                 state.ring_k, pos = ends.ring_of(state.ring_k, k_ext, p0 - n_tail, w)
                 state.ring_v, _ = ends.ring_of(state.ring_v, v_ext, p0 - n_tail, w)
@@ -148,10 +151,52 @@ def _prefill_chunk(attn, x, pe, state: DecodeState, ends: ChunkEnds, carry: dict
             for key, val in lin.items():
                 state.ring_lin[key] = _ring(ends, state.ring_lin.get(key), prev.get(key), val, e0, w, groups[key])
         carry["lin"] = {key: _last(prev.get(key), val, w) for key, val in lin.items()} if w > 0 else None
-    y = attn.combine(lin_out, swa, x.dtype, first)
+    if swa_args is not None and _adds_into(attn, lin_out, first, swa_args):
+        y = window_attention_added(lin_out, **swa_args)
+    else:
+        if swa_args is not None:
+            swa = fla_backend.window_attention_blocked(**swa_args).to(q.dtype)
+        y = attn.combine(lin_out, swa, x.dtype, first)
     if ends.last:
         _complete(attn, state, carry, B, x.device)
     return attn.o_proj(y.reshape(B, Tc, -1).to(x.dtype))
+
+
+def _keys_after(front: list, cur):
+    """[front... | cur] along dim 1 in one copy (cur itself when nothing is in front)."""
+    return torch.cat([*front, cur], 1) if front else cur
+
+
+def _adds_into(attn, lin_out, first: int, swa_args: dict) -> bool:
+    """Whether the window + sinks can be added straight into the linear output (window_attention_added): a plain
+    disjoint sum (not Hedgehog's shared normaliser) over every row, one dtype, no autograd, whole query blocks."""
+    q = swa_args["q"]
+    return (attn.mechanism != "hedgehog" and isinstance(lin_out, torch.Tensor) and first == 0
+            and not torch.is_grad_enabled() and lin_out.dtype == q.dtype == swa_args["v"].dtype
+            and lin_out.is_contiguous() and lin_out.shape[:3] == q.shape[:3] and q.shape[1] % WINDOW_BLOCK == 0)
+
+
+def window_attention_added(y, q, k, v, window, scale, sinks=0, base=0, lo=0, q_pos0=0):
+    """y += window_attention_blocked(q, k, v, ...) in place, added straight from SDPA's output, whose layout
+    ([B, Hkv, n, block, G, V] order) needs one copy to become [B, Tq, Hq, V]: that copy and the fresh tensor
+    of y_lin + y_swa are 2 of the 5 passes over [B, Tq, Hq, V] of copy-then-add; the sums are the same, bit
+    for bit (tests/test_prefill_traffic.py). No autograd; y [B, Tq, Hq, V] contiguous, Tq a multiple of the
+    block. The no-grad branch of models.ops.window.window_attention_blocked (its cached layout), without the
+    final copy."""
+    B, Tq, Hq, D = q.shape
+    L, Hkv, V = k.shape[1], k.shape[2], v.shape[-1]
+    G, block = Hq // Hkv, WINDOW_BLOCK
+    n = Tq // block
+    Lw = _round_up(window - 1 + block + sinks, 16) - sinks  # as window_attention_blocked
+    pos_key = min(q_pos0, max(sinks - 1 + window, 0))
+    mask, kidx, qidx = _blocked_layout(n, block, G, Tq, L, base, lo, pos_key, window, sinks, Lw, v.dtype,
+                                       str(q.device))
+    qb = q.reshape(B, Tq, Hkv, G, D).transpose(1, 2).index_select(2, qidx).view(B * Hkv, n, block * G, D)
+    kb, vb = (x.transpose(1, 2).index_select(2, kidx).view(B * Hkv, n, sinks + Lw, x.shape[-1]) for x in (k, v))
+    o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
+    o = o.unflatten(0, (B, Hkv)).unflatten(3, (block, G)).permute(0, 2, 3, 1, 4, 5)  # [B, n, block, Hkv, G, V]
+    y.view(B, n, block, Hkv, G, V).add_(o)
+    return y
 
 
 def _rows(prev, cur, a: int, b: int, groups: int):
