@@ -135,15 +135,20 @@ def _prefill_chunk(attn, x, pe, state: DecodeState, ends: ChunkEnds, carry: dict
         # zero when they would: skip them instead of zeroing their key and beta
         n_sink = min(max(0, s - e0), max(n, 0))
         if n - n_sink > 0:
-            entering = {key: _rows(prev.get(key), val, n_sink, n, groups[key]) for key, val in lin.items()}
+            first = Tc - n + n_sink  # first query row reading a state (row of position e0 + n_sink + w)
+            # rows before `first` read a zero state (only sinks, which never enter it, came before): with
+            # `first` zero tokens in front (k, v, gates 0: the state stays zero), the op's output covers every
+            # row and the window is added straight into it (window_attention_added)
+            pad = first if _pads_front(attn, swa_args) else 0
+            entering = {key: _rows(prev.get(key), val, n_sink, n, groups[key], pad) for key, val in lin.items()}
+            first -= pad
             if ends.short:  # a row's tokens from its length - window on leave its state unchanged
                 stop = (ends.lengths - w).view(B, 1)  # first position that must not enter
-                keep = torch.arange(e0 + n_sink, e0 + n, device=x.device).view(1, -1) < stop
+                keep = torch.arange(e0 + n_sink - pad, e0 + n, device=x.device).view(1, -1) < stop
                 for key in attn.lin.STOP_KEYS:
                     val = entering[key]
                     entering[key] = torch.where(keep.view(*keep.shape, *([1] * (val.dim() - 2))), val,
                                                 torch.zeros((), dtype=val.dtype, device=val.device))
-            first = Tc - n + n_sink  # first query row reading a state (row of position e0 + n_sink + w)
             lin_out, state.state = attn.run(entering, qx[:, first:], state.state, chunked=True)
         else:
             lin_out = attn.zero_output(qx, lin)
@@ -199,16 +204,25 @@ def window_attention_added(y, q, k, v, window, scale, sinks=0, base=0, lo=0, q_p
     return y
 
 
-def _rows(prev, cur, a: int, b: int, groups: int):
-    """Rows a..b-1 of [prev | cur] (dim 1; prev may be None), heads (dim 2) repeated `groups` times as
-    models.mechanisms.expand does. With groups > 1 one fresh contiguous tensor written in one pass per part;
-    else a view of cur, or one cat."""
+def _pads_front(attn, swa_args) -> bool:
+    """Whether the linear op's inputs get zero tokens in front so that its output covers every row of the chunk:
+    when the window is then added into it, and the padding costs no copy of size: GDN (per-head gates, small)
+    with shared KV heads (k and v are written into a fresh expanded tensor anyway)."""
+    return swa_args is not None and attn.mechanism == "gdn" and attn.lin.groups > 1 and not torch.is_grad_enabled()
+
+
+def _rows(prev, cur, a: int, b: int, groups: int, pad: int = 0):
+    """Rows a..b-1 of [prev | cur] (dim 1; prev may be None) after `pad` rows of zeros, heads (dim 2) repeated
+    `groups` times as models.mechanisms.expand does. With groups > 1 one fresh contiguous tensor written in one
+    pass per part; else a view of cur, or one cat."""
     starts = [(cur, 0)] if prev is None else [(prev, 0), (cur, prev.shape[1])]
     pieces = [t[:, max(a - start, 0):b - start] for t, start in starts if b > start and a < start + t.shape[1]]
+    if pad:
+        pieces.insert(0, cur.new_zeros(cur.shape[0], pad, *cur.shape[2:]))
     if groups == 1:
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces, 1)
     H = cur.shape[2]
-    out = cur.new_empty(cur.shape[0], b - a, H * groups, *cur.shape[3:])
+    out = cur.new_empty(cur.shape[0], pad + b - a, H * groups, *cur.shape[3:])
     i = 0
     for piece in pieces:
         out[:, i:i + piece.shape[1]].unflatten(2, (H, groups)).copy_(piece.unsqueeze(3))
@@ -219,8 +233,11 @@ def _rows(prev, cur, a: int, b: int, groups: int):
 def _ring(ends: ChunkEnds, buf, prev, cur, origin: int, w: int, groups: int):
     """buf with the rings of the rows ending in this chunk gathered from [prev | cur] (entry 0 at position
     `origin`; see ChunkEnds.ring_of), heads repeated `groups` times by the gather itself."""
-    idx, pos, empty = ends.ring(w, origin)
-    ext = cur if prev is None else torch.cat([prev, cur], 1)
+    # the rows' last w positions lie in [shortest - w, longest): only that span of [prev | cur] is taken (a
+    # view of cur when every row ends in its last w tokens), not a copy of the whole chunk
+    a = max(min(ends.rows_lengths) - w - origin, 0)
+    ext = _rows(prev, cur, a, max(ends.rows_lengths) - origin, 1)
+    idx, pos, empty = ends.ring(w, origin + a)
     if groups > 1:  # a broadcast view: the gather writes the repeated heads
         ext = ext.unsqueeze(3).expand(*ext.shape[:3], groups, *ext.shape[3:])
     vals = gather_ring(ext, ends.index, idx, pos, empty)
