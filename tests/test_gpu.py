@@ -408,3 +408,34 @@ def test_fused_decode_step_matches_the_step_on_cuda(dtype, monkeypatch):
     errs = [rel(got, want)] + [rel(a, b) for a, b in zip(got_st, want_st, strict=True)]
     print(f"fused decode step {dtype}: logits {errs[0]:.1e}, worst state {max(errs[1:]):.1e}")
     assert max(errs) < TOL[dtype][0], errs
+
+
+# ----------------------------------------------------------------------------------------------- GLA in lm-eval
+@pytest.mark.parametrize("T", [37, 20], ids=["chunk64", "chunk32-padded"])
+@pytest.mark.parametrize("mech", ["gla", "kgla"])
+def test_gla_family_eval_forward_matches_reference(mech, T):
+    """lm-eval's call on a GLA-family model (batch 64, bf16, no grad; SmolLM2's 9/3 heads of 64) on FLA's kernels
+    gives the logits of the fp32 CPU reference backend on the same bf16-rounded weights. At T=20 FLA would pick
+    chunk size 32, where every GLA checkpoint's lm-eval run faulted on the H200 (fla_backend.GLA_MIN_T pads it).
+    One layer: the bf16 logits of two differ from fp32 by ~1.2e-2 on the CPU already (one: ~8e-3)."""
+    import copy
+
+    import transformers
+    from models.linearize import LinearizeConfig, linearize
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=1, num_attention_heads=9,
+                                   num_key_value_heads=3, head_dim=64, vocab_size=300)
+    model = linearize(transformers.LlamaForCausalLM(cfg).eval(), LinearizeConfig(mechanism=mech))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.05)
+    model = model.to(torch.bfloat16)
+    ref_model = copy.deepcopy(model).float()  # stays on the CPU: the reference backend, in fp32
+    ids = torch.randint(0, 300, (64, T), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got = model.cuda()(ids.cuda(), use_cache=False).logits.float().cpu()
+        want = ref_model(ids, use_cache=False).logits
+    err = rel(got, want)
+    print(f"{mech} eval forward B=64 T={T} bf16: logits rel err {err:.1e}")
+    assert err < TOL[torch.bfloat16][0], err
