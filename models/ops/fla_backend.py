@@ -106,11 +106,12 @@ def _state_in(initial_state):
 
 # FLA 0.6.0's chunk_gla picks its chunk size from T: min(64, max(16, next_pow2(T))) (fla/ops/gla/chunk.py,
 # ChunkGLAFunction.forward); GDN and linear attention always run 64. On the H200 (triton 3.6) every GLA-family
-# lm-eval run died with "CUDA error: misaligned address" in chunk_gla_fwd_kernel_o's autotuning at the first batch
-# whose linear path had 17..32 tokens (chunk 32; /tmp/l5 logs of 2026-12-01, scripts/gpu/gla_eval_repro.py),
-# after every batch with chunk 64 had run. Shorter inputs are zero-padded to GLA_MIN_T tokens, so chunk_gla runs
-# chunk 64 only. Exact: padded tokens come after the real ones (causal), and with k = v = 0 and log decay 0 they
-# leave the state as it is. 0 turns the padding off (the repro's "without" arm).
+# lm-eval run died with "CUDA error: misaligned address" (surfacing in chunk_gla_fwd_kernel_o's autotuning) at the
+# first batch whose linear path had 17..32 tokens, i.e. chunk 32, after every earlier batch (chunk 64) had run
+# (2026-12-01; the cause inside FLA/Triton is not known: scripts/gpu/gla_eval_repro.py separates the hypotheses).
+# Shorter inputs are therefore zero-padded to GLA_MIN_T tokens, so chunk_gla runs chunk 64 only. Exact: padded
+# tokens come after the real ones (causal), and with k = v = 0 and log decay 0 they leave the state as it is.
+# 0 turns the padding off (the repro's "without" arm).
 GLA_MIN_T = 64
 
 
