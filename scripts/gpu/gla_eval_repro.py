@@ -3,7 +3,8 @@
 `golinear run --suites cr --batch-size 64` died for every gla/kgla checkpoint at the first PIQA batch whose linear
 path had 17..32 tokens by our count of PIQA's tokens (strict: after 1603 of 3676 requests, batch 26, padded length
 32; window 56 + sinks 8: after 128, batch 3, length ~93, 29 linear tokens), i.e. the first call in which FLA's
-chunk_gla picks chunk size 32 (after 25 / 2 batches at chunk 64); GDN and Hedgehog (always chunk 64) were fine. models.ops.fla_backend now pads chunk_gla's inputs to GLA_MIN_T = 64 tokens (0: off).
+chunk_gla picks chunk size 32 (after 25 / 2 batches at chunk 64); GDN and Hedgehog (always chunk 64) were fine.
+models.ops.fla_backend now pads chunk_gla's inputs to GLA_MIN_T = 64 tokens (the fix; 0: off).
 
 One H200 call, the FLA wheels carried:  run(command="python3 scripts/gpu/gla_eval_repro.py", carry=[".whl"])
 Each case runs in its own process with CUDA_LAUNCH_BLOCKING=1 (a fault names its kernel and, inside autotuning,
@@ -17,7 +18,9 @@ Hypotheses the cases separate (chunk = FLA's chunk size for the linear tokens):
   H4 it needs bf16: op fp32 at T 32
   H5 something else in the layer (window, sinks, conv, kgla's gate): model cases fail at chunk 64 (T 65/300/var)
 Budget: ~4 min on a fresh machine (compile and autotune ~1-2 min per chunk size, compiled in parallel first).
-Env: BUDGET_S (default 225), JOBS (parallel cases, default 12).
+Env: BUDGET_S (default 225), JOBS (parallel cases, default 12). The GPU test of the fix can follow in the same call,
+on the kernels compiled here: TRITON_CACHE_DIR=/tmp/golinear-gla/triton-cache PYTHONPATH=/tmp/golinear-gla/site:$PWD
+python3 -m pytest -q -s tests/test_gpu.py -k gla_family
 """
 from __future__ import annotations
 
@@ -140,18 +143,18 @@ def install_wheels() -> None:
         open(f"{SITE}/.done", "w").close()
 
 
-def run_case(case: dict, deadline: float, env: dict) -> str:
-    left = deadline - time.time()
+def run_case(case: dict, cap: float, deadline: float, env: dict) -> str:
+    left = min(cap, deadline - time.time())
     if left < 20:
         return "skipped (budget)"
     log = os.path.join(OUT, "cases", name(case).replace(" ", "_").replace("=", "") + ".log")
     try:
         p = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)], env=env, capture_output=True,
-                           text=True, timeout=min(170, left))
+                           text=True, timeout=left)
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         open(log, "w").write(out)
-        return f"TIMEOUT after {min(170, left):.0f}s"
+        return f"TIMEOUT after {left:.0f}s"
     open(log, "w").write(p.stdout + p.stderr)
     lines = [ln[len("RESULT "):] for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
     return lines[-1] if lines else f"no result (rc {p.returncode}): {(p.stderr.strip().splitlines() or [''])[-1][:200]}"
@@ -165,10 +168,12 @@ def main() -> None:
     env = dict(os.environ, PYTHONPATH=f"{SITE}:{os.getcwd()}", CUDA_LAUNCH_BLOCKING="1", PYTHONUNBUFFERED="1",
                TRITON_CACHE_DIR=os.environ.get("TRITON_CACHE_DIR", "/tmp/golinear-gla/triton-cache"))
     jobs = int(os.environ.get("JOBS", "12"))
+    subprocess.run([sys.executable, "-c", "import torch, triton, fla; print('torch', torch.__version__, 'triton', "
+                    "triton.__version__, 'fla', fla.__version__, torch.cuda.get_device_name())"], env=env)
     report = open(os.path.join(OUT, "gla_eval_repro.txt"), "w")
-    for stage in (OP_CASES, model_cases()):
+    for stage, cap in ((OP_CASES, 150), (model_cases(), 90)):  # the op cases compile; the model cases find it done
         with ThreadPoolExecutor(jobs) as pool:
-            results = list(pool.map(lambda c: run_case(c, deadline, env), stage))
+            results = list(pool.map(lambda c: run_case(c, cap, deadline, env), stage))
         for case, res in zip(stage, results):
             line = f"{name(case):<46} {res}"
             print(line, flush=True)
