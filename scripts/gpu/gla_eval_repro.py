@@ -73,9 +73,8 @@ def describe(e: BaseException) -> str:
     while tb is not None:
         frame = tb.tb_frame
         owner = frame.f_locals.get("self")
-        fn = getattr(owner, "fn", None)
-        if "triton" in frame.f_code.co_filename and owner is not None:
-            kernel = getattr(owner, "__name__", None) or getattr(fn, "__name__", None) or kernel
+        if "triton" in frame.f_code.co_filename and owner is not None:  # JITFunction, Autotuner, Heuristics
+            kernel = getattr(owner, "__name__", None) or getattr(getattr(owner, "fn", None), "__name__", None) or kernel
         if frame.f_code.co_name == "_bench" and "config" in frame.f_locals:
             config = str(frame.f_locals["config"])
         if "/fla/" in frame.f_code.co_filename:
