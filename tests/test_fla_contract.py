@@ -4,7 +4,8 @@ FLA's entry points are replaced by recorders that check every tensor argument (c
 gates fp32, states fp32) and then compute the op with models.ops.reference, and every op is routed to fla_backend
 (as on CUDA). A real linearized model runs its forward and one decode step at eval-like shapes (batch 4, GQA,
 bf16), strict and with window + sinks. chunk_gla must also get inputs for which FLA picks chunk size 64: the H200
-faulted in lm-eval on chunk 32 (fla_backend.GLA_MIN_T). A second test checks that the padding changes no value.
+faulted in lm-eval on chunk 32 (fla_backend.GLA_MIN_T). Two more tests check that this padding changes no value
+(a model's logits; gla_chunk's output, final state and gradients).
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ def fla_gla_chunk_size(T: int) -> int:
     return min(64, max(16, 1 << (T - 1).bit_length()))
 
 
-def check(calls, name, qkv, gates=None, beta=None, state=None, kv_like=None):
-    """One kernel call's tensors: contiguous, q/k/v (and kv_like) one dtype FLA takes, gates and state fp32."""
+def check(calls, name, qkv, gates=None, beta=None, state=None):
+    """One kernel call's tensors: contiguous, q/k/v one dtype FLA takes, gates and state fp32."""
     named = dict(zip("qkv", qkv), g=gates, beta=beta, state=state)
     for key, t in named.items():
         assert t is None or t.is_contiguous(), f"{name}: {key} {tuple(t.shape)} strides {t.stride()} not contiguous"
