@@ -1,14 +1,17 @@
 #!/bin/bash
-# Issue #14, the gdn-default prefill at 32K (models/prefill.py: one copy of [sinks | window tail | chunk keys],
-# the window added straight into GDN's output): one H200 call (carry [".whl"]) at Llama-3.1-8B dims, random bf16
-# weights, batch 8, 32K. Expected times on a fresh machine (sweep of 2026-12-01: set-up ~70 s, 1-2.5 min of Triton
-# compiling per FLA kernel configuration, prefills of 11 / 7.7 / 8.2 s):
-#   1. bench.latency full;gdn;gdn-default, chunk 8192 (the leaderboard's setting)  ~300 s -> $OUT/c8192/
-#   2. gdn-default with --prefill-chunk 16384, then 32768 (peak memory in the CSV) ~60 s each -> $OUT/c16384/, c32768/
-#   3. torch.profiler of one warm gdn-default and one gdn prefill (chunk 8192): top CUDA ops  ~60 s each -> $OUT/profile.log
-#   4. the GPU tests of the chunked prefill (gdn), with the time left                  ~30 s -> $OUT/tests.log
-# (scripts/gpu/profile_prefill.py profiles SmolLM2-135M only, so part 3 is inline here.)
-# Usage: bash scripts/gpu/prefill_check.sh   Env: BUDGET_S (default 560), SKIP_CHUNKS=1, SKIP_PROFILE=1, SKIP_TESTS=1
+# Issue #14, the gdn-default prefill at 32K: (a) models/prefill.py: one copy of [sinks | window tail | chunk keys],
+# the window added straight into GDN's output; (b) models/fast_decode.py: the decode step's fused glue (residual add
+# + RMSNorm, SiLU * up) in the prefill, under GOLINEAR_FUSED_DECODE (auto = on for CUDA). One H200 call (carry
+# [".whl"]) at Llama-3.1-8B dims, random bf16 weights, batch 8, 32K. Expected times on a fresh machine (sweep of
+# 2026-12-01: set-up ~70 s, 1-2.5 min of Triton compiling per FLA kernel configuration, prefills of 11 / 7.7 / 8.2 s):
+#   1. bench.latency full;gdn;gdn-default, chunk 8192 (the leaderboard's setting), (a) + (b)  ~300 s -> $OUT/c8192/
+#   2. gdn-default with GOLINEAR_FUSED_DECODE=0: (a) alone, against the leaderboard's 8.19 s   ~50 s -> $OUT/noglue/
+#   3. the GPU tests of the chunked prefill (gdn, CUDA graph decode)                            ~40 s -> $OUT/tests.log
+#   4. gdn-default with --prefill-chunk 16384, then 32768 (peak memory in the CSV)          ~60 s each -> $OUT/c16384/, c32768/
+#   5. torch.profiler of one warm gdn-default and one gdn prefill (chunk 8192): top CUDA ops ~60 s each -> $OUT/profile.log
+# Parts run while time is left (BUDGET_S); scripts/gpu/profile_prefill.py profiles SmolLM2-135M only, so 5 is inline.
+# Usage: bash scripts/gpu/prefill_check.sh
+# Env: BUDGET_S (default 560), SKIP_NOGLUE=1, SKIP_TESTS=1, SKIP_CHUNKS=1, SKIP_PROFILE=1
 set -u
 OUT=${OUT:-/tmp/golinear-out}; mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-560}; left() { echo $((BUDGET_S - SECONDS)); }
@@ -23,17 +26,30 @@ echo "== 1. full;gdn;gdn-default, chunk 8192 at ${SECONDS}s"
 timeout $(( $(left) - 200 )) $BENCH --configs "full;gdn;gdn-default" --out-dir $OUT/c8192 > $OUT/c8192.log 2>&1
 echo "rc=$?"; show $OUT/c8192.log; rows $OUT/c8192
 
+if [ "${SKIP_NOGLUE:-0}" != 1 ] && [ $(left) -gt 150 ]; then
+  echo "== 2. gdn-default, GOLINEAR_FUSED_DECODE=0 at ${SECONDS}s"
+  GOLINEAR_FUSED_DECODE=0 timeout $(( $(left) - 110 )) $BENCH --configs "gdn-default" --out-dir $OUT/noglue > $OUT/noglue.log 2>&1
+  echo "rc=$?"; show $OUT/noglue.log; rows $OUT/noglue
+fi
+
+if [ "${SKIP_TESTS:-0}" != 1 ] && [ $(left) -gt 60 ]; then
+  echo "== 3. tests at ${SECONDS}s ($(left) s left)"
+  timeout $(( $(left) - 20 )) python3 -m pytest -v -s -p no:cacheprovider tests/test_gpu.py \
+    -k "(fast_decoder_matches_forward_on_cuda or batched_generation_on_cuda) and gdn" > $OUT/tests.log 2>&1
+  echo "tests rc=$?"; grep -E "PASSED|FAILED|ERROR|rel err|^=+ " $OUT/tests.log | tail -12
+fi
+
 if [ "${SKIP_CHUNKS:-0}" != 1 ]; then
   for c in 16384 32768; do
     [ $(left) -lt 150 ] && { echo "== skip chunk $c: $(left) s left"; continue; }
-    echo "== 2. gdn-default, chunk $c at ${SECONDS}s"
+    echo "== 4. gdn-default, chunk $c at ${SECONDS}s"
     timeout $(( $(left) - 90 )) $BENCH --configs "gdn-default" --prefill-chunk $c --out-dir $OUT/c$c > $OUT/c$c.log 2>&1
     echo "rc=$?"; show $OUT/c$c.log; rows $OUT/c$c
   done
 fi
 
 if [ "${SKIP_PROFILE:-0}" != 1 ] && [ $(left) -gt 120 ]; then
-  echo "== 3. profile at ${SECONDS}s"
+  echo "== 5. profile at ${SECONDS}s"
   timeout $(( $(left) - 40 )) python3 - > $OUT/profile.log 2>&1 <<'EOF'
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -60,10 +76,4 @@ EOF
   echo "rc=$?"; grep -E "=====|Self CUDA time total" $OUT/profile.log
 fi
 
-if [ "${SKIP_TESTS:-0}" != 1 ] && [ $(left) -gt 30 ]; then
-  echo "== 4. tests at ${SECONDS}s ($(left) s left)"
-  timeout $(( $(left) - 5 )) python3 -m pytest -v -s -p no:cacheprovider tests/test_gpu.py \
-    -k "(fast_decoder_matches_forward_on_cuda or batched_generation_on_cuda) and gdn" > $OUT/tests.log 2>&1
-  echo "tests rc=$?"; grep -E "PASSED|FAILED|ERROR|rel err|^=+ " $OUT/tests.log | tail -12
-fi
 echo "done at ${SECONDS}s"
