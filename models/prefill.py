@@ -189,7 +189,7 @@ def window_attention_added(y, q, k, v, window, scale, sinks=0, base=0, lo=0, q_p
     """y += window_attention_blocked(q, k, v, ...) in place, added straight from SDPA's output, whose layout
     ([B, Hkv, n, block, G, V] order) needs one copy to become [B, Tq, Hq, V]: that copy and the fresh tensor
     of y_lin + y_swa are 2 of the 5 passes over [B, Tq, Hq, V] of copy-then-add; the sums are the same, bit
-    for bit (tests/test_prefill_traffic.py). No autograd; y [B, Tq, Hq, V] contiguous, Tq a multiple of the
+    for bit (tests/test_prefill_window_added.py). No autograd; y [B, Tq, Hq, V] contiguous, Tq a multiple of the
     block. The no-grad branch of models.ops.window.window_attention_blocked (its cached layout), without the
     final copy."""
     B, Tq, Hq, D = q.shape
