@@ -31,7 +31,8 @@ from models.ops import fla_backend, reference  # noqa: E402
 
 RECIPES = {"gdn": dict(mechanism="gdn"), "gdn-default": dict(mechanism="gdn", window=56, sinks=8, short_conv=True)}
 NO_TRAFFIC = {"empty", "empty_strided", "new_empty", "new_empty_strided", "lift_fresh", "_local_scalar_dense",
-              "resize_", "set_", "alias", "detach", "_unsafe_view", "_reshape_alias", "_to_copy_nocopy", "sym_size", "sym_stride", "sym_numel"}
+              "resize_", "set_", "alias", "detach", "_unsafe_view", "_reshape_alias", "sym_size", "sym_stride",
+              "sym_numel"}
 GATHERS = {"index_select", "index", "gather", "embedding"}
 
 
@@ -150,7 +151,8 @@ def summary(m: dict) -> str:
 
 def table(**shape) -> str:
     got = {name: measure(name, **shape) for name in RECIPES}
-    lines = [f"per attention layer and chunk (Q = one [B, Tc, H, D] bf16 tensor = {got['gdn']['q_bytes'] / 2**20:.1f} MiB)"]
+    q_mib = got["gdn"]["q_bytes"] / 2**20
+    lines = [f"per attention layer and chunk (Q = one [B, Tc, H, D] bf16 tensor = {q_mib:.1f} MiB)"]
     lines += [f"  {name:12s} {summary(m)}" for name, m in got.items()]
     lines.append("  by op (gdn-default / gdn), written in Q:")
     base, dflt = got["gdn"], got["gdn-default"]
