@@ -5,6 +5,7 @@ SiLU(gate) * up: about 25 small kernels per layer and token in eager PyTorch (te
 for every configuration. FastDecoder's step instead runs `add_rms_norm` (residual add + the next norm, one
 compiled kernel) twice per layer and `silu_mul` once; the projections stay the modules' own matmuls. The HF
 modules are the definition; `usable` accepts only the norm and MLP classes whose formula is written here.
+FastDecoder's chunked prefill runs the same formulas, compiled apart with dynamic shapes (models/fast_decode.py).
 """
 from __future__ import annotations
 

@@ -7,9 +7,7 @@
 set -u
 OUT=${OUT:-/tmp/golinear-out}; mkdir -p "$OUT/on" "$OUT/off"
 BUDGET_S=${BUDGET_S:-570}; left() { echo $((BUDGET_S - SECONDS)); }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/golinear-fd/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/golinear-fd/site:$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/golinear-fd/triton-cache
-mkdir -p $TRITON_CACHE_DIR
+source scripts/gpu/device_setup.sh > /dev/null || exit 1  # the carried wheels in /tmp/site, one Triton cache per machine
 BENCH="python3 -m bench.latency --model llama-3.1-8b --lengths 32768 --batch 8 --device cuda --dtype bfloat16"
 show() { grep -E "T= *32768|Error|error|Traceback" "$1" | tail -6; }
 

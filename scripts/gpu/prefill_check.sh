@@ -16,9 +16,7 @@
 set -u
 OUT=${OUT:-/tmp/golinear-out}; mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-560}; left() { echo $((BUDGET_S - SECONDS)); }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/golinear-pc/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/golinear-pc/site:$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/golinear-pc/triton-cache
-mkdir -p $TRITON_CACHE_DIR
+source scripts/gpu/device_setup.sh > /dev/null || exit 1  # the carried wheels in /tmp/site, one Triton cache per machine
 BENCH="python3 -m bench.latency --model llama-3.1-8b --lengths 32768 --batch 8 --device cuda --dtype bfloat16 --new-tokens 4"
 show() { grep -E "T= *32768|Error|error|Traceback" "$1" | tail -6; }
 rows() { python3 -c "import pandas as pd, sys; d = pd.read_csv(sys.argv[1]); print(d[['config', 'prefill_chunk', 'prefill_s', 'peak_gib', 'status']].to_string(index=False))" "$1/latency.csv" 2>&1 | tail -5; }

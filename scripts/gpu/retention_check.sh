@@ -16,9 +16,7 @@ set -u
 OUT=${OUT:-/tmp/golinear-out}; mkdir -p "$OUT/latency"
 BUDGET_S=${BUDGET_S:-560}; left() { echo $((BUDGET_S - SECONDS)); }
 cap() { local n=$(( $(left) - $1 )); echo $(( n > 1 ? n : 1 )); }  # seconds left minus a reserve, >= 1 (timeout 0: none)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/golinear-rc/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/golinear-rc/site:$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/golinear-rc/triton-cache
-mkdir -p $TRITON_CACHE_DIR
+source scripts/gpu/device_setup.sh > /dev/null || exit 1  # the carried wheels in /tmp/site, one Triton cache per machine
 RETAIN="gdn-default,window=28,retain=28,retain_score=proj_residual"  # budget 64 = gdn-default's sinks 8 + window 56
 
 echo "== (a) GPU tests at ${SECONDS}s"
