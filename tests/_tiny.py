@@ -1,6 +1,8 @@
-"""Tiny stand-ins for training/diagnostics tests: a byte-level BPE tokenizer, a books corpus, a Llama folder."""
+"""Tiny stand-ins for tests: a byte-level BPE tokenizer, a books corpus, a Llama folder; new parameters moved off
+their neutral initialisation; whether torch.compile works here."""
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import random
@@ -77,3 +79,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def perturb_new_params(model, scale: float):
+    """Move the trainable (new) parameters off their identity / neutral initialisation: p += scale * N(0, 1)
+    (the global RNG), so a test compares paths that actually use them."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * scale)
+    return model
+
+
+@functools.cache
+def inductor_works() -> bool:
+    """Whether torch.compile (inductor) runs on this machine (a C++ compiler is there); tried once a session."""
+    try:
+        torch.compile(lambda t: t * 2 + 1)(torch.ones(3))
+        return True
+    except Exception:  # no C++ compiler / inductor unusable on this machine
+        return False

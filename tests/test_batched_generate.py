@@ -10,6 +10,7 @@ import transformers
 from models.batch_generate import generate_batch, pad_rows
 from models.fast_decode import FastDecoder
 from models.linearize import LinearizeConfig, linearize
+from _tiny import perturb_new_params
 
 VOCAB = 97
 LENGTHS = [2, 5, 13, 21]  # sinks + window is 5..15 below: some prompts shorter than the cache budget, some longer
@@ -24,10 +25,7 @@ def tiny_model(mech, seed=1, **cfg):
     model.generation_config.eos_token_id = None  # (HF would stop at, or with min_new_tokens forbid, token 2)
     if mech is not None:
         linearize(model, LinearizeConfig(mechanism=mech, **cfg))
-        with torch.no_grad():  # move the new parameters (gates, convs, LoRA) off their neutral initialisation
-            for p in model.parameters():
-                if p.requires_grad:
-                    p.add_(torch.randn_like(p) * 0.1)
+        perturb_new_params(model, 0.1)  # move the new parameters (gates, convs, LoRA) off their neutral initialisation
     return model
 
 

@@ -19,6 +19,7 @@ from models import ops
 from models.cache import LinearCache
 from models.linearize import LinearizeConfig, linearize
 from models.ops import fla_backend, reference
+from _tiny import perturb_new_params
 
 QKV_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # the q/k/v dtypes FLA's kernels take
 MECHANISMS = ("gla", "kgla", "gdn", "hedgehog")
@@ -105,10 +106,7 @@ def small_model(mech, recipe, dtype):
     cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                                    num_key_value_heads=2, head_dim=16, vocab_size=97)
     model = linearize(transformers.LlamaForCausalLM(cfg).eval(), LinearizeConfig(mechanism=mech, **RECIPES[recipe]))
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.requires_grad:
-                p.add_(torch.randn_like(p) * 0.1)
+    perturb_new_params(model, 0.1)
     return model.to(dtype)
 
 

@@ -8,12 +8,12 @@ fp32 on the same (upcast) inputs. Tolerances (FLA's kernels use tf32 dots for fp
 from __future__ import annotations
 
 import importlib.util
-import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 from _gpu import DTYPES, TOL, errors_vs_reference, rel
+from _tiny import perturb_new_params
 
 pytestmark = [
     pytest.mark.gpu,
@@ -204,10 +204,7 @@ def _small_cuda_model(mech):
     model = transformers.LlamaForCausalLM(cfg).eval()
     if mech:
         linearize(model, LinearizeConfig(mechanism=mech, window=56, sinks=8, short_conv=True))
-        with torch.no_grad():
-            for p in model.parameters():
-                if p.requires_grad:
-                    p.add_(torch.randn_like(p) * 0.05)
+        perturb_new_params(model, 0.05)
     return model.cuda()
 
 
@@ -387,10 +384,7 @@ def test_fused_decode_step_matches_the_step_on_cuda(dtype, monkeypatch):
                                    num_key_value_heads=1, head_dim=128, vocab_size=300)
     model = linearize(transformers.LlamaForCausalLM(cfg).eval(),
                       LinearizeConfig(mechanism="gdn", window=56, sinks=8, short_conv=True))
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.requires_grad:
-                p.add_(torch.randn_like(p) * 0.05)
+    perturb_new_params(model, 0.05)
     model = model.to("cuda", dtype)
     ids = torch.randint(0, 300, (3, 300), device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
     runs = {}
@@ -426,10 +420,7 @@ def test_gla_family_eval_forward_matches_reference(mech, T):
     cfg = transformers.LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=1, num_attention_heads=9,
                                    num_key_value_heads=3, head_dim=64, vocab_size=300)
     model = linearize(transformers.LlamaForCausalLM(cfg).eval(), LinearizeConfig(mechanism=mech))
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.requires_grad:
-                p.add_(torch.randn_like(p) * 0.05)
+    perturb_new_params(model, 0.05)
     model = model.to(torch.bfloat16)
     ref_model = copy.deepcopy(model).float()  # stays on the CPU: the reference backend, in fp32
     ids = torch.randint(0, 300, (64, T), generator=torch.Generator().manual_seed(1))

@@ -13,6 +13,7 @@ import pytest
 import torch
 import transformers
 from _gpu import DTYPES, TOL, errors_vs_reference, rel
+from _tiny import perturb_new_params
 
 pytestmark = [
     pytest.mark.gpu,
@@ -79,10 +80,7 @@ def _tiny(mech="gdn", **opts):
     cfg = transformers.LlamaConfig(hidden_size=576, intermediate_size=256, num_hidden_layers=2, num_attention_heads=9,
                                    num_key_value_heads=3, head_dim=64, vocab_size=300)
     model = linearize(transformers.LlamaForCausalLM(cfg), LinearizeConfig(mechanism=mech, **opts))
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.requires_grad:
-                p.add_(torch.randn_like(p) * 0.05)
+    perturb_new_params(model, 0.05)
     return model
 
 

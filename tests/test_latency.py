@@ -10,6 +10,7 @@ from bench import latency
 from bench.cli import main as cli
 from models.fast_decode import FastDecoder
 from models.linearize import LinearizeConfig, linearize
+from _tiny import inductor_works, perturb_new_params
 
 
 def tiny_model(mech, seed=1, **cfg):
@@ -20,10 +21,7 @@ def tiny_model(mech, seed=1, **cfg):
     model = transformers.LlamaForCausalLM(config).eval()
     if mech is not None:
         linearize(model, LinearizeConfig(mechanism=mech, **cfg))
-        with torch.no_grad():  # move the new parameters off their (identity / neutral) initialisation
-            for p in model.parameters():
-                if p.requires_grad:
-                    p.add_(torch.randn_like(p) * 0.1)
+        perturb_new_params(model, 0.1)  # move the new parameters off their (identity / neutral) initialisation
     return model
 
 
@@ -373,7 +371,7 @@ def test_fused_decode_step_equals_the_step(monkeypatch, compiled, sinks, conv, o
     """GOLINEAR_FUSED_DECODE=1 (fp32, CPU): the same logits and decode state as LinearizedAttention.step, over
     several steady steps (its pure function eagerly, and through torch.compile as on CUDA)."""
     from models.ops import fused_decode
-    if compiled and not _inductor_works():
+    if compiled and not inductor_works():
         pytest.skip("torch.compile (inductor) cannot run on this machine")
     if not compiled:
         monkeypatch.setattr(fused_decode, "prepare", fused_decode._prepare)
@@ -410,19 +408,11 @@ def test_fused_decode_is_off_on_cpu_by_default(monkeypatch):
             assert fused_decode.applies(layer, x, steady=True) and not fused_decode.applies(layer, x, steady=False)
 
 
-def _inductor_works() -> bool:
-    try:
-        torch.compile(lambda t: t * 2 + 1)(torch.ones(3))
-        return True
-    except Exception:  # no C++ compiler / inductor unusable on this machine
-        return False
-
-
 @pytest.mark.parametrize("mech,full", [("gdn", None), (None, None), ("gdn", [1])])
 def test_fused_decoder_glue_equals_the_modules(monkeypatch, mech, full):
     """GOLINEAR_FUSED_DECODE=1, the compiled residual add + RMSNorm and SiLU * up (models.ops.decode_glue): the
     logits and decode state of the modules' own forward (fp32), full attention and hybrids included."""
-    if not _inductor_works():
+    if not inductor_works():
         pytest.skip("torch.compile (inductor) cannot run on this machine")
     from models.ops import decode_glue
     cfg = dict(window=4, sinks=2, short_conv=True, full_layers=full) if mech else {}

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from models.ops import reference as R
+from _tiny import perturb_new_params
 
 T_VALUES = [1, 15, 63, 64, 65, 130]
 
@@ -413,10 +414,7 @@ def test_fast_prefill_wiring_matches_plain_path(monkeypatch):
                                    num_key_value_heads=2, head_dim=16, vocab_size=97)
     model = linearize(transformers.LlamaForCausalLM(cfg).eval(),
                       LinearizeConfig(mechanism="gdn", window=8, sinks=2, short_conv=True))
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.requires_grad:
-                p.add_(torch.randn_like(p) * 0.1)
+    perturb_new_params(model, 0.1)
     ids = torch.randint(0, 97, (3, 80), generator=gen(1))
     lens = [80, 41, 5]
 

@@ -25,6 +25,7 @@ from torch.autograd.profiler import record_function
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models import ops  # noqa: E402
 from models.ops import fla_backend, reference, window  # noqa: E402
+from _tiny import inductor_works, perturb_new_params
 
 # shapes: SmolLM2-135M's head layout (9 q / 3 kv heads, head dim 64), a narrow MLP, short sequences
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 576, 9, 3, 64
@@ -252,7 +253,7 @@ def report(compiled: bool = False) -> list[dict]:
         for recipe in (None, "gdn-default"):
             rows.append(dict(workload="decode step", recipe=recipe or "full attention (static cache)",
                              **per_layer(recipe, decode_step, torch.bfloat16)))
-    elif _inductor_works():  # the fused steady step (GOLINEAR_FUSED_DECODE=1)
+    elif inductor_works():  # the fused steady step (GOLINEAR_FUSED_DECODE=1)
         import os
         os.environ["GOLINEAR_FUSED_DECODE"] = "1"
         rows.append(dict(workload="decode step (fused)", recipe="gdn-default",
@@ -282,7 +283,7 @@ BOUND = {"train_gdn": 210, "prefill_gdn": 96, "train_gdn_compiled": 165, "decode
 
 def test_compiled_kernel_count(cuda_path, monkeypatch):
     """GOLINEAR_COMPILE=1 fuses the elementwise regions: fewer kernels than eager (inductor's counted too)."""
-    if not _inductor_works():
+    if not inductor_works():
         pytest.skip("torch.compile (inductor) cannot run on this machine")
     import torch._inductor.config as inductor_config
     monkeypatch.setenv("GOLINEAR_COMPILE", "1")
@@ -335,7 +336,7 @@ def test_decode_step_kernel_count(cuda_path):
 def test_fused_decode_step_kernel_count(cuda_path, monkeypatch):
     """GOLINEAR_FUSED_DECODE=1 (steady step and glue fused): fewer kernels than full attention's through the same
     fused glue (inductor's kernels counted one each)."""
-    if not _inductor_works():
+    if not inductor_works():
         pytest.skip("torch.compile (inductor) cannot run on this machine")
     import torch._inductor.config as inductor_config
     monkeypatch.setenv("GOLINEAR_FUSED_DECODE", "1")
@@ -403,7 +404,7 @@ def test_window_attention_blocked_chunk_form(p0):
 @pytest.mark.parametrize("T", [1, 2, 9])
 @pytest.mark.parametrize("grad,compile_", [(False, "0"), (True, "0"), (False, "1")])
 def test_fla_short_conv_matches_reference(monkeypatch, T, grad, compile_):
-    if compile_ == "1" and not _inductor_works():
+    if compile_ == "1" and not inductor_works():
         pytest.skip("torch.compile (inductor) cannot run on this machine")
     monkeypatch.setenv("GOLINEAR_COMPILE", compile_)
     g = torch.Generator().manual_seed(T)
@@ -476,19 +477,11 @@ def test_rope_without_grad_equals_the_formula(dtype):
     assert rel(got, want) < (1e-6 if dtype == torch.float32 else 8e-3)
 
 
-def _inductor_works() -> bool:
-    try:
-        torch.compile(lambda t: t * 2 + 1)(torch.ones(3))
-        return True
-    except Exception:  # no C++ compiler / inductor unusable on this machine
-        return False
-
-
 @pytest.mark.parametrize("mech,opts", [("gdn", dict(window=8, sinks=2, short_conv=True)),
                                        ("hedgehog", dict(window=8, sinks=2)), ("kgla", {})])
 def test_compile_matches_eager(monkeypatch, mech, opts):
     """GOLINEAR_COMPILE=1 (torch.compile of the elementwise regions): same loss and gradients as eager."""
-    if not _inductor_works():
+    if not inductor_works():
         pytest.skip("torch.compile (inductor) cannot run on this machine")
     from models.linearize import LinearizeConfig, linearize
 
@@ -536,10 +529,7 @@ def test_compiled_step_matches_eager_on_cpu(monkeypatch):
                                    num_key_value_heads=3, head_dim=64, vocab_size=300)
     model = linearize(transformers.LlamaForCausalLM(cfg), LinearizeConfig(mechanism="gdn", window=56, sinks=8,
                                                                           short_conv=True))
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.requires_grad:
-                p.add_(torch.randn_like(p) * 0.05)
+    perturb_new_params(model, 0.05)
     ids = torch.randint(0, 300, (1, 300), generator=torch.Generator().manual_seed(1))
     runs = {}
     ops._warn_compile_experimental.cache_clear()  # it warns once per process
@@ -566,7 +556,7 @@ if __name__ == "__main__":
     for name, fn in STAND_INS.items():
         mp.setitem(fla_backend.kernels.__dict__, name, fn)
     rows = report()
-    if _inductor_works():
+    if inductor_works():
         import os
         import torch._inductor.config as inductor_config
         inductor_config.cpp.enable_kernel_profile = True

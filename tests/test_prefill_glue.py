@@ -8,7 +8,8 @@ import torch
 
 from models import fast_decode
 from models.fast_decode import FastDecoder
-from tests.test_latency import _inductor_works, tiny_model
+from _tiny import inductor_works
+from tests.test_latency import tiny_model
 
 
 def _prefill(model, monkeypatch, mode: str, lens):
@@ -22,7 +23,7 @@ def _prefill(model, monkeypatch, mode: str, lens):
 
 @pytest.mark.parametrize("mech,full,lens", [("gdn", None, None), (None, None, [23, 9, 16]), ("gdn", [1], [23, 9, 16])])
 def test_prefill_glue_equals_the_modules(monkeypatch, mech, full, lens):
-    if not _inductor_works():
+    if not inductor_works():
         pytest.skip("torch.compile (inductor) cannot run on this machine")
     cfg = dict(window=4, sinks=2, short_conv=True, full_layers=full) if mech else {}
     model = tiny_model(mech, **cfg)

@@ -10,6 +10,7 @@ from models import ops, prefill
 from models.fast_decode import FastDecoder
 from models.linearize import LinearizeConfig, linearize
 from models.ops.window import window_attention_blocked
+from _tiny import perturb_new_params
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -36,10 +37,7 @@ def tiny_model(seed=0):
     torch.manual_seed(seed)
     model = linearize(transformers.LlamaForCausalLM(cfg).eval(),
                       LinearizeConfig(mechanism="gdn", window=12, sinks=3, short_conv=True))
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.requires_grad:
-                p.add_(torch.randn_like(p) * 0.1)
+    perturb_new_params(model, 0.1)
     return model
 
 
