@@ -17,12 +17,11 @@ chunk too (zero tokens in front, see _pads_front).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from models.decode_state import LIN_KEYS, DecodeState, gather_ring, ring_index
 from models import ops
 from models.ops import fla_backend  # window_attention_blocked, sink_part (also on the CPU)
-from models.ops.window import WINDOW_BLOCK, _blocked_layout, _round_up
+from models.ops.window import WINDOW_BLOCK, window_attention_blocked
 from models.projection import fused_qkv, project_qkv
 
 
@@ -190,22 +189,8 @@ def window_attention_added(y, q, k, v, window, scale, sinks=0, base=0, lo=0, q_p
     ([B, Hkv, n, block, G, V] order) needs one copy to become [B, Tq, Hq, V]: that copy and the fresh tensor
     of y_lin + y_swa are 2 of the 5 passes over [B, Tq, Hq, V] of copy-then-add; the sums are the same, bit
     for bit (tests/test_prefill_window_added.py). No autograd; y [B, Tq, Hq, V] contiguous, Tq a multiple of the
-    block. The no-grad branch of models.ops.window.window_attention_blocked (its cached layout), without the
-    final copy."""
-    B, Tq, Hq, D = q.shape
-    L, Hkv, V = k.shape[1], k.shape[2], v.shape[-1]
-    G, block = Hq // Hkv, WINDOW_BLOCK
-    n = Tq // block
-    Lw = _round_up(window - 1 + block + sinks, 16) - sinks  # as window_attention_blocked
-    pos_key = min(q_pos0, max(sinks - 1 + window, 0))
-    mask, kidx, qidx = _blocked_layout(n, block, G, Tq, L, base, lo, pos_key, window, sinks, Lw, v.dtype,
-                                       str(q.device))
-    qb = q.reshape(B, Tq, Hkv, G, D).transpose(1, 2).index_select(2, qidx).view(B * Hkv, n, block * G, D)
-    kb, vb = (x.transpose(1, 2).index_select(2, kidx).view(B * Hkv, n, sinks + Lw, x.shape[-1]) for x in (k, v))
-    o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
-    o = o.unflatten(0, (B, Hkv)).unflatten(3, (block, G)).permute(0, 2, 3, 1, 4, 5)  # [B, n, block, Hkv, G, V]
-    y.view(B, n, block, Hkv, G, V).add_(o)
-    return y
+    block."""
+    return window_attention_blocked(q, k, v, window, scale, sinks=sinks, base=base, lo=lo, q_pos0=q_pos0, add_to=y)
 
 
 def _pads_front(attn, swa_args) -> bool:

@@ -125,7 +125,8 @@ def _blocked_layout(n, block, G, Tq, L, base, lo, q_pos0, window, s, Lw, dtype, 
     return mask, kidx.reshape(-1), torch.arange(n * block, device=dev).clamp_(max=Tq - 1)
 
 
-def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_pos0=0, block=WINDOW_BLOCK):
+def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_pos0=0, block=WINDOW_BLOCK,
+                             add_to=None):
     """Sliding-window softmax plus sink keys in ONE fused attention call (SDPA), GQA aware, autograd or not.
 
     q [B,Tq,Hq,D] at absolute positions q_pos0 + i; k/v [B,L,Hkv,D]: entries 0..sinks-1 are the sink keys
@@ -134,7 +135,9 @@ def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_po
     window already). Queries go in blocks of `block`; each block attends to the sinks plus the run of Lw
     keys its window can reach, under a cached additive mask; the G query heads of a KV head are G rows of
     its block, so keys are never expanded. Without autograd the runs are gathered by one index_select per
-    tensor; with autograd by pad + unfold (deterministic backward: no atomic adds). -> out [B,Tq,Hq,V]."""
+    tensor; with autograd by pad + unfold (deterministic backward: no atomic adds). -> out [B,Tq,Hq,V].
+    add_to: y [B,Tq,Hq,V] (contiguous; no autograd; Tq a multiple of `block`): out is added into y in place
+    straight from SDPA's layout, without the copy to [B,Tq,Hq,V] and the fresh y + out; returns y."""
     B, Tq, Hq, D = q.shape
     L, Hkv, V = k.shape[1], k.shape[2], v.shape[-1]
     G = Hq // Hkv
@@ -157,6 +160,11 @@ def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_po
     o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
     # SDPA's CUDA kernels may return a transposed layout: unflatten (always a view), then one copy
     o = o.unflatten(0, (B, Hkv)).unflatten(3, (block, G)).permute(0, 2, 3, 1, 4, 5)  # [B, n, block, Hkv, G, V]
+    if add_to is not None:
+        if grad or n * block != Tq:
+            raise ValueError(f"add_to needs no autograd and Tq a multiple of {block} (got Tq={Tq}, grad={grad})")
+        add_to.view(B, n, block, Hkv, G, V).add_(o)
+        return add_to
     o = o.reshape(B, n * block, Hq, V)
     return o if n * block == Tq else o[:, :Tq]  # (a full-range slice still costs a zero-fill + copy in backward)
 
