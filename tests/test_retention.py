@@ -18,6 +18,7 @@ from models.ops import reference as R
 from models.ops.retention import RetentionState, entry_scores, retention_recurrent, retention_step
 from models.ops.retention_prefill import retention_prefill, retention_prefill_walk
 from models.ops.retention_static import fold_steps
+from _gpu import TOL as GPU_TOL
 
 SCALE, LIN_SCALE = 0.41, 0.37
 TOL = 1e-10  # fp64 throughout
@@ -628,10 +629,12 @@ def test_gpu_prefill_captures_in_a_cuda_graph(score):
 @cuda
 @pytest.mark.parametrize("score", ["delta_error", "proj_residual"])
 def test_gpu_generate_equals_the_full_forward(score):
+    """fp32 on the GPU: the shared GPU tolerance (tests/_gpu.py), as every fp32 GPU parity test; FLA's kernels
+    compute fp32 dot products in TF32 (measured on an H200: 1.5e-4 delta_error, 2.0e-4 proj_residual)."""
     model = tiny_model(**RECIPE, retain=3, retain_score=score).cuda()
     ids = torch.randint(0, 97, (2, 20), generator=torch.Generator().manual_seed(0)).cuda()
     out = model.generate(ids, max_new_tokens=16, do_sample=False, return_dict_in_generate=True, output_logits=True,
                          pad_token_id=0)
     with torch.no_grad():
         full = model(out.sequences).logits[:, 19:-1]
-    assert rel_err(torch.stack(out.logits, 1), full) <= 1e-4
+    assert rel_err(torch.stack(out.logits, 1), full) <= GPU_TOL[torch.float32][0]
