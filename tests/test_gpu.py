@@ -407,10 +407,12 @@ def test_fused_decode_step_matches_the_step_on_cuda(dtype, monkeypatch):
 # ----------------------------------------------------------------------------------------------- GLA in lm-eval
 @pytest.mark.parametrize("T", [37, 20], ids=["chunk64", "chunk32-padded"])
 @pytest.mark.parametrize("mech", ["gla", "kgla"])
-def test_gla_family_eval_forward_matches_reference(mech, T):
-    """lm-eval's call on a GLA-family model (batch 64, bf16, no grad; SmolLM2's 9/3 heads of 64) on FLA's kernels
-    gives the logits of the fp32 CPU reference backend on the same bf16-rounded weights. At T=20 FLA would pick
-    chunk size 32, where every GLA checkpoint's lm-eval run faulted on the H200 (fla_backend.GLA_MIN_T pads it).
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_gla_family_eval_forward_matches_reference(mech, T, dtype):
+    """lm-eval's call on a GLA-family model (batch 64, no grad; SmolLM2's 9/3 heads of 64) on FLA's kernels gives
+    the logits of the fp32 CPU reference backend on the same weights (rounded to bf16 for both dtypes). At T=20 FLA
+    would pick chunk size 32, where fp32 inputs fault on the H200 ("misaligned address", the backends' default
+    dtype; bf16 runs) and every GLA checkpoint's lm-eval run died (fla_backend.GLA_MIN_T pads it).
     One layer: the bf16 logits of two differ from fp32 by ~1.2e-2 on the CPU already (one: ~8e-3)."""
     import copy
 
@@ -423,10 +425,11 @@ def test_gla_family_eval_forward_matches_reference(mech, T):
     perturb_new_params(model, 0.05)
     model = model.to(torch.bfloat16)
     ref_model = copy.deepcopy(model).float()  # stays on the CPU: the reference backend, in fp32
+    model = model.to(DTYPES[dtype])
     ids = torch.randint(0, 300, (64, T), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         got = model.cuda()(ids.cuda(), use_cache=False).logits.float().cpu()
         want = ref_model(ids, use_cache=False).logits
     err = rel(got, want)
-    print(f"{mech} eval forward B=64 T={T} bf16: logits rel err {err:.1e}")
-    assert err < TOL[torch.bfloat16][0], err
+    print(f"{mech} eval forward B=64 T={T} {dtype}: logits rel err {err:.1e}")
+    assert err < TOL[DTYPES[dtype]][0], err

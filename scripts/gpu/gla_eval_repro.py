@@ -17,6 +17,12 @@ Hypotheses the cases separate (chunk = FLA's chunk size for the linear tokens):
   H3 it needs the eval shape: op b2h4 (the passing GPU tests' batch 2 x 4 heads) against b64h9 at T 32
   H4 it needs bf16: op fp32 at T 32
   H5 something else in the layer (window, sinks, conv, kgla's gate): model cases fail at chunk 64 (T 65/300/var)
+Result (2026-12-01, one H200; the model stage was cut by the budget, then five fp32 op cases in a second call):
+H4 reversed: fp32 inputs fault at chunk 32 (op T 17 and 32: chunk_gla_fwd_kernel_o, BK 64, BV 64, 8 warps, 2 stages),
+bf16 runs at T 15/17/32/300 (so H1-H3 do not hold in bf16, and the bf16 model cases at T 17/80/90 ran); fp32 runs at
+T 15 (chunk 16) and 300; with the padding on, fp32 T 17 and 32 run and match the reference (o rel err 8.7e-4, 1.1e-3).
+lm-eval's backends run fp32 by default, which is why every GLA-family evaluation died. The bf16 GPU test
+tests/test_gpu.py -k gla_family passed; its fp32 arm (added after) is the one that can fail without the padding.
 Budget: ~4 min on a fresh machine (compile and autotune ~1-2 min per chunk size, compiled in parallel first).
 Env: BUDGET_S (default 225), JOBS (parallel cases, default 12). The GPU test of the fix can follow in the same call,
 on the kernels compiled here: TRITON_CACHE_DIR=/tmp/golinear-gla/triton-cache PYTHONPATH=/tmp/golinear-gla/site:$PWD
