@@ -17,6 +17,6 @@ demo: install
 	$(BIN)/golinear demo
 
 test: install
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=15 tests
 
 .PHONY: install demo test
