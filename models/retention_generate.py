@@ -1,4 +1,4 @@
-"""Batched greedy decoding for models with retention slots (retain > 0, issue #17), eager (no CUDA graph).
+"""Batched greedy decoding for models with retention slots (retain > 0, issue #17), with a CUDA graph on CUDA.
 
 The static-cache decoder (models.fast_decode.FastDecoder) prefills a right-padded batch in chunks, which
 retention's prefill (models.ops.retention_prefill) cannot do. `RetentionDecoder` keeps FastDecoder's decode
@@ -9,8 +9,12 @@ changes two things:
     the forward HF generate's first step runs, so each row's state is by construction the one-at-a-time
     path's; the rows' states are then stacked (models.ops.retention_rows.RetentionRows, the conv states, the
     full layers' KV into static buffers);
-  - the linearized layers' step: models.ops.retention_rows.retention_rows_step, each row at its own position
-    (batched once every row is past sinks + window; a shorter row steps alone until then).
+  - the linearized layers' step: once every row is past sinks + window (`steady`),
+    models.ops.retention_rows.steady_step_inplace: each row at its own position read from the device tensor
+    io["pos"], the state updated in place, fixed work whatever the prompt length, no host sync; so on CUDA
+    (`use_graph`, as FastDecoder) it is captured once per prefill and replayed per token. Before that point
+    (a prompt shorter than sinks + window) the steps run eagerly through retention_rows_step, which replaces the
+    state (a short row steps alone).
 
 The prefill is therefore as slow as one prompt at a time; the decode steps are batched. models.batch_generate
 drives it like FastDecoder (per-row EOS / stop strings); tests/test_retention_generate.py checks the tokens
@@ -25,7 +29,7 @@ import torch
 from models.cache import LinearCache, LinearLayerCache
 from models.decode_state import DecodeState
 from models.fast_decode import FastDecoder
-from models.ops.retention_rows import RetentionRows, retention_rows_step
+from models.ops.retention_rows import RetentionRows, retention_rows_step, steady_step_inplace
 
 
 class RetentionDecoder(FastDecoder):
@@ -33,8 +37,8 @@ class RetentionDecoder(FastDecoder):
 
     handles_retention = True
 
-    def __init__(self, model, max_len: int | None = None):
-        super().__init__(model, prefill_chunk=0, use_graph=False, max_len=max_len)
+    def __init__(self, model, max_len: int | None = None, use_graph: bool | None = None):
+        super().__init__(model, prefill_chunk=0, use_graph=use_graph, max_len=max_len)
         if not any(lin and layer.self_attn.retain for layer, lin in zip(self.layers, self.linear)):
             raise ValueError("RetentionDecoder is for models with retention slots (retain > 0); use FastDecoder")
 
@@ -59,7 +63,27 @@ class RetentionDecoder(FastDecoder):
         self.io = {"ids": nxt, "pos": pos, "pos_ids": pos.view(B, 1).clone(), "logits": logits,
                    "rows": torch.arange(B, device=self.device)}
         self.positions = lens
+        self.graph = None  # new state tensors (a fresh capture per prefill)
         return nxt
+
+    @torch.no_grad()
+    def decode(self, n: int) -> torch.Tensor:
+        """n greedy steps; returns [B, n]. Steps with a row before sinks + window run eagerly (they replace the
+        state), the rest in place (replayed in a CUDA graph with use_graph)."""
+        out, graph = [], self.use_graph
+        try:
+            self.use_graph = False
+            while n > 0 and min(self.positions) < self.steady_from:
+                out.append(super().decode(1))
+                n -= 1
+        finally:
+            self.use_graph = graph
+        if n > 0 or not out:
+            out.append(super().decode(n))
+        for st, lin in zip(self.states, self.linear):  # the host copy of each row's position (the steady step
+            if lin:  # reads the device one)
+                st.retention.seen = list(self.positions)
+        return torch.cat(out, 1)
 
     @staticmethod
     def _stack_linear(layers: list[LinearLayerCache]) -> DecodeState:
@@ -78,7 +102,11 @@ class RetentionDecoder(FastDecoder):
         return {"k": kb, "v": vb}
 
     def _attend(self, i, x, pe, pos, steady):
-        """LinearizedAttention._retention_step with each row at its own position."""
+        """LinearizedAttention._retention_step with each row at its own position (in place when steady)."""
         if not self.linear[i]:
             return super()._attend(i, x, pe, pos, steady)
-        return self.layers[i].self_attn._retention_step(x, pe, self.states[i], step=retention_rows_step)
+        step = retention_rows_step
+        if steady:
+            def step(rows, q, k, v, lin, scale, lin_scale, score):
+                return steady_step_inplace(rows, q, k, v, lin, pos, scale, lin_scale, score), rows
+        return self.layers[i].self_attn._retention_step(x, pe, self.states[i], step=step)

@@ -14,6 +14,9 @@ prefill) with a per-row `win_pos` and step counter, and `retention_rows_step` ru
     ring slot and position), and each earlier row alone through `retention_step` (rare: a prompt shorter than
     sinks + window; exact by construction).
 
+That batched step is `steady_step_inplace`: t per row from a device tensor, the state updated in place, fixed
+shapes and no host sync, which is what models.retention_generate.RetentionDecoder replays in a CUDA graph once
+every row is past sinks + window (retention_rows_step runs it on a copy, keeping its input unmodified).
 tests/test_retention_generate.py checks both against each row stepped alone.
 """
 from __future__ import annotations
@@ -24,7 +27,7 @@ import torch
 
 from models.diagnostics import normalize_keys
 from models.ops.reference import _masked_softmax
-from models.ops.retention import (EPS, LIN, Q_KEYS, RetentionState, _check, _fold_and_place, delta_error,
+from models.ops.retention import (EPS, LIN, Q_KEYS, RetentionState, _check, delta_error, evict,
                                   entry_scores, residual, retention_step, take)
 
 
@@ -110,49 +113,74 @@ def retention_rows_step(rows: RetentionRows, q, k, v, lin, scale, lin_scale, sco
 
 
 def _steady_step(rows: RetentionRows, q, k, v, lin, scale, lin_scale, score, scores):
-    """retention_step's computation for rows with t >= sinks + window, t per row (rows below that point get
-    a meaningless result: the caller replaces them)."""
-    state = rows.state
-    s, w, r = state.sink_k.shape[2], state.win_pos.shape[0], state.ret_pos.shape[-1]
+    """retention_step's computation for rows with t >= sinks + window, t per row, on a copy of the state (rows
+    below that point get a meaningless result: the caller replaces them)."""
+    st = rows.state
+    copy = RetentionRows(dataclasses.replace(
+        st, S=st.S.clone(), sink_k=st.sink_k.clone(), sink_v=st.sink_v.clone(),
+        win={key: x.clone() for key, x in st.win.items()}, ret={key: x.clone() for key, x in st.ret.items()},
+        ret_pos=st.ret_pos.clone(), ksum=st.ksum.clone(), folded=st.folded.clone()), rows.win_pos.clone(), list(rows.seen))
+    pos = torch.tensor(rows.seen, device=q.device)
+    y = steady_step_inplace(copy, q, k, v, lin, pos, scale, lin_scale, score, scores)
+    copy.seen = [n + 1 for n in rows.seen]
+    return y, copy
+
+
+def steady_step_inplace(rows: RetentionRows, q, k, v, lin, pos, scale, lin_scale, score="delta_error", scores=None):
+    """One decoding token per row at its own position pos [B] (a device tensor; every row >= sinks + window), the
+    state updated in place: fixed shapes, no host sync, no branch on the data, so a CUDA graph can replay it
+    (models.retention_generate). rows.seen is not advanced (the caller knows the positions). Returns y [B, 1, H, V]."""
+    st = rows.state
+    s, w, r = st.sink_k.shape[2], st.win_pos.shape[0], st.ret_pos.shape[-1]
     _check(q, k, v, lin, s, w, r)
-    if q.shape[1] != 1:
-        raise ValueError(f"retention_rows_step takes one token, got T={q.shape[1]}")
+    if q.shape[1] != 1 or w == 0:
+        raise ValueError(f"the steady step takes one token and a window > 0, got T={q.shape[1]}, window={w}")
     B, _, H, D = q.shape
     Hkv = k.shape[2]
     G = H // Hkv
-    dt, dev = state.S.dtype, q.device
-    t = torch.tensor(rows.seen, device=dev)  # [B]
+    dt, dev = st.S.dtype, q.device
     q1, k1, v1 = (x[:, 0].to(dt) for x in (q, k, v))
     new = {"k": k1, "v": v1, **{key: lin[LIN[key]][:, 0].to(dt) for key in Q_KEYS}}
     kt = normalize_keys(k1, EPS)
-    ksum = state.ksum + kt
-    if score == "delta_error":
+    st.ksum.add_(kt)
+    if score == "delta_error":  # scored when it leaves the window
         new["score"] = torch.zeros(B, Hkv, dtype=dt, device=dev)
     elif score == "proj_residual":
-        new["score"] = residual(kt, ksum / (t + 1).to(dt).view(B, 1, 1))
+        new["score"] = residual(kt, st.ksum / (pos + 1).to(dt).view(B, 1, 1))
     else:
         new["score"] = entry_scores(k, score, scores)[:, 0].to(dt)
-    if w == 0:
-        leaving, win, win_pos = new, dict(state.win), rows.win_pos
-    else:
-        slot = torch.remainder(t - s, w)  # [B]
-        leaving = {key: take(x, slot.view(B, 1).expand(B, x.shape[1])) for key, x in state.win.items()}
-        hot = torch.arange(w, device=dev) == slot.view(B, 1)  # [B, w]
-        win = {key: torch.where(hot.view(B, 1, w, *([1] * (x.dim() - 3))), new[key].unsqueeze(2), x)
-               for key, x in state.win.items()}
-        win_pos = torch.where(hot, t.view(B, 1), rows.win_pos)
+    # the window ring: the token in the row's slot leaves, the new one takes the slot
+    rows_ix, slot = torch.arange(B, device=dev), torch.remainder(pos - s, w)
+    leaving = {key: x[rows_ix, :, slot] for key, x in st.win.items()}  # [B, Hx, *]
+    for key, x in st.win.items():
+        x[rows_ix, :, slot] = new[key]
+    rows.win_pos[rows_ix, slot] = pos
     if score == "delta_error":
-        Sk = torch.einsum("bhkv,bhk->bhv", state.S, leaving["lk"])
+        Sk = torch.einsum("bhkv,bhk->bhv", st.S, leaving["lk"])
         leaving["score"] = delta_error(Sk, leaving["lv"], leaving["log_a"], G)
-    ret, ret_pos, S, now = _fold_and_place(state.ret, state.ret_pos, state.S, leaving, (t - w).view(B, 1),
-                                           leaving["score"], G)
+    # the leaving token and the r slot holders: the lowest score folds (an empty slot: a no-op update)
+    leave_pos = (pos - w).view(B, 1).expand(B, Hkv)
+    e = evict(st.ret["score"], st.ret_pos, leaving["score"], leave_pos)  # [B, Hkv], r = the leaving token
+    valid = (e == r) | (take(st.ret_pos, e) >= 0)
+    eq, vq = e.repeat_interleave(G, 1), valid.repeat_interleave(G, 1)
+    f = {key: torch.where((eq == r).view(eq.shape + (1,) * (leaving[key].dim() - 2)), leaving[key],
+                          take(st.ret[key], eq)) for key in Q_KEYS}
+    S = st.S.mul_(torch.where(vq, f["log_a"], 0).exp()[..., None, None])
+    u = torch.where(vq, f["beta"], 0).unsqueeze(-1) * (f["lv"] - torch.einsum("bhkv,bhk->bhv", S, f["lk"]))
+    S.view(B * H, *S.shape[2:]).baddbmm_(f["lk"].reshape(B * H, -1, 1), u.reshape(B * H, 1, -1))
+    st.folded.add_(valid)
+    hot = {"kv": torch.arange(r, device=dev) == e.unsqueeze(-1)}  # [B, Hkv, r]: the slot the leaving token takes
+    hot["q"] = hot["kv"].repeat_interleave(G, 1)
+    for key, x in st.ret.items():
+        h = hot["q" if key in Q_KEYS else "kv"]
+        torch.where(h.view(h.shape + (1,) * (x.dim() - 3)), leaving[key].unsqueeze(2), x, out=x)
+    torch.where(hot["kv"], leave_pos.unsqueeze(-1), st.ret_pos, out=st.ret_pos)
+    # the output: the linear state's read-out + the softmax over sinks, window and the filled slots
     y = lin_scale * torch.einsum("bhk,bhkv->bhv", lin["q"][:, 0].to(dt), S)
-    keys = torch.cat([state.sink_k, win["k"], ret["k"]], 2)  # [B, Hkv, s + w + r, D]
-    vals = torch.cat([state.sink_v, win["v"], ret["v"]], 2)
-    ok = torch.cat([torch.ones(B, Hkv, s + w, dtype=torch.bool, device=dev), ret_pos >= 0], -1)
+    keys = torch.cat([st.sink_k, st.win["k"], st.ret["k"]], 2)  # [B, Hkv, s + w + r, D]
+    vals = torch.cat([st.sink_v, st.win["v"], st.ret["v"]], 2)
+    ok = torch.cat([torch.ones(B, Hkv, s + w, dtype=torch.bool, device=dev), st.ret_pos >= 0], -1)
     sc = torch.einsum("bhgd,bhld->bhgl", q1.view(B, Hkv, G, D), keys) * scale
     p, _ = _masked_softmax(sc, ok.unsqueeze(2))
     y = y + torch.einsum("bhgl,bhld->bhgd", p, vals).reshape(B, H, -1)
-    out = dataclasses.replace(state, S=S, win=win, ret=ret, ret_pos=ret_pos, ksum=ksum,
-                              folded=state.folded + now.long())
-    return y.unsqueeze(1).to(q.dtype), RetentionRows(out, win_pos, [n + 1 for n in rows.seen])
+    return y.unsqueeze(1).to(q.dtype)
