@@ -78,8 +78,12 @@ def evict(slot_score, slot_pos, new_score, new_pos) -> torch.Tensor:
     earliest position. slot_* [B, Hkv, r], new_score [B, Hkv], new_pos an int or per row [B, Hkv]."""
     sc = torch.cat([slot_score, new_score.unsqueeze(-1)], -1)
     new_pos = torch.as_tensor(new_pos, dtype=slot_pos.dtype, device=slot_pos.device).expand(new_score.shape)
-    pos = torch.cat([slot_pos, new_pos.unsqueeze(-1)], -1)
-    low = sc == sc.amin(-1, keepdim=True)
+    return lowest(sc, torch.cat([slot_pos, new_pos.unsqueeze(-1)], -1))
+
+
+def lowest(score: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """Index along the last dim of the candidate that folds: the lowest score, ties to the earliest position."""
+    low = score == score.amin(-1, keepdim=True)
     return torch.where(low, pos, torch.full_like(pos, 1 << 62)).argmin(-1)
 
 

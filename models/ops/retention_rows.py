@@ -24,11 +24,11 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import torch.nn.functional as F
 
 from models.diagnostics import normalize_keys
-from models.ops.reference import _masked_softmax
-from models.ops.retention import (EPS, LIN, Q_KEYS, RetentionState, _check, delta_error, evict,
-                                  entry_scores, residual, retention_step, take)
+from models.ops.retention import (EPS, LIN, Q_KEYS, RetentionState, _check, delta_error, lowest,
+                                  entry_scores, residual, retention_step)
 
 
 @dataclasses.dataclass
@@ -158,29 +158,37 @@ def steady_step_inplace(rows: RetentionRows, q, k, v, lin, pos, scale, lin_scale
     if score == "delta_error":
         Sk = torch.einsum("bhkv,bhk->bhv", st.S, leaving["lk"])
         leaving["score"] = delta_error(Sk, leaving["lv"], leaving["log_a"], G)
-    # the leaving token and the r slot holders: the lowest score folds (an empty slot: a no-op update)
-    leave_pos = (pos - w).view(B, 1).expand(B, Hkv)
-    e = evict(st.ret["score"], st.ret_pos, leaving["score"], leave_pos)  # [B, Hkv], r = the leaving token
-    valid = (e == r) | (take(st.ret_pos, e) >= 0)
-    eq, vq = e.repeat_interleave(G, 1), valid.repeat_interleave(G, 1)
-    f = {key: torch.where((eq == r).view(eq.shape + (1,) * (leaving[key].dim() - 2)), leaving[key],
-                          take(st.ret[key], eq)) for key in Q_KEYS}
-    S = st.S.mul_(torch.where(vq, f["log_a"], 0).exp()[..., None, None])
-    u = torch.where(vq, f["beta"], 0).unsqueeze(-1) * (f["lv"] - torch.einsum("bhkv,bhk->bhv", S, f["lk"]))
+    # candidates 0..r-1: the slot holders, r: the leaving token; the lowest score folds (an empty slot: no-op)
+    cand_pos = torch.cat([st.ret_pos, (pos - w).view(B, 1, 1).expand(B, Hkv, 1)], -1)  # [B, Hkv, r + 1]
+    e = lowest(torch.cat([st.ret["score"], leaving["score"].unsqueeze(-1)], -1), cand_pos).unsqueeze(-1)
+    valid = cand_pos.gather(-1, e) >= 0  # [B, Hkv, 1]
+
+    def grouped(x, n):  # [B, H, n, *] as [B, Hkv, G, n, *]: a KV head's decision serves its G query heads
+        return x.view(B, Hkv, G, n, *x.shape[3:])
+
+    def folding(key):  # candidate e's field [B, H, *]
+        c = grouped(torch.cat([st.ret[key], leaving[key].unsqueeze(2)], 2), r + 1)
+        idx = e.view(B, Hkv, 1, 1, *([1] * (c.dim() - 4))).expand(B, Hkv, G, 1, *c.shape[4:])
+        return c.gather(3, idx).view(B, H, *c.shape[4:])
+    f = {key: folding(key) for key in Q_KEYS}
+    la, be = (torch.where(valid, f[key].view(B, Hkv, G), 0).view(B, H) for key in ("log_a", "beta"))
+    S = st.S.mul_(la.exp()[..., None, None])
+    u = be.unsqueeze(-1) * (f["lv"] - torch.einsum("bhkv,bhk->bhv", S, f["lk"]))
     S.view(B * H, *S.shape[2:]).baddbmm_(f["lk"].reshape(B * H, -1, 1), u.reshape(B * H, 1, -1))
-    st.folded.add_(valid)
-    hot = {"kv": torch.arange(r, device=dev) == e.unsqueeze(-1)}  # [B, Hkv, r]: the slot the leaving token takes
-    hot["q"] = hot["kv"].repeat_interleave(G, 1)
+    st.folded.add_(valid.squeeze(-1))
+    hot = torch.arange(r, device=dev) == e  # [B, Hkv, r]: the slot the leaving token takes (none if e == r)
     for key, x in st.ret.items():
-        h = hot["q" if key in Q_KEYS else "kv"]
-        torch.where(h.view(h.shape + (1,) * (x.dim() - 3)), leaving[key].unsqueeze(2), x, out=x)
-    torch.where(hot["kv"], leave_pos.unsqueeze(-1), st.ret_pos, out=st.ret_pos)
-    # the output: the linear state's read-out + the softmax over sinks, window and the filled slots
+        rest = (1,) * (x.dim() - 3)
+        if key in Q_KEYS:
+            xg = grouped(x, r)
+            torch.where(hot.view(B, Hkv, 1, r, *rest), leaving[key].view(B, Hkv, G, 1, *x.shape[3:]), xg, out=xg)
+        else:
+            torch.where(hot.view(B, Hkv, r, *rest), leaving[key].unsqueeze(2), x, out=x)
+    torch.where(hot, cand_pos[..., r:], st.ret_pos, out=st.ret_pos)
+    # the output: the linear state's read-out + the softmax over sinks, window and the filled slots (one SDPA)
     y = lin_scale * torch.einsum("bhk,bhkv->bhv", lin["q"][:, 0].to(dt), S)
     keys = torch.cat([st.sink_k, st.win["k"], st.ret["k"]], 2)  # [B, Hkv, s + w + r, D]
     vals = torch.cat([st.sink_v, st.win["v"], st.ret["v"]], 2)
-    ok = torch.cat([torch.ones(B, Hkv, s + w, dtype=torch.bool, device=dev), st.ret_pos >= 0], -1)
-    sc = torch.einsum("bhgd,bhld->bhgl", q1.view(B, Hkv, G, D), keys) * scale
-    p, _ = _masked_softmax(sc, ok.unsqueeze(2))
-    y = y + torch.einsum("bhgl,bhld->bhgd", p, vals).reshape(B, H, -1)
-    return y.unsqueeze(1).to(q.dtype)
+    ok = F.pad(st.ret_pos >= 0, (s + w, 0), value=True).unsqueeze(2)  # [B, Hkv, 1, s + w + r]
+    o = F.scaled_dot_product_attention(q1.view(B, Hkv, G, D), keys, vals, attn_mask=ok, scale=scale)
+    return (y + o.reshape(B, H, -1)).unsqueeze(1).to(q.dtype)
