@@ -85,6 +85,12 @@ class RetentionDecoder(FastDecoder):
                 st.retention.seen = list(self.positions)
         return torch.cat(out, 1)
 
+    @torch.no_grad()
+    def capture(self):
+        """Capture the steady step now if every row is past sinks + window (else the first steady decode() does)."""
+        if "ids" not in self.io or min(self.positions) >= self.steady_from:
+            super().capture()
+
     @staticmethod
     def _stack_linear(layers: list[LinearLayerCache]) -> DecodeState:
         states = [c.state for c in layers]
