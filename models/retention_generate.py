@@ -12,7 +12,9 @@ changes two things:
   - the linearized layers' step: once every row is past sinks + window (`steady`),
     models.ops.retention_rows.steady_step_inplace: each row at its own position read from the device tensor
     io["pos"], the state updated in place, fixed work whatever the prompt length, no host sync; so on CUDA
-    (`use_graph`, as FastDecoder) it is captured once per prefill and replayed per token. Before that point
+    (`use_graph`, as FastDecoder) it is captured once per prefill and replayed per token. Where
+    GOLINEAR_FUSED_DECODE says so (by default on CUDA, as FastDecoder's fused step) it runs through torch.compile
+    (models.ops.retention_rows.compiled_steady_step). Before that point
     (a prompt shorter than sinks + window) the steps run eagerly through retention_rows_step, which replaces the
     state (a short row steps alone).
 
@@ -29,7 +31,8 @@ import torch
 from models.cache import LinearCache, LinearLayerCache
 from models.decode_state import DecodeState
 from models.fast_decode import FastDecoder
-from models.ops.retention_rows import RetentionRows, retention_rows_step, steady_step_inplace
+from models.ops import fused_decode
+from models.ops.retention_rows import RetentionRows, compiled_steady_step, retention_rows_step, steady_step_inplace
 
 
 class RetentionDecoder(FastDecoder):
@@ -112,7 +115,9 @@ class RetentionDecoder(FastDecoder):
         if not self.linear[i]:
             return super()._attend(i, x, pe, pos, steady)
         step = retention_rows_step
-        if steady:
+        if steady:  # (GOLINEAR_FUSED_DECODE, by default on CUDA: compiled)
+            inplace = compiled_steady_step() if fused_decode.enabled(x) else steady_step_inplace
+
             def step(rows, q, k, v, lin, scale, lin_scale, score):
-                return steady_step_inplace(rows, q, k, v, lin, pos, scale, lin_scale, score), rows
+                return inplace(rows, q, k, v, lin, pos, scale, lin_scale, score), rows
         return self.layers[i].self_attn._retention_step(x, pe, self.states[i], step=step)

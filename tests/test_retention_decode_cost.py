@@ -21,6 +21,7 @@ HOST_VALUES = {"lift_fresh", "lift_fresh_copy", "_local_scalar_dense"}  # a host
 # short conv, CPU count). Before issue #17's decode work: 191 (proj_residual), 187 of them in a step that also
 # made 3 host->device copies (a sync each on CUDA); the default recipe's eager step is 77 (test_overhead.py).
 KERNEL_BOUND = 153
+COMPILED_KERNEL_BOUND = 47  # GOLINEAR_FUSED_DECODE=1 (and its glue, models.ops.decode_glue): inductor kernels one each
 
 
 class Dispatched(TorchDispatchMode):
@@ -98,3 +99,38 @@ def test_decode_step_kernel_count():
         c = overhead.per_layer("retention", step, torch.bfloat16)
     print(f"\nretention decode step per layer: {c['kernels']} kernels, {c['syncs']} host syncs")
     assert c["syncs"] == 0 and 0 < c["kernels"] <= KERNEL_BOUND, c
+
+
+def test_compiled_step_is_the_eager_step(monkeypatch):
+    """GOLINEAR_FUSED_DECODE=1 (on CUDA by default): the steady step through torch.compile gives the eager step's
+    tokens and logits; counted with inductor's kernels as one each, it issues fewer kernels per layer."""
+    from _tiny import inductor_works
+    if not inductor_works():
+        pytest.skip("torch.compile (inductor) cannot run on this machine")
+    import torch._inductor.config as inductor_config
+    import test_overhead as overhead
+    model = tiny_model("gdn", **RECIPE, retain_score="proj_residual")
+    ids = torch.randint(1, 50, (3, 9), generator=torch.Generator().manual_seed(0))
+    got = {}
+    for mode in ("0", "1"):
+        monkeypatch.setenv("GOLINEAR_FUSED_DECODE", mode)
+        dec = RetentionDecoder(model, use_graph=False)
+        toks = [dec.prefill(ids)]
+        logits = []
+        for _ in range(6):
+            toks.append(dec.decode(1))
+            logits.append(dec.last_logits.clone())
+        got[mode] = torch.cat(toks, 1), torch.cat(logits, 1)
+    assert torch.equal(got["0"][0], got["1"][0])
+    torch.testing.assert_close(got["1"][1], got["0"][1], rtol=1e-5, atol=1e-5)
+    recipe = dict(mechanism="gdn", window=28, sinks=8, retain=28, retain_score="proj_residual", short_conv=True)
+
+    def step(model):
+        dec = RetentionDecoder(model, use_graph=False)
+        dec.prefill(torch.randint(0, 64, (2, 64), generator=torch.Generator().manual_seed(0)))
+        return lambda: dec.decode(1)
+    with pytest.MonkeyPatch.context() as mp, inductor_config.patch({"cpp.enable_kernel_profile": True}):
+        mp.setitem(overhead.RECIPES, "retention", recipe)
+        c = overhead.per_layer("retention", step, torch.bfloat16)
+    print(f"\nretention decode step per layer, compiled: {c['kernels']} kernels ({c['ops'].get('inductor', 0)} inductor)")
+    assert c["syncs"] == 0 and c["ops"].get("inductor", 0) > 0 and c["kernels"] <= COMPILED_KERNEL_BOUND, c

@@ -16,12 +16,14 @@ prefill) with a per-row `win_pos` and step counter, and `retention_rows_step` ru
 
 That batched step is `steady_step_inplace`: t per row from a device tensor, the state updated in place, fixed
 shapes and no host sync, which is what models.retention_generate.RetentionDecoder replays in a CUDA graph once
-every row is past sinks + window (retention_rows_step runs it on a copy, keeping its input unmodified).
+every row is past sinks + window (retention_rows_step runs it on a copy, keeping its input unmodified);
+`compiled_steady_step` is the same function through torch.compile.
 tests/test_retention_generate.py checks both against each row stepped alone.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -124,6 +126,14 @@ def _steady_step(rows: RetentionRows, q, k, v, lin, scale, lin_scale, score, sco
     y = steady_step_inplace(copy, q, k, v, lin, pos, scale, lin_scale, score, scores)
     copy.seen = [n + 1 for n in rows.seen]
     return y, copy
+
+
+@functools.cache
+def compiled_steady_step():
+    """steady_step_inplace through torch.compile (static shapes: one graph per batch size and layer shape, shared by
+    the layers): inductor fuses its elementwise work into a few kernels. RetentionDecoder uses it where
+    GOLINEAR_FUSED_DECODE says so (models.ops.fused_decode.enabled: by default on CUDA)."""
+    return torch.compile(steady_step_inplace, dynamic=False)
 
 
 def steady_step_inplace(rows: RetentionRows, q, k, v, lin, pos, scale, lin_scale, score="delta_error", scores=None):
