@@ -63,6 +63,21 @@ def test_decode_step_work_does_not_depend_on_the_prompt_length(score):
 
 
 @pytest.mark.parametrize("score", SCORES)
+def test_steady_steps_update_the_buffers_in_place(score):
+    """What a CUDA graph captures is pointers: steady steps keep every buffer (state, conv, io) where it was, and
+    change the state's values."""
+    dec = steady_decoder(score, 12)
+    pointers = [t.data_ptr() for t in dec._buffers()]
+    state = dec.states[0].retention.state
+    S, ret_pos = state.S.clone(), state.ret_pos.clone()
+    with torch.no_grad():
+        dec.decode(3)
+    assert [t.data_ptr() for t in dec._buffers()] == pointers
+    assert dec.states[0].retention.state is state and not torch.equal(state.S, S)
+    assert not torch.equal(state.ret_pos, ret_pos)  # slots were taken
+
+
+@pytest.mark.parametrize("score", SCORES)
 def test_steady_step_reads_no_host_value(score):
     """steady_step_inplace on meta tensors (no data: .item(), .tolist() or a branch on a value raise) builds no tensor
     from Python numbers: nothing in it syncs with the host, so a CUDA graph can capture it."""
