@@ -54,8 +54,8 @@ def _no_lin_parallel(self, x, position_embeddings, state=None):
     return ops.window_sink_softmax(q, k, v, sinks=self.sinks, window=self.window, scale=self.scaling)
 
 
-def build(name: str):
-    """(model, tokenizer) for a model name of the module docstring, in eval mode."""
+def build(name: str, device: str = "cpu"):
+    """(model, tokenizer) for a model name of the module docstring, in eval mode, on `device`."""
     import types
     from models.layers import LinearizedAttention
     from models.load import load_model
@@ -73,7 +73,7 @@ def build(name: str):
         for m in model.modules():
             if isinstance(m, LinearizedAttention):
                 m._parallel = types.MethodType(patch, m)
-    return model.eval(), tok
+    return model.eval().to(device), tok
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -140,7 +140,7 @@ def cmd_lambada(args):
     idx = sorted(random.Random(args.seed).sample(range(len(docs)), args.n))
     for name in args.models:
         t0 = time.time()
-        model, tok = build(name)
+        model, tok = build(name, args.device)
         pairs = [encode_pair(tok, *lambada_pair(docs[i])) for i in idx]
         hits, nll = [], []
         for b in range(0, len(pairs), args.batch):
@@ -150,7 +150,7 @@ def cmd_lambada(args):
             ids = torch.full((len(seqs), width), tok.eos_token_id)
             for r, s in enumerate(seqs):
                 ids[r, :len(s)] = torch.tensor(s)  # right padding: causal, so real positions are unaffected
-            logp = model(input_ids=ids).logits.float().log_softmax(-1)
+            logp = model(input_ids=ids.to(args.device)).logits.float().log_softmax(-1).cpu()
             for r, (c, x) in enumerate(chunk):
                 rows = logp[r, len(c) - 1:len(c) + len(x) - 1]
                 target = torch.tensor(x)
@@ -190,10 +190,10 @@ def cmd_domain(args):
     edges = [0, 64, 128, 256, 512, args.seq_len]
     texts = domain_sequences(load_tokenizer(), args.sequences, args.seq_len)
     for name in args.models:
-        model, _ = build(name)
+        model, _ = build(name, args.device)
         rec = {"model": name}
         for domain, seqs in texts.items():
-            logp = model(input_ids=seqs).logits.float().log_softmax(-1)
+            logp = model(input_ids=seqs.to(args.device)).logits.float().log_softmax(-1).cpu()
             loss = -logp[:, :-1].gather(2, seqs[:, 1:, None])[..., 0].mean(0)  # by target position 1..T-1
             rec[domain] = {"all": round(float(loss.mean()), 3), **{
                 f"{a}-{b}": round(float(loss[max(a, 1) - 1:b - 1].mean()), 3) for a, b in zip(edges, edges[1:])}}
@@ -213,6 +213,8 @@ def main(argv=None):
     s.add_argument("models", nargs="+")
     s.add_argument("--sequences", type=int, default=2)
     s.add_argument("--seq-len", type=int, default=1024)
+    for s in sub.choices.values():
+        s.add_argument("--device", default="cpu", help="cpu or cuda (fp32 either way)")
     args = p.parse_args(argv)
     torch.set_num_threads(2)
     {"lengths": cmd_lengths, "lambada": cmd_lambada, "domain": cmd_domain}[args.cmd](args)
