@@ -13,8 +13,9 @@ changes two things:
     models.ops.retention_rows.steady_step_inplace: each row at its own position read from the device tensor
     io["pos"], the state updated in place, fixed work whatever the prompt length, no host sync; so on CUDA
     (`use_graph`, as FastDecoder) it is captured once per prefill and replayed per token. Where
-    GOLINEAR_FUSED_DECODE says so (by default on CUDA, as FastDecoder's fused step) it runs through torch.compile
-    (models.ops.retention_rows.compiled_steady_step). Before that point
+    GOLINEAR_FUSED_DECODE says so (by default on CUDA, as FastDecoder's fused step) the layer's whole steady step
+    (projections, short conv, RoPE, gates, the retention step, o_proj) runs through torch.compile: one graph
+    for every layer of a shape (the layer is an argument; its parameters are the graph's inputs). Before that point
     (a prompt shorter than sinks + window) the steps run eagerly through retention_rows_step, which replaces the
     state (a short row steps alone).
 
@@ -24,6 +25,7 @@ against HF generate one prompt at a time.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -32,7 +34,20 @@ from models.cache import LinearCache, LinearLayerCache
 from models.decode_state import DecodeState
 from models.fast_decode import FastDecoder
 from models.ops import fused_decode
-from models.ops.retention_rows import RetentionRows, compiled_steady_step, retention_rows_step, steady_step_inplace
+from models.ops.retention_rows import RetentionRows, retention_rows_step, steady_step_inplace
+
+
+def _layer_step(attn, x, pe, state: DecodeState, pos: torch.Tensor) -> torch.Tensor:
+    """LinearizedAttention._retention_step with the in-place steady step, each row at its position pos [B]."""
+    def step(rows, q, k, v, lin, scale, lin_scale, score):
+        return steady_step_inplace(rows, q, k, v, lin, pos, scale, lin_scale, score), rows
+    return attn._retention_step(x, pe, state, step=step)
+
+
+@functools.cache
+def _compiled_layer_step():
+    """_layer_step through torch.compile (static shapes; GOLINEAR_FUSED_DECODE, models.ops.fused_decode.enabled)."""
+    return torch.compile(_layer_step, dynamic=False)
 
 
 class RetentionDecoder(FastDecoder):
@@ -114,10 +129,8 @@ class RetentionDecoder(FastDecoder):
         """LinearizedAttention._retention_step with each row at its own position (in place when steady)."""
         if not self.linear[i]:
             return super()._attend(i, x, pe, pos, steady)
-        step = retention_rows_step
+        attn = self.layers[i].self_attn
         if steady:  # (GOLINEAR_FUSED_DECODE, by default on CUDA: compiled)
-            inplace = compiled_steady_step() if fused_decode.enabled(x) else steady_step_inplace
-
-            def step(rows, q, k, v, lin, scale, lin_scale, score):
-                return inplace(rows, q, k, v, lin, pos, scale, lin_scale, score), rows
-        return self.layers[i].self_attn._retention_step(x, pe, self.states[i], step=step)
+            run = _compiled_layer_step() if fused_decode.enabled(x) else _layer_step
+            return run(attn, x, pe, self.states[i], pos)
+        return attn._retention_step(x, pe, self.states[i], step=retention_rows_step)

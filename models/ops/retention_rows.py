@@ -16,14 +16,12 @@ prefill) with a per-row `win_pos` and step counter, and `retention_rows_step` ru
 
 That batched step is `steady_step_inplace`: t per row from a device tensor, the state updated in place, fixed
 shapes and no host sync, which is what models.retention_generate.RetentionDecoder replays in a CUDA graph once
-every row is past sinks + window (retention_rows_step runs it on a copy, keeping its input unmodified);
-`compiled_steady_step` is the same function through torch.compile.
+every row is past sinks + window (retention_rows_step runs it on a copy, keeping its input unmodified).
 tests/test_retention_generate.py checks both against each row stepped alone.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import torch
 import torch.nn.functional as F
@@ -121,19 +119,12 @@ def _steady_step(rows: RetentionRows, q, k, v, lin, scale, lin_scale, score, sco
     copy = RetentionRows(dataclasses.replace(
         st, S=st.S.clone(), sink_k=st.sink_k.clone(), sink_v=st.sink_v.clone(),
         win={key: x.clone() for key, x in st.win.items()}, ret={key: x.clone() for key, x in st.ret.items()},
-        ret_pos=st.ret_pos.clone(), ksum=st.ksum.clone(), folded=st.folded.clone()), rows.win_pos.clone(), list(rows.seen))
+        ret_pos=st.ret_pos.clone(), ksum=st.ksum.clone(), folded=st.folded.clone()),
+        rows.win_pos.clone(), list(rows.seen))
     pos = torch.tensor(rows.seen, device=q.device)
     y = steady_step_inplace(copy, q, k, v, lin, pos, scale, lin_scale, score, scores)
     copy.seen = [n + 1 for n in rows.seen]
     return y, copy
-
-
-@functools.cache
-def compiled_steady_step():
-    """steady_step_inplace through torch.compile (static shapes: one graph per batch size and layer shape, shared by
-    the layers): inductor fuses its elementwise work into a few kernels. RetentionDecoder uses it where
-    GOLINEAR_FUSED_DECODE says so (models.ops.fused_decode.enabled: by default on CUDA)."""
-    return torch.compile(steady_step_inplace, dynamic=False)
 
 
 def steady_step_inplace(rows: RetentionRows, q, k, v, lin, pos, scale, lin_scale, score="delta_error", scores=None):
