@@ -11,6 +11,8 @@ CPU probes on the real SmolLM2-135M weights and the committed checkpoints, fp32,
 Models: `full`, `none-w56-s8` (window + sinks, no linear path, untrained), a checkpoint name under
 checkpoints/smollm2-135m, or `<name>+frozen-swa` (its softmax path reads the frozen q/k/v, without the short
 conv; the linear path keeps the conv) and `<name>+no-lin` (its linear path's output dropped).
+Data: $GOLINEAR_DATA, else ../shared/data. `--device cuda` runs the same fp32 forwards on a GPU (the full LAMBADA set:
+`lambada ... --n 5153`).
 """
 from __future__ import annotations
 
@@ -26,7 +28,6 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data"
 CKPT = ROOT / "checkpoints" / "smollm2-135m"
 VARIANTS = ("frozen-swa", "no-lin")
 BUDGET = 64  # sinks 8 + window 56: the default recipe's softmax tokens
@@ -77,8 +78,14 @@ def build(name: str, device: str = "cpu"):
 
 
 # ------------------------------------------------------------------------------------------------ data
+def data_dir() -> Path:
+    """$GOLINEAR_DATA (e.g. /tmp/golinear-data on the H200, filled by device_eval.sh), else ../shared/data."""
+    from models.data import resolve_data_dir
+    return resolve_data_dir()
+
+
 def lambada_docs() -> list[str]:
-    return [json.loads(line)["text"] for line in open(DATA / "lambada_openai" / "lambada_test.jsonl")]
+    return [json.loads(line)["text"] for line in open(data_dir() / "lambada_openai" / "lambada_test.jsonl")]
 
 
 def encode_pair(tok, context: str, continuation: str):
@@ -108,14 +115,14 @@ def task_requests(tok) -> dict[str, list[int]]:
     out = {"lambada": [longest([lambada_pair(t)]) for t in lambada_docs()]}
     for task, file in (("arc_easy", "ARC-Easy-test.jsonl"), ("arc_challenge", "ARC-Challenge-test.jsonl")):
         out[task] = [longest([(f"Question: {d['question']}\nAnswer:", " " + c) for c in d["choices"]["text"]])
-                     for d in jl(DATA / "arc" / file)]
+                     for d in jl(data_dir() / "arc" / file)]
     out["piqa"] = [longest([(f"Question: {d['goal']}\nAnswer:", " " + d[s]) for s in ("sol1", "sol2")])
-                   for d in jl(DATA / "piqa" / "valid.jsonl")]
+                   for d in jl(data_dir() / "piqa" / "valid.jsonl")]
     from lm_eval.tasks.hellaswag.utils import preprocess
-    hs = jl(next((DATA / "hellaswag").glob("*.jsonl.gz")))
+    hs = jl(next((data_dir() / "hellaswag").glob("*.jsonl.gz")))
     out["hellaswag"] = [longest([(preprocess(d["activity_label"] + ": " + d["ctx_a"] + " " + d["ctx_b"].capitalize()),
                                   " " + preprocess(e)) for e in d["endings"]]) for d in hs]
-    wg = jl(DATA / "winogrande" / "dev.jsonl")
+    wg = jl(data_dir() / "winogrande" / "dev.jsonl")
     out["winogrande"] = [longest([(d["sentence"][:d["sentence"].index("_")] + d[o],
                                    " " + d["sentence"][d["sentence"].index("_") + 1:].strip()) for o in ("option1", "option2")])
                          for d in wg]
@@ -177,9 +184,9 @@ def domain_sequences(tok, count: int, seq_len: int) -> dict[str, torch.Tensor]:
         return torch.tensor(ids[:count * seq_len]).view(count, seq_len)
 
     held = data_mod.prepare_books(tok, None, train_tokens=1, heldout_tokens=(count + 1) * seq_len).heldout
-    squad = json.load(open(DATA / "squad_v2" / "dev-v2.0.rebuilt.json"))["data"]
+    squad = json.load(open(data_dir() / "squad_v2" / "dev-v2.0.rebuilt.json"))["data"]
     wiki = [p["context"] for art in squad for p in art["paragraphs"]]
-    essays = [p.read_text() for p in sorted((DATA / "paul_graham_essays").glob("*.txt"))]
+    essays = [p.read_text() for p in sorted((data_dir() / "paul_graham_essays").glob("*.txt"))]
     return {"books-heldout": data_mod.heldout_sequences(held, seq_len, count), "wikipedia": pack(wiki),
             "essays": pack(essays)}
 
