@@ -8,6 +8,7 @@ CPU probes on the real SmolLM2-135M weights and the committed checkpoints, fp32,
            subset, per model; paired, so differences between models are sharper than the subset's error;
   domain   mean next-token loss by position on held-out books vs Wikipedia paragraphs (SQuAD v2 contexts)
            vs essays: is the trained model better only on the training domain?
+  conv-drift  how far the short convs of checkpoints moved from the identity they start at.
 Models: `full`, `none-w56-s8` (window + sinks, no linear path, untrained), a checkpoint name under
 checkpoints/smollm2-135m, or `<name>+frozen-swa` (its softmax path reads the frozen q/k/v, without the short
 conv; the linear path keeps the conv) and `<name>+no-lin` (its linear path's output dropped).
@@ -207,6 +208,22 @@ def cmd_domain(args):
         print(json.dumps(rec), flush=True)
 
 
+def cmd_conv_drift(args):
+    """How far each checkpoint's short convs moved from their identity init, per q/k/v over all layers."""
+    from safetensors.torch import load_file
+    for name in args.checkpoints:
+        tensors = load_file(str(CKPT / name / "new_params.safetensors"))
+        rec = {"checkpoint": name}
+        for part in ("q", "k", "v"):
+            w = torch.stack([t.float() for n, t in tensors.items() if n.endswith(f".conv.{part}")])  # [L, C, W]
+            eye = torch.zeros_like(w)
+            eye[..., -1] = 1
+            rec[part] = dict(rel_change=round(float((w - eye).norm() / eye.norm()), 3),
+                             last_tap=round(float(w[..., -1].mean()), 3),
+                             earlier_taps_abs=round(float(w[..., :-1].abs().mean()), 3))
+        print(json.dumps(rec))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -216,6 +233,8 @@ def main(argv=None):
     s.add_argument("--n", type=int, default=500)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--batch", type=int, default=25)
+    s = sub.add_parser("conv-drift")
+    s.add_argument("checkpoints", nargs="+")
     s = sub.add_parser("domain")
     s.add_argument("models", nargs="+")
     s.add_argument("--sequences", type=int, default=2)
@@ -224,7 +243,7 @@ def main(argv=None):
         s.add_argument("--device", default="cpu", help="cpu or cuda (fp32 either way)")
     args = p.parse_args(argv)
     torch.set_num_threads(2)
-    {"lengths": cmd_lengths, "lambada": cmd_lambada, "domain": cmd_domain}[args.cmd](args)
+    {"lengths": cmd_lengths, "lambada": cmd_lambada, "domain": cmd_domain, "conv-drift": cmd_conv_drift}[args.cmd](args)
 
 
 if __name__ == "__main__":
