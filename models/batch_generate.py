@@ -19,11 +19,11 @@ from models.projection import decoder_layers
 
 
 def decoder_for(model, **kwargs) -> FastDecoder:
-    """The batched decoder for `model`: models.retention_generate.RetentionDecoder (eager; kwargs: max_len) for a
+    """The batched decoder for `model`: models.retention_generate.RetentionDecoder (kwargs: max_len, use_graph) for a
     model with retention slots (retain > 0), else FastDecoder(model, **kwargs)."""
     if any(getattr(layer.self_attn, "retain", 0) for layer in decoder_layers(model)):
         from models.retention_generate import RetentionDecoder
-        return RetentionDecoder(model, max_len=kwargs.get("max_len"))
+        return RetentionDecoder(model, max_len=kwargs.get("max_len"), use_graph=kwargs.get("use_graph"))
     from models import fast_decode  # looked up per call: scripts/gpu/profile_host.py swaps in a stand-in
     return fast_decode.FastDecoder(model, **kwargs)
 
