@@ -6,7 +6,9 @@ token after which its continuation contains a stop string (lm-eval cuts the text
 running keep the batch going, and a stopped row's later tokens are dropped, so they change nothing. The host
 looks at the tokens every `check_every` steps (one device sync per check; every step on the CPU).
 `decoder_for` picks the decoder: a model with retention slots gets models.retention_generate.RetentionDecoder
-(prefill one prompt at a time, batched eager decode), every other model FastDecoder.
+(prefill one prompt at a time, batched eager decode), a model whose short conv feeds the linear path only
+(conv_on "linear", which the chunked prefill refuses) WholePromptDecoder (each prompt alone through the model's
+forward, then FastDecoder's batched decode), every other model FastDecoder.
 """
 from __future__ import annotations
 
@@ -14,18 +16,51 @@ from array import array
 
 import torch
 
+from models.decode_state import _FIELDS, DecodeState
 from models.fast_decode import FastDecoder
 from models.projection import decoder_layers
+from models.retention_generate import RetentionDecoder
+from models.spec import CONV_ON
 
 
 def decoder_for(model, **kwargs) -> FastDecoder:
     """The batched decoder for `model`: models.retention_generate.RetentionDecoder (kwargs: max_len, use_graph) for a
-    model with retention slots (retain > 0), else FastDecoder(model, **kwargs)."""
-    if any(getattr(layer.self_attn, "retain", 0) for layer in decoder_layers(model)):
-        from models.retention_generate import RetentionDecoder
+    model with retention slots (retain > 0), WholePromptDecoder (the same kwargs) for one whose short conv feeds the
+    linear path only (conv_on "linear"), else FastDecoder(model, **kwargs)."""
+    attns = [layer.self_attn for layer in decoder_layers(model)]
+    if any(getattr(a, "retain", 0) for a in attns):
         return RetentionDecoder(model, max_len=kwargs.get("max_len"), use_graph=kwargs.get("use_graph"))
+    if any(getattr(a, "conv", None) is not None and a.conv_on != CONV_ON[0] for a in attns):
+        return WholePromptDecoder(model, max_len=kwargs.get("max_len"), use_graph=kwargs.get("use_graph"))
     from models import fast_decode  # looked up per call: scripts/gpu/profile_host.py swaps in a stand-in
     return fast_decode.FastDecoder(model, **kwargs)
+
+
+class WholePromptDecoder(FastDecoder):
+    """FastDecoder's batched decode (static cache, CUDA graph, LinearizedAttention.step) after RetentionDecoder's
+    prefill: each prompt alone (batch 1, unpadded) through the model's forward on a LinearCache, the rows' decode
+    states then stacked. For layers the chunked prefill (models.prefill) does not implement: conv_on "linear"."""
+
+    prefills_whole_prompts = True
+
+    def __init__(self, model, max_len: int | None = None, use_graph: bool | None = None):
+        super().__init__(model, prefill_chunk=0, use_graph=use_graph, max_len=max_len)
+
+    prefill = RetentionDecoder.prefill  # (it stacks the rows' states with the two methods below)
+    _stack_full = RetentionDecoder._stack_full
+
+    @staticmethod
+    def _stack_linear(layers) -> DecodeState:
+        """The rows' DecodeStates (one row each, the same shapes: fixed whatever the prompt length) as one."""
+        states = [c.state for c in layers]
+        def cat(ts):  # noqa: E306
+            return None if ts[0] is None else torch.cat(ts, 0)
+        out = DecodeState(**{name: cat([getattr(st, name) for st in states]) for name in _FIELDS})
+        out.ring_lin = {key: cat([st.ring_lin[key] for st in states]) for key in states[0].ring_lin}
+        first = states[0].state
+        out.state = (tuple(cat(list(parts)) for parts in zip(*(st.state for st in states)))
+                     if isinstance(first, tuple) else cat([st.state for st in states]))
+        return out
 
 
 def eos_ids(model, tokenizer=None) -> set[int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from models.spec import MECHANISMS, RETAIN_SCORES, SELECTIONS  # the allowed values, one place
+from models.spec import CONV_ON, MECHANISMS, RETAIN_SCORES, SELECTIONS  # the allowed values, one place
 from models.train_config import TrainConfig
 
 
@@ -19,6 +19,8 @@ def train(p) -> None:
     g.add_argument("--sinks", type=int, default=8, help="sink tokens (default 8)")
     g.add_argument("--short-conv", action=argparse.BooleanOptionalAction, default=True,
                    help="short convolutions on q/k/v (default on)")
+    g.add_argument("--conv-on", default=CONV_ON[0], help=" | ".join(CONV_ON) + ": the paths the short conv feeds "
+                   f"(default {CONV_ON[0]}; linear: the window + sinks keep the frozen q/k/v; docs/models.md)")
     g.add_argument("--lora", action="store_true", help="LoRA on Wq/Wk/Wv (lr --lora-lr)")
     g.add_argument("--full-layers", default=None, help="comma-separated layers kept as full attention")
     g.add_argument("--keep-full", type=float, default=0.0, help="fraction of layers kept as full attention")

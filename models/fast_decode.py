@@ -33,6 +33,7 @@ from models.layers import LinearizedAttention
 from models.ops import decode_glue, fused_decode
 from models.prefill import ChunkEnds, check_lengths
 from models.projection import decoder_layers, project_qkv
+from models.spec import CONV_ON
 
 DEFAULT_PREFILL_CHUNK = 8192
 __all__ = ["DEFAULT_PREFILL_CHUNK", "FastDecoder", "decoder_layers"]  # decoder_layers: bench/latency.py imports it here
@@ -73,6 +74,7 @@ class FastDecoder:
     buffers of full-attention layers only)."""
 
     handles_retention = False  # models.retention_generate.RetentionDecoder, a subclass, does
+    prefills_whole_prompts = False  # the chunked prefill (models.prefill) implements conv_on "both" only
 
     def __init__(self, model, prefill_chunk: int = DEFAULT_PREFILL_CHUNK, use_graph: bool | None = None,
                  max_len: int | None = None):
@@ -89,6 +91,11 @@ class FastDecoder:
                                               for layer, lin in zip(self.layers, self.linear)):
             raise ValueError("FastDecoder has no static cache for retention slots (retain > 0); decode such a "
                              "model with models.retention_generate.RetentionDecoder or HF generate")
+        if not self.prefills_whole_prompts and any(lin and layer.self_attn.conv is not None and
+                                                   layer.self_attn.conv_on != CONV_ON[0]
+                                                   for layer, lin in zip(self.layers, self.linear)):
+            raise ValueError(f"FastDecoder's chunked prefill implements conv_on={CONV_ON[0]!r} only; decode a "
+                             "conv_on='linear' model with models.batch_generate.decoder_for or HF generate")
         self.states: list = [None] * len(self.layers)
         # from this position on, every sink and ring slot holds a real token and the token leaving the window
         # is not a sink: the decode step then skips the sink writes, the masks and the validity checks

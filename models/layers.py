@@ -13,6 +13,11 @@ pass (HF generate through models.cache.LinearLayerCache) or chunk by chunk for a
 (models.prefill, driven by models.fast_decode.FastDecoder); `step(x, pe, state, pos, rows)` decodes one token
 per row in place with device-side indexing (no host sync, static shapes: FastDecoder captures it in a CUDA
 graph), folding the token leaving the window into the state.
+conv_on (models.spec.CONV_ON): "both" (the default, the paper's recipe) feeds one convolved q/k/v to both paths;
+"linear" feeds the convolved q/k/v to the linear path and its conv state only, while the window + sinks (and the
+decode ring's and sinks' K/V) read the frozen projections' q/k/v (a second projection without the conv: an
+ablation, docs/study.md "Why the gap"). The chunked prefill and the fused decode step do not implement it
+(models.prefill refuses it, fused_decode.applies leaves such a layer to `step`).
 Launch overhead (tests/test_overhead.py counts kernels per layer): q/k/v are one matmul, the three short
 convs one conv over [q|k|v], RoPE/l2norm run on q and k at once, window + sinks are one fused attention
 call; GOLINEAR_COMPILE=1 compiles the elementwise regions (models.ops.compiled). The steady GDN decode step
@@ -37,6 +42,7 @@ from models.mechanisms import MECHANISM_CLASSES, ShortConvs
 from models.ops import fused_decode
 from models.ops.retention import retention_step
 from models.ops.retention_prefill import retention_prefill
+from models.spec import CONV_ON, check_conv_on, parse_value
 from models.prefill import prefill_chunk
 from models.projection import matmul_dtype, project_qkv
 from models.projection import _rope_formula, rope as _rope  # noqa: F401  (the names tests/test_overhead.py uses)
@@ -66,7 +72,8 @@ def step_attention(q, keys, vals, allowed, scale):
 class LinearizedAttention(nn.Module):
     def __init__(self, attn: nn.Module, config, layer_idx: int, mechanism: str, window: int = 0,
                  sinks: int = 0, short_conv: bool = False, conv_size: int = 4, gate_rank: int = 16,
-                 feature_dim: int = 64, retain: int = 0, retain_score: str = "delta_error", out_norm: bool = False):
+                 feature_dim: int = 64, retain: int = 0, retain_score: str = "delta_error", out_norm: bool = False,
+                 conv_on: str = CONV_ON[0]):
         super().__init__()
         self.layer_idx = layer_idx
         self.head_dim = attn.head_dim
@@ -76,6 +83,8 @@ class LinearizedAttention(nn.Module):
         self.scaling = attn.scaling
         self.mechanism, self.window, self.sinks = mechanism, window, sinks
         self.retain, self.retain_score = retain, retain_score  # retention slots (models.ops.retention)
+        self.conv_on = parse_value("conv_on", conv_on)
+        check_conv_on(mechanism, short_conv, self.conv_on, retain)
         # frozen modules, same attribute names as the original attention => same state-dict keys
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
         self.q_norm = getattr(attn, "q_norm", None)
@@ -101,6 +110,13 @@ class LinearizedAttention(nn.Module):
         _, q, k, v, new = project_qkv(self, x, position_embeddings, self.conv_weight() if use_conv else None,
                                       conv_state.get("qkv") if conv_state else None)
         return q, k, v, (None if new is None else {"qkv": new})
+
+    def softmax_qkv(self, x, position_embeddings, q, k, v):
+        """The window + sinks path's q/k/v: the convolved q, k, v themselves (conv_on "both"), or with conv_on
+        "linear" the frozen projections' (norm + RoPE, no conv), projected once more."""
+        if self.conv is None or self.conv_on == CONV_ON[0]:
+            return q, k, v
+        return project_qkv(self, x, position_embeddings)[1:4]
 
     def linear_inputs(self, x, q, k, v, qk=None):
         """The mechanism's op inputs, keys/values expanded to the query heads (qk: q and k in one tensor)."""
@@ -255,16 +271,17 @@ class LinearizedAttention(nn.Module):
                                         want_conv_state=state is not None)
         if self.retain:
             return self._retention_parallel(x, qk, q, k, v, conv, state)
+        sq, sk, sv = self.softmax_qkv(x, position_embeddings, q, k, v)
         swa = None
         if self.has_softmax_path:
-            swa = ops.window_sink_softmax(q, k, v, sinks=self.sinks, window=self.window, scale=self.scaling)
+            swa = ops.window_sink_softmax(sq, sk, sv, sinks=self.sinks, window=self.window, scale=self.scaling)
         lin_out = lin = lin_state = None
         first = 0
         if self.lin is not None:
             lin = self.linear_inputs(x, q, k, v, qk=qk)
             lin_out, lin_state, first = self._linear_parallel(lin, T)
         if state is not None:
-            self._fill(state, k, v, lin, lin_state, conv)
+            self._fill(state, sk, sv, lin, lin_state, conv)
         return self.combine(lin_out, swa, x.dtype, first)
 
     def _retention_parallel(self, x, qk, q, k, v, conv, state: DecodeState | None):
@@ -290,7 +307,8 @@ class LinearizedAttention(nn.Module):
         return self.o_proj(y.reshape(x.shape[0], 1, -1).to(matmul_dtype(x)))
 
     def _fill(self, state: DecodeState, k, v, lin, lin_state, conv):
-        """The decode state after a whole prompt (every row of length T) from the parallel pass's tensors."""
+        """The decode state after a whole prompt (every row of length T) from the parallel pass's tensors (k, v:
+        the softmax path's)."""
         B, T = k.shape[:2]
         s, w = self.sinks, self.window
         if s > 0:
@@ -325,6 +343,7 @@ class LinearizedAttention(nn.Module):
         qk, q, k, v, new_conv = project_qkv(self, x, position_embeddings, self.conv_weight(), state.conv)
         if new_conv is not None:
             state.conv.copy_(new_conv)
+        sq, sk, sv = self.softmax_qkv(x, position_embeddings, q, k, v)
         slot = pos % w if w > 0 else None
         lin_out = None
         if self.lin is not None:
@@ -354,20 +373,20 @@ class LinearizedAttention(nn.Module):
             if s > 0 and not steady:  # a row still inside its first s tokens writes its sink slot
                 idx = pos.clamp(max=s - 1)
                 is_sink = (pos < s).view(B, 1, 1)
-                for buf, new in ((state.sink_k, k), (state.sink_v, v)):
+                for buf, new in ((state.sink_k, sk), (state.sink_v, sv)):
                     put(buf, rows, idx, torch.where(is_sink, new[:, 0], buf[rows, idx]))
                 allowed.append(torch.arange(s, device=x.device).view(1, s) <= pos.view(B, 1))
             if s > 0:
                 keys.append(state.sink_k)
                 vals.append(state.sink_v)
             if w > 0:
-                put(state.ring_k, rows, slot, k[:, 0])
-                put(state.ring_v, rows, slot, v[:, 0])
+                put(state.ring_k, rows, slot, sk[:, 0])
+                put(state.ring_v, rows, slot, sv[:, 0])
                 keys.append(state.ring_k)
                 vals.append(state.ring_v)
                 if not steady:
                     allowed.append(state.ring_pos >= s)
             cat = lambda xs: xs[0] if len(xs) == 1 else torch.cat(xs, 1)  # noqa: E731
-            swa = step_attention(q, cat(keys), cat(vals), None if steady else cat(allowed), self.scaling)
+            swa = step_attention(sq, cat(keys), cat(vals), None if steady else cat(allowed), self.scaling)
         y = self.combine(lin_out, swa, x.dtype)
         return self.o_proj(y.reshape(B, 1, -1).to(matmul_dtype(x)))

@@ -16,8 +16,8 @@ from models.backbone import check_architecture, fingerprint
 from models.cache import LinearCache
 from models.layers import LinearizedAttention
 from models.projection import decoder_layers as _decoder_layers  # one definition (train*.py use this name)
-from models.spec import (RETAIN_SCORES, check_out_norm, check_retention, check_window_only,  # checked there
-                         linearize_values, without_unused_retention)
+from models.spec import (CONV_ON, RETAIN_SCORES, check_conv_on, check_out_norm, check_retention,  # checked there
+                         check_window_only, linearize_values, without_unused_retention)
 
 
 @dataclasses.dataclass
@@ -39,14 +39,15 @@ class LinearizeConfig:
     retain: int = 0                 # retention slots per KV head (GDN with a window): docs/retention.md
     retain_score: str = RETAIN_SCORES[0]  # what earns a slot when a token leaves the window
     out_norm: bool = False          # per-head output RMSNorm after the op (gla/kgla/gdn); its weight starts at 1
+    conv_on: str = CONV_ON[0]       # the short conv feeds both paths, or the linear path only (models.spec.CONV_ON)
 
     @property
     def cache_budget(self) -> int:
         return self.sinks + self.window + self.retain
 
     def to_dict(self) -> dict:
-        """The fields (without the retention keys when retain is 0 and out_norm when off: records made before
-        these options existed match)."""
+        """The fields (without the retention keys when retain is 0, out_norm when off and conv_on when "both":
+        records made before these options existed match)."""
         return without_unused_retention(dataclasses.asdict(self))
 
     @classmethod
@@ -71,6 +72,7 @@ def validate(cfg: LinearizeConfig, config) -> list[int]:
     check_window_only(cfg.mechanism, cfg.window, cfg.sinks)
     check_retention(cfg.mechanism, cfg.window, cfg.retain, cfg.retain_score)
     check_out_norm(cfg.mechanism, cfg.out_norm, cfg.retain)
+    check_conv_on(cfg.mechanism, cfg.short_conv, cfg.conv_on, cfg.retain)
     if cfg.full_layers is not None:
         if cfg.keep_full:
             raise ValueError("give either full_layers or keep_full, not both")
@@ -119,7 +121,8 @@ def linearize(model, cfg: LinearizeConfig, base_name: str | None = None):
             continue
         layer.self_attn = LinearizedAttention(layer.self_attn, model.config, idx, cfg.mechanism, cfg.window,
                                               cfg.sinks, cfg.short_conv, cfg.conv_size, cfg.gate_rank,
-                                              cfg.feature_dim, cfg.retain, cfg.retain_score, cfg.out_norm)
+                                              cfg.feature_dim, cfg.retain, cfg.retain_score, cfg.out_norm,
+                                              cfg.conv_on)
         for name in ("lin", "conv"):  # new parameters stay fp32 (they are tiny); frozen ones keep their dtype
             sub = getattr(layer.self_attn, name)
             if sub is not None:

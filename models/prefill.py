@@ -23,6 +23,7 @@ from models import ops
 from models.ops import fla_backend  # window_attention_blocked, sink_part (also on the CPU)
 from models.ops.window import WINDOW_BLOCK, window_attention_blocked
 from models.projection import fused_qkv, project_qkv
+from models.spec import CONV_ON
 
 
 def check_lengths(lengths, B: int, T: int) -> list[int]:
@@ -79,7 +80,11 @@ class ChunkEnds:
 def prefill_chunk(attn, x, pe, state: DecodeState, ends: ChunkEnds, carry: dict):
     """One chunk of LinearizedAttention.prefill: the attention output [B, Tc, hidden] of positions
     [ends.p0, ends.p1); fills `state` for the rows ending in the chunk and completes it after the last one.
-    On CUDA without autograd it runs the inference-only kernels (models.ops.fast_inference)."""
+    On CUDA without autograd it runs the inference-only kernels (models.ops.fast_inference). One projection feeds
+    both paths: conv_on "linear" (the softmax path without the conv) is refused."""
+    if attn.conv is not None and attn.conv_on != CONV_ON[0]:
+        raise ValueError(f"the chunked prefill (models.prefill) implements conv_on={CONV_ON[0]!r} only, got "
+                         f"conv_on={attn.conv_on!r}; prefill the whole prompt (HF generate, models.batch_generate.decoder_for)")
     with ops.prefill_scope():
         return _prefill_chunk(attn, x, pe, state, ends, carry)
 

@@ -27,6 +27,10 @@ RETENTION_KEYS = ("retain", "retain_score")
 # the opt-in output RMSNorm after the op (models.mechanisms.OutputNorm; docs/study.md "Strict GDN at 135M"): the
 # mechanisms that take it (Hedgehog normalises by construction; none has no op); left out of config.json when off
 OUT_NORM_MECHANISMS = ("gla", "kgla", "gdn")
+# which path the short conv feeds (docs/study.md "Why the gap"): "both" (the paper's recipe: one convolved q/k/v for
+# the window + sinks softmax and the linear path) or "linear" (the softmax path keeps the frozen q/k/v; an
+# ablation); the first is the default, left out of config.json
+CONV_ON = ("both", "linear")
 DTYPES = ("bf16", "bfloat16", "float16", "float32", "fp16", "fp32")
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 WEIGHTS, CONFIG = "new_params.safetensors", "config.json"  # a checkpoint's two files (models.checkpoint)
@@ -35,12 +39,12 @@ MINIMUM = {"window": 0, "sinks": 0, "retain": 0, "conv_size": 1, "lora_rank": 1,
            "feature_dim": 1}
 # the keys of the CLI/store string and of lm-eval's model_args (the other linearize options keep their defaults)
 STRING_KEYS = ("base", "checkpoint", "mechanism", "window", "sinks", "short_conv", "lora", "full_layers",
-               "keep_full", "select", "retain", "retain_score", "out_norm", "dtype")
+               "keep_full", "select", "retain", "retain_score", "out_norm", "conv_on", "dtype")
 LINEAR_KEYS = STRING_KEYS[1:-1]  # the linearization keys of model_args
 # LinearizeConfig's fields, in its order (tests/test_spec.py checks that they agree)
 LINEARIZE_KEYS = ("mechanism", "window", "sinks", "short_conv", "conv_size", "lora", "lora_rank", "lora_alpha",
                   "full_layers", "keep_full", "select", "layer_scores", "gate_rank", "feature_dim", "retain",
-                  "retain_score", "out_norm")
+                  "retain_score", "out_norm", "conv_on")
 PRESETS = {
     "full": {},
     # The paper's final recipe (Sec. 5): GDN + SWA 56 + 8 sinks + short convolutions (cache 64).
@@ -132,6 +136,7 @@ PARSERS = {"base": lambda k, v: str(v).strip(), "checkpoint": _checkpoint, "mech
            "full_layers": lambda k, v: parse_full_layers(v), "keep_full": _fraction,
            "select": lambda k, v: _choice(k, v, SELECTIONS, "layer selection"), "layer_scores": _scores,
            "retain_score": lambda k, v: _choice(k, v, RETAIN_SCORES, "retention score"),
+           "conv_on": lambda k, v: _choice(k, v, CONV_ON, "conv_on"),
            "dtype": lambda k, v: _choice(k, v, DTYPES, "dtype")}
 
 
@@ -167,10 +172,24 @@ def check_out_norm(mechanism, out_norm: bool, retain: int) -> None:
         raise ValueError(f"out_norm=true is not implemented with retention slots (retain={retain})")
 
 
+def check_conv_on(mechanism, short_conv: bool, conv_on: str, retain: int) -> None:
+    """conv_on chooses which path the short conv feeds: without a conv or a linear path there is nothing to
+    choose; the retention path (models.ops.retention*) projects once for both paths."""
+    if conv_on != CONV_ON[0] and mechanism == "none":
+        raise ValueError(f"conv_on={conv_on!r} needs a linear path; mechanism=none allows only conv_on={CONV_ON[0]!r}")
+    if conv_on != CONV_ON[0] and not short_conv:
+        raise ValueError(f"conv_on={conv_on!r} needs short_conv=true; without a short conv only "
+                         f"conv_on={CONV_ON[0]!r} is allowed")
+    if conv_on != CONV_ON[0] and retain:
+        raise ValueError(f"conv_on={conv_on!r} is not implemented with retention slots (retain={retain}); "
+                         f"allowed there: conv_on={CONV_ON[0]!r}")
+
+
 def without_unused_retention(options: dict) -> dict:
-    """Linearize options without the retention keys when retain is 0 and without out_norm when off: checkpoints
-    and run records written before these options existed stay byte-identical."""
+    """Linearize options without the retention keys when retain is 0, without out_norm when off and without
+    conv_on when the default: checkpoints and run records written before these options existed stay byte-identical."""
     drop = (() if options.get("retain") else RETENTION_KEYS) + (() if options.get("out_norm") else ("out_norm",))
+    drop += ("conv_on",) if options.get("conv_on", CONV_ON[0]) == CONV_ON[0] else ()
     return {k: v for k, v in options.items() if k not in drop}
 
 
@@ -241,6 +260,7 @@ class ModelSpec:
     retain: int = 0                # retention slots per KV head (GDN with a window; models.ops.retention)
     retain_score: str = RETAIN_SCORES[0]
     out_norm: bool = False         # output RMSNorm after the op (gla, kgla, gdn; models.mechanisms.OutputNorm)
+    conv_on: str = CONV_ON[0]      # the path(s) the short conv feeds: both | linear
     dtype: str = "float32"
 
     def __post_init__(self):
@@ -249,6 +269,7 @@ class ModelSpec:
         if self.checkpoint is None:  # (a checkpoint's own options are checked when it is linearized)
             check_retention(self.mechanism, self.window, self.retain, self.retain_score)
             check_out_norm(self.mechanism, self.out_norm, self.retain)
+            check_conv_on(self.mechanism, self.short_conv, self.conv_on, self.retain)
 
     # ------------------------------------------------------------------ the CLI/store string
     @classmethod
@@ -320,7 +341,8 @@ class ModelSpec:
         return cls(base=args.base, mechanism=args.mechanism, window=args.window, sinks=args.sinks,
                    short_conv=args.short_conv, lora=args.lora, full_layers=args.full_layers or None,
                    keep_full=args.keep_full, select=args.select, layer_scores=read_layer_scores(args.layer_scores),
-                   retain=args.retain, retain_score=args.retain_score, out_norm=args.out_norm)
+                   retain=args.retain, retain_score=args.retain_score, out_norm=args.out_norm,
+                   conv_on=args.conv_on)
 
     # ------------------------------------------------------------------ checkpoint config.json
     @classmethod
@@ -340,7 +362,7 @@ class ModelSpec:
 
     def linearize_options(self) -> dict:
         """LinearizeConfig's fields as JSON values (lists, not tuples; no retention keys without slots, no
-        out_norm when off); needs a mechanism."""
+        out_norm when off, no conv_on when the default); needs a mechanism."""
         if self.mechanism is None:
             raise ValueError(f"a linearized model needs a mechanism; allowed: {list(MECHANISMS)}")
         return without_unused_retention({k: (list(v) if isinstance(v, tuple) else v) for k, v in

@@ -14,6 +14,7 @@ import torch
 
 from models import data as data_mod
 from models.cli_args import train as add_arguments  # noqa: F401 - the options, apart (no torch for --help)
+from models.spec import CONV_ON
 from models.train import CONFIG_FILE, LOG_FILE, PLOT_FILE, STATE_FILE, Trainer, TrainConfig
 from models.train_fsdp import fsdp_settings, load_sharded
 from models.train_utils import atomic_write_json, heldout_loss, plot_loss, read_json, read_log, seed_everything
@@ -37,6 +38,8 @@ def run_name(opts: dict) -> str:
         parts.append("onorm")
     if opts["short_conv"]:
         parts.append("sc")
+    if opts.get("conv_on", CONV_ON[0]) != CONV_ON[0]:
+        parts.append(f"conv{opts['conv_on'][:3]}")
     if opts["lora"]:
         parts.append("lora")
     return "-".join(parts)

@@ -9,7 +9,8 @@ as three regions:
   2. the GDN recurrent kernel, updating the fp32 state in place (fla_backend.gdn_step_inplace; the reference
      op and a copy elsewhere);
   3. the disjoint sum y_lin + y_swa and o_proj.
-It serves GDN with a window (sinks and short conv optional), no retention slots, no q/k norm, every row past
+It serves GDN with a window (sinks and short conv optional, the conv on both paths: conv_on "both"), no retention
+slots, no q/k norm, every row past
 sinks + window (`steady`), inside FastDecoder's step (`decode_scope`: HF generate, hence lm-eval, keeps the
 definition); every other step runs the definition. GOLINEAR_FUSED_DECODE: 'auto' (default: on for CUDA tensors),
 '0' (off: the eager step), '1' (also on the CPU: the tests). scripts/gpu/fused_decode_check.sh passed on an H200
@@ -24,6 +25,7 @@ import torch
 
 from models import ops
 from models.ops import fla_backend
+from models.spec import CONV_ON
 
 MODES = ("auto", "0", "1")  # GOLINEAR_FUSED_DECODE; the first is the default
 
@@ -50,6 +52,7 @@ def applies(layer, x: torch.Tensor, steady: bool) -> bool:
     if not (steady and enabled(x)):
         return False
     return (layer.mechanism == "gdn" and layer.window > 0 and not layer.retain and layer.q_norm is None
+            and (layer.conv is None or layer.conv_on == CONV_ON[0])  # one convolved q/k/v for both paths
             and not torch.is_autocast_enabled(x.device.type))
 
 
