@@ -233,3 +233,23 @@ def test_cuda_kernels_graph_and_fused_decode_scope():
     decoder = decoder_for(model, max_len=128)
     assert isinstance(decoder, WholePromptDecoder) and decoder.use_graph
     assert generate_batch(decoder, ps, n) == want
+
+
+def test_golinear_train_records_and_reloads(tmp_path):
+    """`golinear train --conv-on linear` end to end on a tiny backbone: the record and the checkpoint carry the
+    option, and the checkpoint reloads (load_model) as conv_on=linear with its trained conv."""
+    from _tiny import write_books, write_tiny_backbone
+    from bench.cli import main as golinear
+    from models.load import load_model
+    base = write_tiny_backbone(tmp_path / "base")
+    write_books(tmp_path / "data")
+    run = tmp_path / "run"
+    assert golinear(["train", "--base", str(base), "--data-dir", str(tmp_path / "data"), "--seq-len", "32",
+                     "--eval-sequences", "1", "--heldout-docs", "2", "--steps", "2", "--window", "4", "--sinks", "2",
+                     "--conv-on", "linear", "--out", str(run)]) == 0
+    assert json.loads((run / "train_config.json").read_text())["linearize"]["conv_on"] == "linear"
+    model, _, info = load_model(checkpoint=str(run))
+    assert info["linearize"]["conv_on"] == "linear"
+    attns = [layer.self_attn for layer in model.model.layers]
+    assert all(a.conv_on == "linear" for a in attns)
+    assert any(rel(a.conv.q.detach(), a.conv._identity(*a.conv.q.shape)) > 0 for a in attns)  # trained off the identity
