@@ -53,14 +53,16 @@ class WholePromptDecoder(FastDecoder):
     def _stack_linear(layers) -> DecodeState:
         """The rows' DecodeStates (one row each, the same shapes: fixed whatever the prompt length) as one."""
         states = [c.state for c in layers]
-        def cat(ts):  # noqa: E306
-            return None if ts[0] is None else torch.cat(ts, 0)
-        out = DecodeState(**{name: cat([getattr(st, name) for st in states]) for name in _FIELDS})
-        out.ring_lin = {key: cat([st.ring_lin[key] for st in states]) for key in states[0].ring_lin}
-        first = states[0].state
-        out.state = (tuple(cat(list(parts)) for parts in zip(*(st.state for st in states)))
-                     if isinstance(first, tuple) else cat([st.state for st in states]))
+        out = DecodeState(**{name: _cat_rows([getattr(st, name) for st in states]) for name in _FIELDS})
+        out.ring_lin = {key: _cat_rows([st.ring_lin[key] for st in states]) for key in states[0].ring_lin}
+        out.state = (tuple(_cat_rows(list(parts)) for parts in zip(*(st.state for st in states)))
+                     if isinstance(states[0].state, tuple) else _cat_rows([st.state for st in states]))
         return out
+
+
+def _cat_rows(tensors: list):
+    """The rows' tensors as one batch (dim 0); None where the field is unused."""
+    return None if tensors[0] is None else torch.cat(tensors, 0)
 
 
 def eos_ids(model, tokenizer=None) -> set[int]:

@@ -42,10 +42,10 @@ from models.mechanisms import MECHANISM_CLASSES, ShortConvs
 from models.ops import fused_decode
 from models.ops.retention import retention_step
 from models.ops.retention_prefill import retention_prefill
-from models.spec import CONV_ON, check_conv_on, parse_value
 from models.prefill import prefill_chunk
 from models.projection import matmul_dtype, project_qkv
 from models.projection import _rope_formula, rope as _rope  # noqa: F401  (the names tests/test_overhead.py uses)
+from models.spec import CONV_ON, check_conv_on, parse_value
 
 __all__ = ["LIN_KEYS", "LinearizedAttention", "step_attention"]
 
@@ -113,8 +113,8 @@ class LinearizedAttention(nn.Module):
 
     def softmax_qkv(self, x, position_embeddings, q, k, v):
         """The window + sinks path's q/k/v: the convolved q, k, v themselves (conv_on "both"), or with conv_on
-        "linear" the frozen projections' (norm + RoPE, no conv), projected once more."""
-        if self.conv is None or self.conv_on == CONV_ON[0]:
+        "linear" the frozen projections' (norm + RoPE, no conv), projected once more (when there is a softmax path)."""
+        if self.conv is None or self.conv_on == CONV_ON[0] or not self.has_softmax_path:
             return q, k, v
         return project_qkv(self, x, position_embeddings)[1:4]
 
