@@ -142,17 +142,14 @@ def _linearize(model, spec, dtype):
     """Linearize in place (new parameters in the run dtype); return a function that undoes it."""
     from models.fast_decode import decoder_layers
     from models.linearize import LinearizeConfig, linearize
-    a = spec.full
-    if a["checkpoint"]:
+    if spec.checkpoint:
         raise ValueError(f"config {spec.label!r}: latency runs linearize the backbone afresh (speed does not "
                          "depend on trained values); give the configuration instead of a checkpoint")
     layers = decoder_layers(model)
     original = [layer.self_attn for layer in layers]
-    cfg = LinearizeConfig(mechanism=a["mechanism"], window=a["window"], sinks=a["sinks"],
-                          short_conv=a["short_conv"], lora=a["lora"],
-                          full_layers=list(a["full_layers"]) if a["full_layers"] else None,
-                          keep_full=a["keep_full"], select="uniform", retain=a["retain"],
-                          retain_score=a["retain_score"])
+    # every option the spec gives (conv_on, out_norm, ... included); hybrids keep layers uniformly: which layers
+    # stay full attention does not change the speed, and a hardness selection needs a scores file
+    cfg = LinearizeConfig.from_dict({**spec.linearize_options(), "select": "uniform", "layer_scores": None})
     linearize(model, cfg)
     for layer in layers:
         layer.self_attn.to(dtype)

@@ -524,3 +524,20 @@ def test_latency_retention_config_rows(tmp_path):
     for length in (20, 28):
         assert nbytes[ret, length] - nbytes[same_window, length] == per_layer["retained_slots"]
         assert nbytes[ret, length] - nbytes[same_budget, length] == per_layer["retained_slots"] - 2 * r * kv_slot
+
+
+def test_latency_linearizes_with_every_option_of_the_spec():
+    """`golinear latency` builds the configuration it names: options beyond window/sinks/conv (conv_on, out_norm)
+    reach the layers (an earlier field-by-field copy dropped them and timed the default model)."""
+    from _tiny import tiny_llama
+    from bench.latency import _linearize
+    from bench.specs import parse_model_spec
+    model = tiny_llama(320, layers=3)
+    spec = parse_model_spec("gdn-default,conv_on=linear,out_norm=true,full_layers=1")
+    undo = _linearize(model, spec, torch.float32)
+    attns = [layer.self_attn for layer in model.model.layers]
+    linear = [a for a in attns if hasattr(a, "conv_on")]
+    assert len(linear) == 2 and attns[1] not in linear
+    assert all(a.conv_on == "linear" and a.lin.out_norm is not None and a.conv is not None for a in linear)
+    undo()
+    assert not any(hasattr(layer.self_attn, "conv_on") for layer in model.model.layers)
