@@ -246,8 +246,10 @@ def test_device_fsdp_script_runs_on_cpu(tmp_path):
     end; a 4-layer variant trained in one process and under FSDP2 writes the same checkpoint files."""
     base = _base(tmp_path, "llama-3.1-8b")
     env = _dry_env(tmp_path, base, _tokens(tmp_path, base))
+    # 8 layers, not Qwen3-32B's 64 (3.4 s a step here): ~0.5 s a step still leaves seconds between the first
+    # state (step 4) and the next for the kill; the 4-layer variant's --set num_hidden_layers=4 comes later and wins
     env.update(STEPS="12", PROBE_LAYERS="0", DEADLINE="400",
-               QWEN_SET=" ".join(f"{k}={v}" for k, v in TINY.items() if k != "num_hidden_layers"))
+               QWEN_SET=" ".join(f"{k}={v}" for k, v in {**TINY, "num_hidden_layers": 8}.items()))
     proc = subprocess.run(["bash", "scripts/scaling/device_fsdp.sh"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
