@@ -11,7 +11,6 @@ import torch
 
 from models import cli_args, ops
 from models.batch_generate import WholePromptDecoder, decoder_for, generate_batch
-from models.cache import LinearCache
 from models.checkpoint import apply_checkpoint, save_checkpoint
 from models.fast_decode import FastDecoder
 from models.layers import LinearizedAttention
@@ -20,6 +19,7 @@ from models.ops import fused_decode
 from models.spec import ModelSpec
 from models.train_cli import linearize_options, run_name
 from test_batched_generate import alone, prompts, tiny_model
+from _tiny import token_by_token_and_parallel
 
 RECIPE = dict(window=4, sinks=2, short_conv=True)  # steady from sinks + window = 6 tokens
 
@@ -92,11 +92,8 @@ def test_token_by_token_from_first_token():
     """Every position one token at a time (batch 2), through the sink and window transitions."""
     model = tiny_model("gdn", conv_on="linear", **RECIPE)
     ids = torch.randint(1, 97, (2, 20))
-    cache = LinearCache.for_model(model)
-    with torch.no_grad():
-        steps = [model(ids[:, i:i + 1], past_key_values=cache, use_cache=True).logits for i in range(20)]
-        parallel = model(ids).logits
-    assert rel(torch.cat(steps, 1), parallel) <= 1e-4
+    steps, parallel = token_by_token_and_parallel(model, ids)
+    assert rel(steps, parallel) <= 1e-4
 
 
 @pytest.mark.parametrize("lengths", [[7, 3, 19, 11], [1, 4]], ids=["mixed", "all-short"])

@@ -6,11 +6,11 @@ import pytest
 import torch
 import transformers
 
-from models import ops
 from models.cache import LinearCache
 from models.checkpoint import load_checkpoint, save_checkpoint, apply_checkpoint
 from models.layers import LinearizedAttention
 from models.linearize import (LinearizeConfig, count_for_config, linearize, new_parameters, validate)
+from _tiny import token_by_token_and_parallel
 
 MECHS = ["gla", "kgla", "gdn", "hedgehog", "none"]
 OPTIONS = {  # name -> (window, sinks, short_conv, lora, full_layers)
@@ -74,11 +74,8 @@ def test_token_by_token_from_first_token(arch, mech):
     """Every position decoded one token at a time (batch 2), including the sink/window transitions."""
     model = linearized(arch, mech, "conv")
     ids = torch.randint(0, 97, (2, 20))
-    cache = LinearCache.for_model(model)
-    with torch.no_grad():
-        steps = [model(ids[:, i:i + 1], past_key_values=cache, use_cache=True).logits for i in range(20)]
-        parallel = model(ids).logits
-    assert rel(torch.cat(steps, 1), parallel) <= 1e-4
+    steps, parallel = token_by_token_and_parallel(model, ids)
+    assert rel(steps, parallel) <= 1e-4
 
 
 def brute_force_layer(layer: LinearizedAttention, x, pos_emb):
