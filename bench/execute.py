@@ -18,15 +18,19 @@ LM_EVAL_SEEDS = {"random_seed": 0, "numpy_random_seed": 1234, "torch_random_seed
 
 
 # ----------------------------------------------------------------------------- tasks
-def build_task_manager(data_dir: str | None, include_path=None):
-    """One TaskManager for the process (indexing takes seconds): tasks.standard's, plus `include_path`."""
+def build_task_manager(data_dir: str | None, include_path=None, tasks=()):
+    """One TaskManager for the process: tasks.standard's folders (plus `include_path`) alone when they hold every
+    task in `tasks`, else with lm-eval's built-in tasks too (indexing those YAMLs takes ~10 s a process, paid by
+    every `golinear run`; our tasks name the built-in files they mirror by path and need no index)."""
     from lm_eval.tasks import TaskManager
     from tasks.standard import task_manager
-    tm = task_manager(data_dir)
-    if include_path:  # extra user task folders on top of ours
-        paths = [tm.include_path] if isinstance(tm.include_path, (str, Path)) else list(tm.include_path or [])
-        tm = TaskManager(include_path=paths + [include_path], metadata=tm.metadata)
-    return tm
+    for defaults in (False, True):
+        tm = task_manager(data_dir, include_defaults=defaults)
+        if include_path:  # extra user task folders on top of ours
+            paths = [tm.include_path] if isinstance(tm.include_path, (str, Path)) else list(tm.include_path or [])
+            tm = TaskManager(include_path=paths + [include_path], include_defaults=defaults, metadata=tm.metadata)
+        if defaults or set(tasks) <= set(tm.all_tasks):
+            return tm
 
 
 def with_metadata(tm, metadata: dict):

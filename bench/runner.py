@@ -107,7 +107,7 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     summary = RunSummary(planned=len(cells), skipped=len(cells) - len(todo))
 
     if todo:
-        tm = task_manager or build_task_manager(data_dir, include_path)
+        tm = task_manager or build_task_manager(data_dir, include_path, {c.entry.task for c in todo})
         names = set(tm.all_tasks)
         missing = sorted({c.entry.task for c in todo} - names)
         if missing:
