@@ -20,7 +20,6 @@ from models.decode_state import _FIELDS, DecodeState
 from models.fast_decode import FastDecoder
 from models.projection import decoder_layers
 from models.retention_generate import RetentionDecoder
-from models.spec import CONV_ON
 
 
 def decoder_for(model, **kwargs) -> FastDecoder:
@@ -30,7 +29,7 @@ def decoder_for(model, **kwargs) -> FastDecoder:
     attns = [layer.self_attn for layer in decoder_layers(model)]
     if any(getattr(a, "retain", 0) for a in attns):
         return RetentionDecoder(model, max_len=kwargs.get("max_len"), use_graph=kwargs.get("use_graph"))
-    if any(getattr(a, "conv", None) is not None and a.conv_on != CONV_ON[0] for a in attns):
+    if any(getattr(a, "conv_linear_only", False) for a in attns):
         return WholePromptDecoder(model, max_len=kwargs.get("max_len"), use_graph=kwargs.get("use_graph"))
     from models import fast_decode  # looked up per call: scripts/gpu/profile_host.py swaps in a stand-in
     return fast_decode.FastDecoder(model, **kwargs)

@@ -91,8 +91,7 @@ class FastDecoder:
                                               for layer, lin in zip(self.layers, self.linear)):
             raise ValueError("FastDecoder has no static cache for retention slots (retain > 0); decode such a "
                              "model with models.retention_generate.RetentionDecoder or HF generate")
-        if not self.prefills_whole_prompts and any(lin and layer.self_attn.conv is not None and
-                                                   layer.self_attn.conv_on != CONV_ON[0]
+        if not self.prefills_whole_prompts and any(lin and layer.self_attn.conv_linear_only
                                                    for layer, lin in zip(self.layers, self.linear)):
             raise ValueError(f"FastDecoder's chunked prefill implements conv_on={CONV_ON[0]!r} only; decode a "
                              "conv_on='linear' model with models.batch_generate.decoder_for or HF generate")

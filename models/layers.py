@@ -114,7 +114,7 @@ class LinearizedAttention(nn.Module):
     def softmax_qkv(self, x, position_embeddings, q, k, v):
         """The window + sinks path's q/k/v: the convolved q, k, v themselves (conv_on "both"), or with conv_on
         "linear" the frozen projections' (norm + RoPE, no conv), projected once more (when there is a softmax path)."""
-        if self.conv is None or self.conv_on == CONV_ON[0] or not self.has_softmax_path:
+        if not (self.conv_linear_only and self.has_softmax_path):
             return q, k, v
         return project_qkv(self, x, position_embeddings)[1:4]
 
@@ -218,6 +218,11 @@ class LinearizedAttention(nn.Module):
     @property
     def has_softmax_path(self) -> bool:
         return self.window + self.sinks > 0
+
+    @property
+    def conv_linear_only(self) -> bool:
+        """The short conv feeds the linear path only (conv_on "linear"): the one rule the decoders check."""
+        return self.conv is not None and self.conv_on != CONV_ON[0]
 
     # ------------------------------------------------------------------ forward
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None,

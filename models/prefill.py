@@ -82,7 +82,7 @@ def prefill_chunk(attn, x, pe, state: DecodeState, ends: ChunkEnds, carry: dict)
     [ends.p0, ends.p1); fills `state` for the rows ending in the chunk and completes it after the last one.
     On CUDA without autograd it runs the inference-only kernels (models.ops.fast_inference). One projection feeds
     both paths: conv_on "linear" (the softmax path without the conv) is refused."""
-    if attn.conv is not None and attn.conv_on != CONV_ON[0]:
+    if attn.conv_linear_only:
         raise ValueError(f"the chunked prefill (models.prefill) implements conv_on={CONV_ON[0]!r} only, got "
                          f"conv_on={attn.conv_on!r}; prefill the whole prompt (HF generate, models.batch_generate.decoder_for)")
     with ops.prefill_scope():

@@ -25,7 +25,6 @@ import torch
 
 from models import ops
 from models.ops import fla_backend
-from models.spec import CONV_ON
 
 MODES = ("auto", "0", "1")  # GOLINEAR_FUSED_DECODE; the first is the default
 
@@ -52,7 +51,7 @@ def applies(layer, x: torch.Tensor, steady: bool) -> bool:
     if not (steady and enabled(x)):
         return False
     return (layer.mechanism == "gdn" and layer.window > 0 and not layer.retain and layer.q_norm is None
-            and (layer.conv is None or layer.conv_on == CONV_ON[0])  # one convolved q/k/v for both paths
+            and not layer.conv_linear_only  # one convolved q/k/v for both paths
             and not torch.is_autocast_enabled(x.device.type))
 
 
