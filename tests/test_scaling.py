@@ -223,6 +223,23 @@ def _tokens(tmp: Path, base: Path) -> Path:
     return tokens
 
 
+def test_log_tail_prints_valid_utf8_of_a_log_cut_inside_a_character(tmp_path):
+    """The scripts print log tails with scripts/scaling/log_tail.py: a killed run's progress bar (one \\r-joined
+    line, cut after the first byte of a 3-byte glyph) comes out as valid UTF-8, one update a line, 400 characters at
+    most; `tail | cut -c1-400` printed the half glyph and the test below failed to decode the script's output."""
+    glyph = "\u2588"
+    bar = "".join(f"\r{i:3d}%|{glyph * (3 * i)}|" for i in range(0, 154, 7)).encode()
+    log = tmp_path / "killed.log"
+    log.write_bytes(b"first line\n" + bar + b"\r154%|" + glyph.encode()[:1])
+    proc = subprocess.run([sys.executable, "scripts/scaling/log_tail.py", str(log), "3"], cwd=ROOT,
+                          capture_output=True, check=True)
+    lines = proc.stdout.decode("utf-8").splitlines()  # strict: fails on a split character
+    assert lines[-1] == "154%|\ufffd" and lines[-2].startswith("147%|") and len(lines[-2]) == 400
+    assert len(lines) == 3 and lines[0].startswith("140%|")
+    assert subprocess.run([sys.executable, "scripts/scaling/log_tail.py", str(tmp_path / "none.log"), "3"],
+                          cwd=ROOT, capture_output=True, text=True).stdout.startswith("(")
+
+
 @pytest.mark.slow
 def test_device_train_script_runs_on_cpu(tmp_path):
     """scripts/scaling/device_train.sh, tiny: one process at batch 2, DDP over 2 gloo processes at batch 1, the
@@ -231,7 +248,7 @@ def test_device_train_script_runs_on_cpu(tmp_path):
     env = _dry_env(tmp_path, base, _tokens(tmp_path, base))
     env.update(STEPS="6", DEADLINE="170")
     proc = subprocess.run(["bash", "scripts/scaling/device_train.sh"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=400)
+                          text=True, errors="replace", timeout=400)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     md = (tmp_path / "out" / "lb" / "scaling.md").read_text()
     assert "| single | 1 |" in md and "| ddp | 2 |" in md, proc.stdout[-4000:]
@@ -251,7 +268,7 @@ def test_device_fsdp_script_runs_on_cpu(tmp_path):
     env.update(STEPS="12", PROBE_LAYERS="0", DEADLINE="400",
                QWEN_SET=" ".join(f"{k}={v}" for k, v in {**TINY, "num_hidden_layers": 8}.items()))
     proc = subprocess.run(["bash", "scripts/scaling/device_fsdp.sh"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=500)
+                          text=True, errors="replace", timeout=500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     md = (tmp_path / "out" / "lb" / "scaling.md").read_text()
     assert "| fsdp2 | 2 | qwen3-32b+" in md, proc.stdout[-4000:]

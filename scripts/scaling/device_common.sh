@@ -23,6 +23,7 @@ fi
 export GOLINEAR_GIT_COMMIT=${GOLINEAR_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}
 python3 -c "import torch, transformers, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__, 'gpus', torch.cuda.device_count())"
 T0=${T0:-$(date +%s)}
+log_tail() { python3 scripts/scaling/log_tail.py "$1" "$2"; }  # log_tail FILE N: valid UTF-8, \r as line ends
 left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - T0) )); }  # seconds left of this call's budget
 step() {  # step NAME CMD...: run CMD time-boxed to what is left, log to /tmp/scaling/NAME.log, say how it ended
   local name=$1; shift
@@ -35,6 +36,6 @@ step() {  # step NAME CMD...: run CMD time-boxed to what is left, log to /tmp/sc
     local e; for e in /proc/[0-9]*/environ; do
       grep -qz "^SCALING_TAG=$tag\$" $e 2>/dev/null && kill -9 $(basename $(dirname $e)) 2>/dev/null; done
   fi
-  echo "$name: rc=$rc in $(( $(date +%s) - t ))s (t=$(( $(date +%s) - T0 ))s)"; tail -4 $SCALING_TMP/$name.log
+  echo "$name: rc=$rc in $(( $(date +%s) - t ))s (t=$(( $(date +%s) - T0 ))s)"; log_tail $SCALING_TMP/$name.log 4
   return $rc
 }

@@ -27,7 +27,7 @@ while kill -0 $PID 2>/dev/null && [ ! -f $R/fsdp-32b/state.pt ] && [ $(left) -gt
 ALL=$(tree $PID); kill -9 $ALL 2>/dev/null; wait $PID 2>/dev/null  # state.pt appears whole (atomic rename)
 sleep 1; for p in $ALL; do kill -0 $p 2>/dev/null && echo "process $p survived the kill"; done
 echo "killed at t=$(( $(date +%s) - T0 ))s; state.pt: $(ls -l $R/fsdp-32b/state.pt 2>&1)"; tail -2 $R/fsdp-32b/train_log.jsonl 2>/dev/null
-tail -3 $SCALING_TMP/fsdp-32b-killed.log | cut -c1-400; sleep 3
+log_tail $SCALING_TMP/fsdp-32b-killed.log 3; sleep 3
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader 2>/dev/null
 step fsdp-32b-resume $CMD
 : > $R/checks.txt
