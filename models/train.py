@@ -66,6 +66,19 @@ def trainable_parameters(model) -> dict:
     return named
 
 
+def check_linear_state_is_reached(model, seq_len: int, processes: int) -> None:
+    """Under DDP every trainable parameter must take part in every step: a sequence that fits in a layer's
+    sinks + window (+ retention slots) never reaches its linear state, whose parameters then get no gradient and
+    DDP stops at the next step ("Expected to have finished reduction"). One process trains on without them."""
+    from models.layers import LinearizedAttention
+    spans = [m.sinks + m.window + m.retain for m in model.modules()
+             if isinstance(m, LinearizedAttention) and m.lin is not None]
+    if processes > 1 and spans and seq_len <= max(spans):
+        raise ValueError(f"seq_len={seq_len} with {processes} data-parallel processes: every token stays in the "
+                         f"softmax path (sinks + window + retained slots = {max(spans)}), so the linear state's "
+                         f"parameters get no gradient and DDP stops; allowed: seq_len > {max(spans)}")
+
+
 # ---------------------------------------------------------------------------------------------- trainer
 class Trainer:
     """The loop: owns optimizer, schedule position, RNG and the data position (the global step)."""
@@ -86,6 +99,8 @@ class Trainer:
         self.raw_model = model
         self.fsdp = isinstance(model, FSDPModule)  # the optimizer then holds this rank's shards
         self.named = trainable_parameters(model)
+        if not self.fsdp:
+            check_linear_state_is_reached(model, cfg.seq_len, self.acc.num_processes)
         self.optimizer = torch.optim.AdamW(param_groups(self.named, cfg), lr=cfg.lr, betas=tuple(cfg.betas),
                                            weight_decay=cfg.weight_decay)
         self.model = model if self.fsdp else self.acc.prepare(model)  # DDP wrapper when distributed

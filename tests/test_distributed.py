@@ -41,14 +41,14 @@ def worker(out: Path, data_dir: Path) -> None:
     (out / f"rank{trainer.rank}.json").write_text(json.dumps(summary))
 
 
-def _launch(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+def _launch(args: list[str], tmp_path: Path, ok: bool = True) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}", CUDA_VISIBLE_DEVICES="",
                OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--main_process_port", str(free_port()), "--mixed_precision", "no",
            "--dynamo_backend", "no", *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (proc.returncode == 0) == ok, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
 
@@ -101,6 +101,21 @@ def test_cli_train_under_accelerate_launch(tmp_path):
     record = json.loads((out / "train_config.json").read_text())
     assert record["summary"]["world_size"] == 2 and record["summary"]["tokens"] == 3 * 2 * 32
     assert (out / "new_params.safetensors").exists() and (out / "loss.png").exists()
+
+
+
+@pytest.mark.slow
+def test_ddp_refuses_sequences_that_never_reach_the_linear_state(tmp_path):
+    """Sequences of 32 tokens under the default recipe's 56 + 8 sinks: DDP would stop at the second step with
+    "Expected to have finished reduction" (the gates get no gradient); the trainer says why before the first."""
+    from _tiny import write_books, write_tiny_backbone
+    base = write_tiny_backbone(tmp_path / "base")
+    proc = _launch(["-m", "bench.cli", "train", "--base", str(base), "--data-dir", str(write_books(tmp_path / "data")),
+                    "--heldout-docs", "2", "--seq-len", "32", "--steps", "3", "--eval-sequences", "1",
+                    "--tokens", str(tmp_path / "tok.npz"), "--out", str(tmp_path / "ckpt")], tmp_path, ok=False)
+    out = proc.stdout + proc.stderr
+    assert "seq_len=32 with 2 data-parallel processes" in out and "allowed: seq_len > 64" in out, out[-3000:]
+    assert "finished reduction" not in out and not (tmp_path / "ckpt" / "new_params.safetensors").exists()
 
 
 if __name__ == "__main__":
