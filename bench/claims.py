@@ -387,8 +387,12 @@ def judge(claim: Claim, ref: dict, ev: Evidence) -> dict:
     return row
 
 
-def claims_table(store: Store, checkpoints: Path, reference_dir) -> pd.DataFrame:
-    ev = Evidence(load_runs(checkpoints), measured_frame(store.cells()))
+def evidence(store: Store, checkpoints: Path) -> Evidence:
+    return Evidence(load_runs(checkpoints), measured_frame(store.cells()))
+
+
+def claims_table(store: Store, checkpoints: Path, reference_dir, ev: Evidence | None = None) -> pd.DataFrame:
+    ev = ev or evidence(store, checkpoints)
     ref = load_reference(reference_dir)
     return pd.DataFrame([judge(c, ref, ev) for c in CLAIMS])
 
@@ -436,14 +440,17 @@ def render(store, checkpoints, out_dir, reference_dir) -> list[Path]:
     for name in ("standard", "sniah", "ruler"):
         if not (Path(reference_dir) / f"paper_{name}.csv").is_file():
             raise FileNotFoundError(f"reference file {str(Path(reference_dir) / f'paper_{name}.csv')!r} is missing")
-    table = claims_table(store, Path(checkpoints), reference_dir)
+    from bench import seeds
+    ev = evidence(store, Path(checkpoints))
+    table = claims_table(store, Path(checkpoints), reference_dir, ev)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return [p for p, data in ((out_dir / "claims.md", to_markdown(table)), (out_dir / "claims.csv", to_csv(table)))
-            if write_if_changed(p, data)]
+    files = ((out_dir / "claims.md", to_markdown(table)), (out_dir / "claims.csv", to_csv(table)),
+             (out_dir / "seeds.md", seeds.to_markdown(ev)), (out_dir / "seeds.csv", to_csv(seeds.long_table(ev))))
+    return [p for p, data in files if write_if_changed(p, data)]
 
 
 def main(args) -> int:
     changed = render(args.store, args.checkpoints, args.out, args.reference_dir)
-    print(f"golinear claims: {len(changed)} file(s) changed in {args.out}")
+    print(f"golinear claims: {len(changed)} file(s) changed in {args.out} (claims.md/.csv, seeds.md/.csv)")
     return 0

@@ -130,6 +130,34 @@ def test_seeds_spread_is_mean_and_sample_std_of_the_finished_seed_folders(tmp_pa
     assert "gdn 3.200" in r["ours at 135M"] and r["verdict"] == "holds on held-out CE only"  # kgla 0.01 behind
 
 
+def test_seeds_table_is_mean_and_std_of_each_columns_seeds(tmp_path):
+    """seeds.md/.csv: one row per recipe with two or more finished seeds (a short run and a one-seed recipe are
+    left out), each column's mean +- sample std over the seeds that have it, every seed's value in the CSV."""
+    from bench import seeds
+    ck, store = tmp_path / "ck", Store(tmp_path / "store")
+    checkpoint(ck, "gdn-w56-s8-sc", 9.9, steps=379)
+    for name, loss, seed in (("gdn-w56-s8-sc-10m", 3.0, 0), ("gdn-w56-s8-sc-seed1", 3.2, 1),
+                             ("gdn-w56-s8-sc-seed2", 3.4, 2)):
+        checkpoint(ck, name, loss, seed=seed)
+    checkpoint(ck, "kgla-w56-s8-sc", 3.21)
+    put_cr(store, "full", 0.50, full=True)
+    put_cr(store, "gdn-w56-s8-sc", 0.30, folder=ck / "gdn-w56-s8-sc")  # the short run: not a seed
+    put_cr(store, "gdn-w56-s8-sc-10m", 0.40, folder=ck / "gdn-w56-s8-sc-10m")
+    put_cr(store, "gdn-w56-s8-sc-seed1", 0.44, folder=ck / "gdn-w56-s8-sc-seed1")  # seed 2: no cells yet
+    put_cr(store, "kgla-w56-s8-sc", 0.45, folder=ck / "kgla-w56-s8-sc")
+    ev = C.evidence(store, ck)
+    md = seeds.to_markdown(ev)
+    gdn = next(line for line in md.splitlines() if line.startswith("| gdn-w56-s8-sc |")).split(" | ")
+    header = next(line for line in md.splitlines() if line.startswith("| recipe |")).split(" | ")
+    cell = dict(zip(header, gdn))
+    assert cell["CR"] == f"42.00 ± {statistics.stdev([40.0, 44.0]):.2f} (2)" and cell["PIQA"] == cell["CR"]
+    assert cell["held-out CE |"].startswith(f"3.200 ± {statistics.stdev([3.0, 3.2, 3.4]):.3f} (3)")
+    assert "kgla" not in md and "| full attention |  | 50.00 (1) |" in md
+    csv = seeds.long_table(ev).set_index(["recipe", "column"])
+    assert csv.loc[("gdn-w56-s8-sc", "CR"), "values"] == "gdn-w56-s8-sc-10m=40.0000 gdn-w56-s8-sc-seed1=44.0000"
+    assert csv.loc[("gdn-w56-s8-sc", "held-out CE"), "n"] == 3
+
+
 def test_the_rule_is_applied_to_the_papers_numbers(tmp_path):
     (tmp_path / "ck").mkdir()
     t = table(tmp_path)
@@ -142,7 +170,7 @@ def test_the_rule_is_applied_to_the_papers_numbers(tmp_path):
 def test_renders_from_the_repository_files(tmp_path):
     changed = C.render(REPO_ROOT / "leaderboards" / "store", REPO_ROOT / "checkpoints" / "smollm2-135m", tmp_path,
                        REFERENCE_DIR)
-    assert {p.name for p in changed} == {"claims.md", "claims.csv"}
+    assert {p.name for p in changed} == {"claims.md", "claims.csv", "seeds.md", "seeds.csv"}
     md = (tmp_path / "claims.md").read_text()
     assert all(c.text in md for c in C.CLAIMS) and md.count("\n| ") == len(C.CLAIMS) + 1
     assert C.render(REPO_ROOT / "leaderboards" / "store", REPO_ROOT / "checkpoints" / "smollm2-135m", tmp_path,
