@@ -177,6 +177,24 @@ def test_renders_from_the_repository_files(tmp_path):
                     REFERENCE_DIR) == []  # deterministic: nothing rewritten
 
 
+def test_the_readme_table_is_the_generated_one(tmp_path):
+    """The README's claims table is what `golinear claims` writes from the committed files (a copy re-rendered is
+    unchanged); a README without the markers is left as it is, and the table replaces whatever stood between them."""
+    readme = tmp_path / "README.md"
+    readme.write_text((REPO_ROOT / "README.md").read_text())
+    out = tmp_path / "lb"
+    C.render(REPO_ROOT / "leaderboards" / "store", REPO_ROOT / "checkpoints" / "smollm2-135m", out, REFERENCE_DIR,
+             readme)
+    assert readme.read_text() == (REPO_ROOT / "README.md").read_text()
+    table = C.claims_table(Store(REPO_ROOT / "leaderboards" / "store"), REPO_ROOT / "checkpoints" / "smollm2-135m",
+                           REFERENCE_DIR)
+    text = f"intro\n{C.README_BEGIN}\nstale | row\n{C.README_END}\nafter\n"
+    new = C.readme_with_table(text, table)
+    assert new.startswith(f"intro\n{C.README_BEGIN}\n| claim |") and new.endswith(f"{C.README_END}\nafter\n")
+    assert "stale" not in new and new.count("\n| ") == len(C.CLAIMS) + 1
+    assert C.readme_with_table(new, table) == new and C.readme_with_table("no markers\n", table) == "no markers\n"
+
+
 def test_missing_input_is_a_one_line_error(tmp_path, capsys):
     assert cli_main(["claims", "--store", str(tmp_path / "nope"), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
