@@ -47,11 +47,15 @@ def seeded(ev: Evidence) -> dict:
     return {recipe: runs for recipe, runs in counted.items() if len(runs) >= 2}
 
 
+def rows_of(ev: Evidence) -> list[tuple[str, str, list]]:
+    """(target, row name, runs): full attention first (its held-out CE from any run's record), then each recipe."""
+    every_run = [r for rs in ev.runs.values() for r in rs]
+    return [("full", "full attention", every_run)] + [(k, k, v) for k, v in seeded(ev).items()]
+
+
 def long_table(ev: Evidence) -> pd.DataFrame:
     rows = []
-    all_runs = [r for rs in ev.runs.values() for r in rs]
-    targets = [("full", "full attention", all_runs)] + [(k, k, v) for k, v in seeded(ev).items()]
-    for target, name, runs in targets:
+    for target, name, runs in rows_of(ev):
         for col in COLUMNS:
             vals = column_values(ev, target, runs, col)
             if vals:
@@ -64,8 +68,7 @@ def long_table(ev: Evidence) -> pd.DataFrame:
 
 def to_markdown(ev: Evidence) -> str:
     lines = ["| recipe | runs | " + " | ".join(COLUMNS) + " |", "|" + "---|" * (len(COLUMNS) + 2)]
-    all_runs = [r for rs in ev.runs.values() for r in rs]
-    for target, name, runs in [("full", "full attention", all_runs)] + [(k, k, v) for k, v in seeded(ev).items()]:
+    for target, name, runs in rows_of(ev):
         cells = [spread(list(column_values(ev, target, runs, c).values()), 3 if c == CE.name else 2) for c in COLUMNS]
         listed = "" if target == "full" else ", ".join(f"`{r.name}`" for r in runs)
         lines.append(f"| {name} | {listed} | " + " | ".join(cells) + " |")
