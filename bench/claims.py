@@ -204,6 +204,11 @@ def default_recipe(col: str):
     return lambda ref: std_rows(ref, 7, DEFAULT, col) | std_rows(ref, 10, DEFAULT, col, SMALLEST)
 
 
+def no_conv(col: str):
+    """The paper's GDN with window 56 + 8 sinks and no conv (Table 2) against its full attention."""
+    return lambda ref: std_rows(ref, 6, {"full": DEFAULT["full"], "gdn": ("GDN", SWA)}, col)
+
+
 CLAIMS = [
     Claim("Strict ordering GDN > kGLA ~ GLA >> Hedgehog", "Table 1 (5)",
           lambda ref: std_rows(ref, 5, {r: (n, STRICT) for r, n in STRICT_MECHS.items()}),
@@ -229,6 +234,12 @@ CLAIMS = [
     Claim(f"Default recipe vs full attention: LAMBADA gap <= {ISSUE_TARGETS['LAMBADA']:g} (issue #13 target)",
           "Tables 7, 10", default_recipe("lambada"), {"full": "full", "gdn": "gdn-w56-s8-sc"}, issue_target,
           ("LAMBADA", CE.name), "LAMBADA"),
+    Claim(f"Without the short conv (`gdn-w56-s8`, our ablation of the default recipe) vs full attention: CR gap <= "
+          f"{ISSUE_TARGETS['CR']:g} (issue #13 target)", "Table 2 (6)", no_conv("cr"),
+          {"full": "full", "gdn": "gdn-w56-s8"}, issue_target),
+    Claim(f"Without the short conv (`gdn-w56-s8`, our ablation of the default recipe) vs full attention: LAMBADA "
+          f"gap <= {ISSUE_TARGETS['LAMBADA']:g} (issue #13 target)", "Table 2 (6)", no_conv("lambada"),
+          {"full": "full", "gdn": "gdn-w56-s8"}, issue_target, ("LAMBADA", CE.name), "LAMBADA"),
     Claim("Hardness-selected hybrids beat uniform ones at 10 % and 20 % full layers (LAMBADA)", "Figure 5",
           lambda ref: {}, pairs(("10%", "20%"), HYBRIDS, lambda x, v: f"gdn-full{x[:-1]}-{v}"),
           beats_sides(HYBRIDS), ("LAMBADA", CE.name), "LAMBADA",
