@@ -465,13 +465,15 @@ def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = Non
     for name in ("standard", "sniah", "ruler"):
         if not (Path(reference_dir) / f"paper_{name}.csv").is_file():
             raise FileNotFoundError(f"reference file {str(Path(reference_dir) / f'paper_{name}.csv')!r} is missing")
-    from bench import seeds
+    from bench import seeds  # here: bench.seeds imports this module
     ev = evidence(store, Path(checkpoints))
     table = claims_table(store, Path(checkpoints), reference_dir, ev)
+    values = seeds.table_values(ev)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = ((out_dir / "claims.md", to_markdown(table)), (out_dir / "claims.csv", to_csv(table)),
-             (out_dir / "seeds.md", seeds.to_markdown(ev)), (out_dir / "seeds.csv", to_csv(seeds.long_table(ev))))
+             (out_dir / "seeds.md", seeds.to_markdown(ev, values)),
+             (out_dir / "seeds.csv", to_csv(seeds.long_table(ev, values))))
     if readme is not None and Path(readme).is_file():
         files += ((Path(readme), readme_with_table(Path(readme).read_text(), table)),)
     return [p for p, data in files if write_if_changed(p, data)]

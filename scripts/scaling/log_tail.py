@@ -10,7 +10,7 @@ def log_tail(path: Path, n: int, width: int = 400) -> str:
     if not path.is_file():
         return f"({path}: no log)"
     lines = path.read_bytes().decode("utf-8", "replace").replace("\r", "\n").splitlines()
-    return "\n".join(line[:width] for line in lines[-n:] if n > 0)
+    return "\n".join(line[:width] for line in (lines[-n:] if n > 0 else []))
 
 
 if __name__ == "__main__":
