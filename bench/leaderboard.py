@@ -222,7 +222,7 @@ def ruler_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFram
         if "Avg" not in d and all(c in d for c in RULER_COLS):
             d["Avg"] = sum(d[c] for c in RULER_COLS) / len(RULER_COLS)
         out.append({"status": status, "source": source, "backbone": backbone, "model": model, "cache": budget,
-                    "context": int(ctx) if ctx == ctx and ctx is not None else "", **d})
+                    "context": int(ctx) if ctx == ctx and ctx is not None else "", "n": "", "HQA n": "", **d})
     return pd.DataFrame(out, columns=["status", "source", "backbone", "model", "cache", "context"] + RULER_COLS
                         + ["Avg", "n", "HQA n"])
 

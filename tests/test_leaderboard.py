@@ -107,6 +107,8 @@ def test_budget_tables(store, tmp_path):
     row = r[r.status == "measured"].iloc[0]
     assert row["Avg"] == pytest.approx(10.0) and row["HQA n"] == 3 and row["cache"] == 128
     assert (r[r.status == "reported"].model == "Mamba-2 (prior work)").any()
+    line = next(l for l in (tmp_path / "out" / "ruler.md").read_text().splitlines() if l.startswith("| measured"))
+    assert [c.strip() for c in line.split("|")][-3:-1] == ["5", "3"]  # counts, not "5.00" beside reported rows
 
 
 def test_rendering_is_deterministic_and_html_self_contained(store, tmp_path):
