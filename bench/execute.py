@@ -59,6 +59,8 @@ def validate_model(spec: S.ModelSpec, device: str) -> None:
         check_model_args(backend, {**args, "device": device})
         if spec.mechanism is not None and not spec.checkpoint:
             check_linearize(spec.linearize_options(), spec.base_name)
+        elif spec.checkpoint and set(spec.given()) & set(S.schema.CACHE_KEYS):  # a checkpoint under other cache options
+            check_linearize(spec.checkpoint_linearize(), spec.base_name)
         else:
             backbone_config(spec.base_name)
     except ValueError as e:

@@ -93,10 +93,8 @@ def check_model_args(backend: str, args: dict) -> dict:
     if backend == "linearized" and not (out.get("checkpoint") or out.get("mechanism")):
         raise ValueError("model 'linearized' needs checkpoint=<folder> or mechanism=<name> "
                          "(full attention is model 'golinear-hf')")
-    if out.get("checkpoint"):  # the folder and its files were checked with the spec
-        if set(linear) - {"checkpoint"}:
-            raise ValueError(f"checkpoint={out['checkpoint']!r} already says how the model is linearized; "
-                             f"drop {sorted(set(linear) - {'checkpoint'})}")
+    if out.get("checkpoint"):  # the folder and its files were checked with the spec; other cache options only
+        spec.checkpoint_linearize()
     return out
 
 

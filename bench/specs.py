@@ -43,7 +43,7 @@ class ModelSpec(schema.ModelSpec):
     def with_budget(self, budget: int, sinks: int, family: str | None = None, **changes) -> "ModelSpec":
         """The same model evaluated with `sinks` sink tokens, its retention slots (if any) kept, and a window
         filling the rest of `budget` (budget = sinks + window + retain, as ModelSpec.budget counts it)."""
-        retain = changes.get("retain", self.retain)
+        retain = changes.get("retain", self.checkpoint_linearize().get("retain", 0) if self.checkpoint else self.retain)
         if budget <= sinks + retain:
             slots = f" + {retain} retention slots" if retain else ""
             raise ValueError(f"cache budget {budget} must exceed the {sinks} sink tokens{slots}")
@@ -58,6 +58,8 @@ def label_of(text: str) -> str:
     if Path(text).expanduser().is_dir():
         return Path(text).expanduser().resolve().name
     tokens = [t.strip() for t in text.split(",") if t.strip()]
+    if "=" not in tokens[0] and Path(tokens[0]).expanduser().is_dir():  # a checkpoint with cache options
+        return ",".join([Path(tokens[0]).expanduser().resolve().name, *tokens[1:]])
     return tokens[0] if len(tokens) == 1 and "=" not in tokens[0] else text
 
 

@@ -17,7 +17,8 @@ from models.atomic import atomic_path, atomic_write
 from models.backbone import fingerprint, load_backbone, stored_fingerprint
 from models.linearize import (LinearizeConfig, count_new_parameters, linearize, match_new_parameters_to_backbone,
                               new_parameters)
-from models.spec import CONFIG, WEIGHTS, ModelSpec, read_checkpoint_config  # the one schema of config.json
+from models.spec import (CONFIG, WEIGHTS, ModelSpec, read_checkpoint_config,  # the one schema of config.json
+                         with_cache_options)
 
 FORMAT_VERSION = 1
 
@@ -55,9 +56,13 @@ def checkpoint_fingerprint(folder: str | os.PathLike) -> str:
     return hashlib.sha256((Path(folder) / WEIGHTS).read_bytes()).hexdigest()[:16]
 
 
-def apply_checkpoint(model, folder: str | os.PathLike, base_fingerprint: str | None = None):
-    """Linearize `model` as the checkpoint says and load its parameters. Checks the base fingerprint."""
+def apply_checkpoint(model, folder: str | os.PathLike, base_fingerprint: str | None = None,
+                     cache: dict | None = None):
+    """Linearize `model` as the checkpoint says and load its parameters. Checks the base fingerprint.
+    `cache`: cache options (models.spec.CACHE_KEYS) that replace the checkpoint's own (training-free)."""
     config = read_config(folder)
+    if cache:
+        config = {**config, "linearize": with_cache_options(config["linearize"], cache, f"checkpoint {str(folder)!r}")}
     fp = base_fingerprint or fingerprint(model)
     if config.get("base_fingerprint") and fp != config["base_fingerprint"]:
         raise ValueError(f"checkpoint {folder} was trained on base {config.get('base')!r} (weights fingerprint "
@@ -81,16 +86,21 @@ def apply_checkpoint(model, folder: str | os.PathLike, base_fingerprint: str | N
 
 
 def load_checkpoint(folder: str | os.PathLike, base: str | None = None, dtype: str = "float32",
-                    device: str = "cpu"):
-    """(model, tokenizer, info) for a saved checkpoint on its base (or `base`, which must match)."""
-    spec = ModelSpec.from_checkpoint_config(read_config(folder), folder)
+                    device: str = "cpu", cache: dict | None = None):
+    """(model, tokenizer, info) for a saved checkpoint on its base (or `base`, which must match), optionally
+    under other cache options (`cache`, models.spec.CACHE_KEYS; info["cache_options"] names them)."""
+    config = read_config(folder)
+    if cache:
+        config = {**config, "linearize": with_cache_options(config["linearize"], cache, f"checkpoint {str(folder)!r}")}
+    spec = ModelSpec.from_checkpoint_config(config, folder)
     base = base or spec.base_name
     model, tok = load_backbone(base, dtype=dtype, device="cpu")
     fp = stored_fingerprint(model, base)
-    apply_checkpoint(model, folder, base_fingerprint=fp)
+    apply_checkpoint(model, folder, base_fingerprint=fp, cache=cache)
     cfg = LinearizeConfig.from_dict(spec.linearize_options())
     info = {"base": base, "base_fingerprint": fp, "checkpoint": str(folder),
             "checkpoint_fingerprint": checkpoint_fingerprint(folder), "linearize": cfg.to_dict(),
-            "new_parameters": count_new_parameters(model), "cache_budget": cfg.cache_budget, "trained": True}
+            "new_parameters": count_new_parameters(model), "cache_budget": cfg.cache_budget, "trained": True,
+            **({"cache_options": dict(cache)} if cache else {})}
     match_new_parameters_to_backbone(model)
     return model.to(device), tok, info

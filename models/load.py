@@ -19,11 +19,12 @@ def load_model(base: str | None = None, checkpoint: str | None = None, mechanism
                dtype: str = "float32", device: str = "cpu", seed: int = 0, **options):
     """(model, tokenizer, info): full attention (no mechanism, no checkpoint), a fresh linearization
     (new parameters initialised from `seed`), or a saved checkpoint (models.checkpoint) on its own base
-    (`base`, when given, must be the one it was trained on). `options` are LinearizeConfig fields."""
+    (`base`, when given, must be the one it was trained on). `options` are LinearizeConfig fields; with a
+    checkpoint only its cache options (models.spec.CACHE_KEYS), which replace the checkpoint's own."""
     if checkpoint is not None:
-        if mechanism is not None or options:
-            raise ValueError("give either a checkpoint or explicit linearize options, not both")
-        return load_checkpoint(checkpoint, base=base, dtype=dtype, device=device)
+        if mechanism is not None:
+            raise ValueError(f"checkpoint {str(checkpoint)!r} already names its mechanism; drop mechanism={mechanism}")
+        return load_checkpoint(checkpoint, base=base, dtype=dtype, device=device, cache=options or None)
     base = base or DEFAULT_BACKBONE
     model, tok = load_backbone(base, dtype=dtype, device="cpu")
     info = {"base": base, "base_fingerprint": stored_fingerprint(model, base), "checkpoint": None,

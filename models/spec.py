@@ -24,6 +24,9 @@ SELECTIONS = ("uniform", "hardness")  # how keep_full picks its full-attention l
 # a caller's tensor); retain=0 (no slots) is the default recipe, and its keys are then left out of config.json
 RETAIN_SCORES = ("delta_error", "proj_residual")
 RETENTION_KEYS = ("retain", "retain_score")
+# the options that choose only which tokens the softmax sees and own no parameters: a checkpoint may be evaluated
+# under other values of these (training-free; issue #17 puts retention slots into a default-recipe checkpoint)
+CACHE_KEYS = ("window", "sinks", "retain", "retain_score")
 # the opt-in output RMSNorm after the op (models.mechanisms.OutputNorm; docs/study.md "Strict GDN at 135M"): the
 # mechanisms that take it (Hedgehog normalises by construction; none has no op); left out of config.json when off
 OUT_NORM_MECHANISMS = ("gla", "kgla", "gdn")
@@ -185,6 +188,23 @@ def check_conv_on(mechanism, short_conv: bool, conv_on: str, retain: int) -> Non
                          f"allowed there: conv_on={CONV_ON[0]!r}")
 
 
+def with_cache_options(lin: dict, cache: dict, where: str) -> dict:
+    """A checkpoint's linearize options (`lin`, from its config.json) with the cache options `cache` in place of
+    its own; any other option is refused (the checkpoint's parameters were trained for it), and the result is
+    checked as a whole (retention needs GDN with a window, ...)."""
+    other = sorted(set(cache) - set(CACHE_KEYS))
+    if other:
+        raise ValueError(f"{where} already says how the model is linearized; of its options only the cache "
+                         f"options {list(CACHE_KEYS)} may be changed (training-free), drop {other}")
+    out = {**lin, **{k: parse_value(k, v) for k, v in cache.items()}}
+    mech = out.get("mechanism", "gdn")
+    check_window_only(mech, out.get("window", 0), out.get("sinks", 0))
+    check_retention(mech, out.get("window", 0), out.get("retain", 0), out.get("retain_score", RETAIN_SCORES[0]))
+    check_out_norm(mech, out.get("out_norm", False), out.get("retain", 0))
+    check_conv_on(mech, out.get("short_conv", False), out.get("conv_on", CONV_ON[0]), out.get("retain", 0))
+    return without_unused_retention(out)
+
+
 def without_unused_retention(options: dict) -> dict:
     """Linearize options without the retention keys when retain is 0, without out_norm when off and without
     conv_on when the default: checkpoints and run records written before these options existed stay byte-identical."""
@@ -282,7 +302,9 @@ class ModelSpec:
             return cls(checkpoint=text, **extra)  # a folder that is not a (whole) checkpoint fails here, naming it
         args = {}
         tokens = [t.strip() for t in text.split(",") if t.strip()]
-        if "=" not in tokens[0]:
+        if "=" not in tokens[0] and Path(tokens[0]).expanduser().is_dir():
+            args["checkpoint"] = tokens.pop(0)  # a checkpoint folder, then cache options (CACHE_KEYS)
+        elif "=" not in tokens[0]:
             preset = tokens.pop(0)
             if preset not in PRESETS:
                 raise ValueError(f"unknown model {preset!r}; allowed presets: {sorted(PRESETS)}, "
@@ -388,13 +410,19 @@ class ModelSpec:
         """Cache budget in tokens: sinks + window (+ retention slots) for windowed models, inf for full attention."""
         if self.is_full_attention:
             return math.inf
-        if self.checkpoint is not None and not (self.sinks or self.window):
-            try:  # a checkpoint carries its own window and sinks
-                lin = self.checkpoint_config()["linearize"]
+        if self.checkpoint is not None:
+            try:  # a checkpoint carries its own window and sinks, unless cache options replace them
+                lin = self.checkpoint_linearize()
                 return lin.get("sinks", 0) + lin.get("window", 0) + lin.get("retain", 0)
             except (FileNotFoundError, KeyError, ValueError):
                 return 0
         return self.sinks + self.window + self.retain
+
+    def checkpoint_linearize(self) -> dict:
+        """A checkpoint's linearize options with this spec's cache options (with_cache_options) in place."""
+        given = {k: v for k, v in self.given().items() if k not in ("base", "checkpoint", "dtype")}
+        return with_cache_options(self.checkpoint_config()["linearize"], given,
+                                  f"checkpoint {Path(self.checkpoint).name!r}")
 
 
 FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelSpec)}
