@@ -72,3 +72,10 @@ def test_lm_eval_backend_loads_it(ckpt):
     lm = B.make_lm("linearized", checkpoint=str(ckpt), window=4, sinks=1)
     assert lm.golinear_info["cache_options"] == {"window": 4, "sinks": 1}
     assert lm.golinear_info["cache_budget"] == 5
+
+
+def test_a_budget_sweep_moves_a_checkpoints_window(ckpt):
+    spec = parse_model_spec(str(ckpt)).with_budget(16, sinks=2)
+    assert spec.budget == 16 and spec.checkpoint_linearize()["window"] == 14 and spec.label == "gdn-w6-s2-sc @16"
+    slots = parse_model_spec(f"{ckpt},window=3,retain=3").with_budget(16, sinks=2)  # the slots are kept
+    assert (slots.window, slots.retain, slots.budget) == (11, 3, 16)
