@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cli_args import REFERENCE_DIR
+from bench.families import families, family_of
 from bench.store import Store
 from models.atomic import atomic_write
 
@@ -74,10 +75,12 @@ def measured_frame(cells: list[dict]) -> pd.DataFrame:
             scale = 100.0 if pct else 1.0
             cfg = c["key"]["config"]
             model = c["model"]
+            family_id, family_name = family_of(model)
             rows.append({"suite": c.get("suite"), "column": col, "value": m["value"] * scale,
                          "stderr": None if m.get("stderr") is None else m["stderr"] * scale, "n": c.get("n"),
                          "backbone": model.get("backbone"), "model": model.get("label"),
                          "family": model.get("family") or model.get("label"), "model_key": c["key"]["model"],
+                         "family_id": family_id, "family_name": family_name,
                          "full_attention": bool(model.get("full_attention")),
                          "budget": _budget_label(model.get("budget")), "new_params": model.get("new_parameters"),
                          "limit": cfg.get("limit"), "context_length": cfg.get("context_length"),
@@ -179,8 +182,9 @@ def sniah_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFram
     """Table 8 analog: rows (model family, task), columns cache budgets (inf = full attention)."""
     rows = {}
     sub = df[df["column"].isin(SNIAH_TASKS)] if len(df) else df
-    for _, r in (sub.iterrows() if len(sub) else []):
-        fam = "full attention" if r["full_attention"] else r["family"]
+    fams = families(sub)
+    for i, r in (sub.iterrows() if len(sub) else []):
+        fam = "full attention" if r["full_attention"] else fams[i]
         key = ("measured", "measured", r["backbone"], fam, r["column"], r["context_length"], r["n"])
         rows.setdefault(key, {})[r["budget"]] = float(r["value"])
     if reference is not None:
@@ -202,8 +206,9 @@ def ruler_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFram
     """Table 9 analog: rows (model family, budget), columns the RULER subsets and their average."""
     rows = {}
     sub = df[df["column"].isin(RULER_COLS)] if len(df) else df
-    for _, r in (sub.iterrows() if len(sub) else []):
-        fam = "full attention" if r["full_attention"] else r["family"]
+    fams = families(sub)
+    for i, r in (sub.iterrows() if len(sub) else []):
+        fam = "full attention" if r["full_attention"] else fams[i]
         key = ("measured", "measured", r["backbone"], fam, r["budget"], r["context_length"])
         d = rows.setdefault(key, {})
         d[r["column"]] = float(r["value"])

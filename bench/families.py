@@ -1,0 +1,49 @@
+"""A cell's model family across cache budgets: the rows of the S-NIAH and RULER tables.
+
+A budget sweep (`golinear run --budgets`) names its family when it runs. Models given one by one are named here:
+what is left of a model once its window is taken away. Then the default recipe trained at budgets 128 ... 1024
+(four checkpoints) is one row with four budget columns, and so is the untrained window + sinks at four windows.
+Two models of one family at the same budget (seeds, learning rates) would share a table cell, so such a family
+falls back to the models' own labels.
+"""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from bench.specs import WINDOW_ONLY_LABEL
+
+
+def family_of(model: dict) -> tuple[str, str]:
+    """(identity, name) of a stored cell's model (the store's `model` field) without its window."""
+    label = model.get("label") or ""
+    if model.get("family") and model["family"] != label:  # named by the sweep that ran it
+        return "named:" + model["family"], model["family"]
+    info = model.get("info") or {}
+    lin = dict(info.get("linearize") or {})
+    if model.get("full_attention") or not lin:
+        return "label:" + label, label
+    lin.pop("window", None)
+    ident = json.dumps({"backbone": model.get("backbone"), "trained": bool(info.get("trained")), **lin},
+                       sort_keys=True)
+    if lin.get("mechanism") == "none":
+        return ident, WINDOW_ONLY_LABEL
+    named = [(lin.get("sinks"), f"{lin.get('sinks')} sinks"),
+             (lin.get("short_conv"), "short conv" + (" (linear path)" if lin.get("conv_on") == "linear" else "")),
+             (lin.get("lora"), "LoRA"), (lin.get("out_norm"), "output norm"),
+             (lin.get("retain"), f"{lin.get('retain')} retained ({lin.get('retain_score')})"),
+             (lin.get("full_layers") or lin.get("keep_full"), "some layers full")]
+    parts = [lin["mechanism"], "window"] + [text for given, text in named if given]
+    return ident, " + ".join(parts) + (", trained at each budget" if info.get("trained") else ", untrained")
+
+
+def families(frame: pd.DataFrame) -> pd.Series:
+    """The family name of each row of a measured frame (bench.leaderboard.measured_frame: columns family_id,
+    family_name, model, model_key, budget, column), its label where the family has two models at one budget."""
+    if not len(frame):
+        return pd.Series([], dtype=object)
+    per_slot = frame.groupby(["family_id", "budget", "column"])["model_key"].nunique()
+    crowded = {fid for (fid, _, _), n in per_slot.items() if n > 1}
+    return pd.Series([r["model"] if r["family_id"] in crowded else r["family_name"] for _, r in frame.iterrows()],
+                     index=frame.index, dtype=object)

@@ -1,0 +1,39 @@
+"""bench/families.py: models given one by one become one S-NIAH/RULER row per family across budgets."""
+from __future__ import annotations
+
+import pandas as pd
+
+from bench.families import families, family_of
+from bench.specs import WINDOW_ONLY_LABEL
+
+
+def _model(label, window, trained, mechanism="gdn", family=None, **lin):
+    return {"label": label, "family": family or label, "backbone": "smollm2-135m", "full_attention": False,
+            "info": {"trained": trained, "linearize": {"mechanism": mechanism, "window": window, "sinks": 8, **lin}}}
+
+
+def _frame(models_budgets):
+    rows = []
+    for key, (model, budget) in enumerate(models_budgets):
+        fid, name = family_of(model)
+        rows.append({"model": model["label"], "model_key": f"k{key}", "budget": budget, "column": "S-NIAH-1",
+                     "family_id": fid, "family_name": name})
+    return pd.DataFrame(rows)
+
+
+def test_a_window_sweep_given_model_by_model_is_one_family():
+    trained = [_model(f"gdn-w{b - 8}-s8-sc", b - 8, True, short_conv=True) for b in (128, 256)]
+    untrained = [_model(f"mechanism=none,window={b - 8},sinks=8", b - 8, False, mechanism="none") for b in (128, 256)]
+    frame = _frame([(m, b) for m, b in zip(trained + untrained, (128, 256, 128, 256))])
+    assert list(families(frame)) == ["gdn + window + 8 sinks + short conv, trained at each budget"] * 2 \
+        + [WINDOW_ONLY_LABEL] * 2
+    assert family_of(_model("gdn-default @128", 120, False, family="gdn-default"))[1] == "gdn-default"  # a sweep's
+
+
+def test_two_models_of_one_family_at_one_budget_keep_their_labels():
+    seeds = [_model(f"gdn-w56-s8-sc-seed{s}", 56, True, short_conv=True) for s in (1, 2)]
+    other = _model("gdn-w120-s8-sc", 120, True, short_conv=True)
+    assert list(families(_frame([(seeds[0], 64), (seeds[1], 64), (other, 128)]))) == \
+        ["gdn-w56-s8-sc-seed1", "gdn-w56-s8-sc-seed2", "gdn-w120-s8-sc"]
+    assert family_of(_model("x", 28, True, retain=28, retain_score="proj_residual"))[1] == \
+        "gdn + window + 8 sinks + 28 retained (proj_residual), trained at each budget"
