@@ -3,8 +3,8 @@
 A budget sweep (`golinear run --budgets`) names its family when it runs. Models given one by one are named here:
 what is left of a model once its window is taken away. Then the default recipe trained at budgets 128 ... 1024
 (four checkpoints) is one row with four budget columns, and so is the untrained window + sinks at four windows.
-Two models of one family at the same budget (seeds, learning rates) would share a table cell, so such a family
-falls back to the models' own labels.
+A model alone in its family keeps its own label, and so do two models of one family at the same budget (seeds,
+learning rates), which would otherwise share a table cell.
 """
 from __future__ import annotations
 
@@ -40,10 +40,13 @@ def family_of(model: dict) -> tuple[str, str]:
 
 def families(frame: pd.DataFrame) -> pd.Series:
     """The family name of each row of a measured frame (bench.leaderboard.measured_frame: columns family_id,
-    family_name, model, model_key, budget, column), its label where the family has two models at one budget."""
+    family_name, model, model_key, budget, column); its label where it is alone in its family or where the family
+    has two models at one budget."""
     if not len(frame):
         return pd.Series([], dtype=object)
     per_slot = frame.groupby(["family_id", "budget", "column"])["model_key"].nunique()
     crowded = {fid for (fid, _, _), n in per_slot.items() if n > 1}
-    return pd.Series([r["model"] if r["family_id"] in crowded else r["family_name"] for _, r in frame.iterrows()],
+    alone = {fid for fid, n in frame.groupby("family_id")["model_key"].nunique().items() if n == 1}
+    keep = crowded | (alone - {fid for fid in alone if fid.startswith("named:")})
+    return pd.Series([r["model"] if r["family_id"] in keep else r["family_name"] for _, r in frame.iterrows()],
                      index=frame.index, dtype=object)

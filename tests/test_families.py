@@ -28,6 +28,7 @@ def test_a_window_sweep_given_model_by_model_is_one_family():
     assert list(families(frame)) == ["gdn + window + 8 sinks + short conv, trained at each budget"] * 2 \
         + [WINDOW_ONLY_LABEL] * 2
     assert family_of(_model("gdn-default @128", 120, False, family="gdn-default"))[1] == "gdn-default"  # a sweep's
+    assert list(families(_frame([(trained[0], 128)]))) == ["gdn-w120-s8-sc"]  # alone: its own label
 
 
 def test_two_models_of_one_family_at_one_budget_keep_their_labels():
