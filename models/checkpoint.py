@@ -89,15 +89,11 @@ def load_checkpoint(folder: str | os.PathLike, base: str | None = None, dtype: s
                     device: str = "cpu", cache: dict | None = None):
     """(model, tokenizer, info) for a saved checkpoint on its base (or `base`, which must match), optionally
     under other cache options (`cache`, models.spec.CACHE_KEYS; info["cache_options"] names them)."""
-    config = read_config(folder)
-    if cache:
-        config = {**config, "linearize": with_cache_options(config["linearize"], cache, f"checkpoint {str(folder)!r}")}
-    spec = ModelSpec.from_checkpoint_config(config, folder)
-    base = base or spec.base_name
+    base = base or ModelSpec.from_checkpoint_config(read_config(folder), folder).base_name
     model, tok = load_backbone(base, dtype=dtype, device="cpu")
     fp = stored_fingerprint(model, base)
     apply_checkpoint(model, folder, base_fingerprint=fp, cache=cache)
-    cfg = LinearizeConfig.from_dict(spec.linearize_options())
+    cfg = LinearizeConfig.from_dict(model.config.golinear["linearize"])  # as applied: the cache options in place
     info = {"base": base, "base_fingerprint": fp, "checkpoint": str(folder),
             "checkpoint_fingerprint": checkpoint_fingerprint(folder), "linearize": cfg.to_dict(),
             "new_parameters": count_new_parameters(model), "cache_budget": cfg.cache_budget, "trained": True,
