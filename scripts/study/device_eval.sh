@@ -11,6 +11,7 @@
 # (scripts/study/prepare_eval.sh), optionally a checkpoint folder CKPT outside the tree and .device/eval-partial.
 # Env: NAMES (checkpoint names under CKPT, or model specs such as mechanism=none,window=120,sinks=8; `full` is
 #   always added), SUITES (default "cr lambada"), K (workers, default 8), BUDGET (s from the start, default 540),
+#   SPLIT (workers per unit, default 1: a model's suite with many tasks, e.g. ruler, spread over SPLIT workers),
 #   CKPT (a carried folder of checkpoints outside the tree; a name not there is looked up in the tracked
 #   checkpoints/smollm2-135m, then in the machine's stash), BATCH (cr/lambada, 64), BATCH_MMLU (4), BATCH_LONG (32),
 #   LONG_ARGS (sniah/ruler: "--context-length 4096 --num-samples 500"), EXTRA_ARGS (every run; a CPU dry run:
@@ -36,6 +37,20 @@ BUDGET=${BUDGET:-540}; K=${K:-8}; SUITES=${SUITES:-cr lambada}; CKPT=${CKPT:-che
 WORK=${EVAL_WORK:-/tmp/study-eval}; STORE=$WORK/store; STASH_CK=$WORK/ckpt; OUT=${OUT:-$WORK/out}
 LOCKS=$WORK/lock-$T0  # one lock folder a call: a warm machine's next call retries unfinished units
 mkdir -p $LOCKS $WORK/logs $STORE/cells $STORE/partial $STASH_CK $OUT
+# checkpoints: carried ones are stashed (also by a stash call), so a warm machine keeps them for the next call.
+# A name may carry cache options after its folder (gdn-w248-s8-sc,window=124,retain=124: models.spec.CACHE_KEYS).
+resolve_specs() {
+  SPECS=(); local name base opts src d
+  for name in full ${NAMES:-}; do
+    base=${name%%,*}; opts=${name:${#base}}
+    [[ "$base" == *=* ]] && { SPECS+=($name); continue; }  # a model spec such as mechanism=none,window=120
+    src=""; for d in "$CKPT" checkpoints/smollm2-135m; do [ -z "$src" ] && [ -d "$d/$base" ] && src=$d/$base; done
+    if [ -n "$src" ]; then rm -rf $STASH_CK/$base; cp -r "$src" $STASH_CK/; SPECS+=($STASH_CK/$base$opts)  # carried
+    elif [ -d "$STASH_CK/$base" ]; then SPECS+=($STASH_CK/$base$opts)  # carried by an earlier call
+    elif [ "$name" = full ]; then SPECS+=($name)
+    else echo "no checkpoint $base in $CKPT, checkpoints/smollm2-135m or $STASH_CK: skipped"; fi
+  done
+}
 if [ -n "${DRY:-}" ]; then
   DEVICE=${DEVICE:-cpu}; DATA=${DATA:-$(cd $ROOT/.. && pwd)/shared/data}; export PYTHONPATH=$ROOT PYTHONUNBUFFERED=1
   PY=${PY:-python3}
@@ -45,34 +60,30 @@ else
   source scripts/gpu/device_setup.sh > $WORK/logs/setup.log 2>&1 || { tail -20 $WORK/logs/setup.log; exit 3; }
   tail -2 $WORK/logs/setup.log
   if [ ! -f /tmp/golinear-cache/.fp ]; then
-    echo "stash call: GGUF parts $(ls /tmp/golinear-stash | tr '\n' ' '); data: $(ls $DATA | tr '\n' ' ')"; exit 0
+    resolve_specs > /dev/null
+    echo "stash call: checkpoints $(ls $STASH_CK | tr '\n' ' '); GGUF parts $(ls /tmp/golinear-stash | tr '\n' ' '); data: $(ls $DATA | tr '\n' ' ')"; exit 0
   fi
 fi
 export GOLINEAR_GIT_COMMIT=${GOLINEAR_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}
 # the store: committed cells (finished: skipped), carried request caches, then what earlier calls left here
+resolve_specs
 [ -d leaderboards/store/cells ] && cp -rn leaderboards/store/cells/. $STORE/cells/
 [ -d .device/eval-partial/partial ] && cp -rn .device/eval-partial/partial/. $STORE/partial/
 (cd leaderboards/store 2>/dev/null && find cells -name '*.json' | sort) > $WORK/seed.txt
-# checkpoints: carried ones are stashed, so a warm machine keeps them for the next call
-SPECS=()
-for name in full ${NAMES:-}; do
-  src=""; for d in "$CKPT" checkpoints/smollm2-135m; do [ -z "$src" ] && [ -d "$d/$name" ] && src=$d/$name; done
-  if [ -n "$src" ]; then rm -rf $STASH_CK/$name; cp -r "$src" $STASH_CK/; SPECS+=($STASH_CK/$name)  # carried: fresh copy
-  elif [ -d "$STASH_CK/$name" ]; then SPECS+=($STASH_CK/$name)  # carried by an earlier call
-  elif [ "$name" = full ] || [[ "$name" == *=* ]]; then SPECS+=($name)
-  else echo "no checkpoint $name in $CKPT, checkpoints/smollm2-135m or $STASH_CK: skipped"; fi
-done
 suite_args() { case $1 in sniah|ruler) echo ${LONG_ARGS:---context-length 4096 --num-samples 500};; esac; }
 suite_batch() { case $1 in mmlu) echo ${BATCH_MMLU:-4};; sniah|ruler) echo ${BATCH_LONG:-32};; *) echo ${BATCH:-64};; esac; }
 : > $WORK/units.txt  # suite-major (list the longest suite first); units with every cell in the store: left out
 for spec in "${SPECS[@]}"; do for s in $SUITES; do printf '%s\t%s\n' "$spec" "$s"; done; done > $WORK/all-units.txt
 for s in $SUITES; do grep -P "\t$s\$" $WORK/all-units.txt | $PY scripts/study/pending_units.py -- --store $STORE \
   --data-dir $DATA $(suite_args $s) ${EXTRA_ARGS:-} >> $WORK/units.txt; done
+# SPLIT=n lists each unit n times: n workers then share one model's tasks (each claims a different cell, bench/runner.py)
+# (copy-major: every unit's first copy is taken before any second one)
+for i in $(seq 1 ${SPLIT:-1}); do awk -v i=$i '{print $0 "\t" i}' $WORK/units.txt; done > $WORK/units.tmp && mv $WORK/units.tmp $WORK/units.txt
 echo "t=$(( $(date +%s) - T0 ))s $(wc -l < $WORK/units.txt) of $(wc -l < $WORK/all-units.txt) units (model x suite) pending, $K workers, budget ${BUDGET}s"
 worker() {  # worker W: take each free unit in turn until the list or the budget runs out
   local w=$1 spec s lock left bs args t rc n0
-  while IFS=$'\t' read -r spec s; do
-    lock=$LOCKS/$(printf '%s %s' "$spec" "$s" | md5sum | cut -c1-16)
+  while IFS=$'\t' read -r spec s copy; do
+    lock=$LOCKS/$(printf '%s %s %s' "$spec" "$s" "$copy" | md5sum | cut -c1-16)
     mkdir $lock 2>/dev/null || continue
     left=$(( BUDGET - ($(date +%s) - T0) )); [ $left -lt 30 ] && break
     bs=$(suite_batch $s); args=$(suite_args $s)
