@@ -44,7 +44,7 @@ resolve_specs() {
   for name in full ${NAMES:-}; do
     base=${name%%,*}; opts=${name:${#base}}
     [[ "$base" == *=* ]] && { SPECS+=($name); continue; }  # a model spec such as mechanism=none,window=120
-    src=""; for d in "$CKPT" checkpoints/smollm2-135m; do [ -z "$src" ] && [ -d "$d/$base" ] && src=$d/$base; done
+    src=""; for d in "$CKPT" checkpoints/smollm2-135m; do [ -z "$src" ] && [ -f "$d/$base/config.json" ] && src=$d/$base; done  # (a sparse checkout leaves empty folders)
     if [ -n "$src" ]; then rm -rf $STASH_CK/$base; cp -r "$src" $STASH_CK/; SPECS+=($STASH_CK/$base$opts)  # carried
     elif [ -d "$STASH_CK/$base" ]; then SPECS+=($STASH_CK/$base$opts)  # carried by an earlier call
     elif [ "$name" = full ]; then SPECS+=($name)
