@@ -9,7 +9,7 @@ PY=${PY:-.venv/bin/python}; [ -x $PY ] || PY=python3
 TMP=$(mktemp -d); trap 'rm -rf $TMP' EXIT
 mkdir -p $TMP/store/cells && tar xzf $AT/cells.tgz -C $TMP/store
 $PY -m bench.cli store merge $TMP/store --store $STORE
-if [ -f $AT/partial.tgz ]; then  # the newest caches replace the older ones (finished cells dropped theirs)
-  rm -rf .device/eval-partial && mkdir -p .device/eval-partial && tar xzf $AT/partial.tgz -C .device/eval-partial
+if [ -f $AT/partial.tgz ]; then  # laid over the kept caches: a call that was not carried them returns none of them
+  mkdir -p .device/eval-partial && tar xzf $AT/partial.tgz -C .device/eval-partial
   echo "request caches of unfinished cells: $(find .device/eval-partial -name '*.db' | wc -l) files, $(du -sh .device/eval-partial | cut -f1) (carry .device/eval-partial)"
 fi
