@@ -27,7 +27,7 @@ import pandas as pd
 from bench.leaderboard import (CR_COLS, RULER_COLS, SNIAH_TASKS, load_reference, measured_frame, to_csv,
                                write_if_changed)
 from bench.store import Store
-from models.spec import local_files_identity
+from models.spec import checkpoint_identity
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ def load_runs(checkpoints: Path) -> dict:
             res, s = c.get("results", {}), c.get("summary", {})
             run = Run(cfg.parent.name, int(s.get("step", 0)), int(c["train"]["steps"]),
                       res.get("heldout_loss_trained"), res.get("heldout_loss_full_attention"),
-                      int(c["train"].get("seed", 0)), local_files_identity(cfg.parent) or "")
+                      int(c["train"].get("seed", 0)), checkpoint_identity(cfg.parent) or "")
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{cfg}: not a `golinear train` record ({type(e).__name__}: {e})") from None
         runs.setdefault(RUN_NAME.match(run.name)["recipe"], []).append(run)

@@ -338,7 +338,7 @@ class ModelSpec:
         a = {**self.given(), "base": self.base_name}
         parts = [f"{k}={Path(v).name if k == 'checkpoint' else _text(v)}" for k, v in sorted(a.items())]
         for k in ("base", "checkpoint"):
-            ident = local_files_identity(a.get(k))
+            ident = checkpoint_identity(a.get(k)) if k == "checkpoint" else local_files_identity(a.get(k))
             if ident:
                 parts.append(f"{k}_files={ident}")
         return ",".join(parts)
@@ -467,8 +467,9 @@ def _text(v) -> str:
 CONTENT_HASH_LIMIT = 64 << 20  # checkpoints (new parameters only) are hashed by content; big backbones by stat
 
 
-def local_files_identity(value) -> str | None:
-    """For a local folder: a short hash of its files (content up to 64 MB each, else size and mtime).
+def local_files_identity(value, names: tuple[str, ...] | None = None) -> str | None:
+    """For a local folder: a short hash of its files (content up to 64 MB each, else size and mtime); only
+    the files in `names` when given.
 
     It changes when the files change, and (for checkpoints) survives copying the folder elsewhere."""
     if not value:
@@ -478,7 +479,7 @@ def local_files_identity(value) -> str | None:
         return None
     h = hashlib.sha256()
     for q in sorted(p.iterdir()):
-        if not q.is_file() or q.name.startswith("."):
+        if not q.is_file() or q.name.startswith(".") or (names is not None and q.name not in names):
             continue
         st = q.stat()
         h.update(q.name.encode())
@@ -488,3 +489,10 @@ def local_files_identity(value) -> str | None:
             h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
     return h.hexdigest()[:10]
 
+
+def checkpoint_identity(folder) -> str | None:
+    """A checkpoint's identity in store keys: the hash of the two files `apply_checkpoint` loads. The run's
+    log, plot and train_config.json beside them change nothing the model computes, so a log line appended
+    or a copy of the folder without them (what a device call carries) keys the same cells; a retrained
+    checkpoint (new weights or config) keys new ones."""
+    return local_files_identity(folder, (CONFIG, WEIGHTS))

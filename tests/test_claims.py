@@ -12,7 +12,7 @@ from bench import claims as C
 from bench.cli import main as cli_main
 from bench.cli_args import REFERENCE_DIR, REPO_ROOT
 from bench.store import Store
-from models.spec import local_files_identity
+from models.spec import checkpoint_identity
 
 CR_TASKS = {"golinear_piqa": "acc", "golinear_arc_easy": "acc", "golinear_arc_challenge": "acc_norm",
             "golinear_hellaswag": "acc_norm", "golinear_winogrande": "acc"}
@@ -22,6 +22,7 @@ CE, CR = C.CE, C.METRICS["CR"]
 def checkpoint(root, name, heldout, *, steps=2500, requested=2500, full=3.47, seed=0):
     d = root / name
     d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"name": name}))  # what the store key's files hash reads
     (d / "train_config.json").write_text(json.dumps({
         "train": {"steps": requested, "seed": seed}, "summary": {"step": steps},
         "results": {"heldout_loss_trained": heldout, "heldout_loss_full_attention": full}}))
@@ -29,7 +30,7 @@ def checkpoint(root, name, heldout, *, steps=2500, requested=2500, full=3.47, se
 
 def put_cr(store, name, score, *, full=False, limit=None, folder=None):
     """The five CR cells of one model, every task at `score` (a fraction), keyed by the folder's files."""
-    files = None if full else local_files_identity(folder)
+    files = None if full else checkpoint_identity(folder)
     key = "base=smollm2-135m" if full else f"base=smollm2-135m,checkpoint={name},checkpoint_files={files}"
     for task, metric in CR_TASKS.items():
         store.put({"key": {"model": key, "task": task, "config": {"limit": limit, "num_fewshot": 0}},

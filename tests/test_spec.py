@@ -105,6 +105,27 @@ def test_store_key_and_budget_of_a_checkpoint_folder():
     assert ModelSpec.from_string("full").budget == math.inf
 
 
+def test_a_checkpoint_is_keyed_by_the_files_it_loads(tmp_path):
+    """The run's log and plot beside a checkpoint do not make another model (a device call carries the folder
+    without them); its weights or config do."""
+    import shutil
+    folder = tmp_path / CKPT.name
+    shutil.copytree(CKPT, folder)
+    key = ModelSpec.from_string(str(folder)).store_key()
+    for extra in ("train_log.jsonl", "loss.png", "train_config.json"):
+        (folder / extra).unlink(missing_ok=True)
+    assert ModelSpec.from_string(str(folder)).store_key() == key
+    (folder / "train_log.jsonl").write_text('{"step": 1}\n')
+    assert ModelSpec.from_string(str(folder)).store_key() == key
+    for name in (M.CONFIG, M.WEIGHTS):
+        saved = (folder / name).read_bytes()
+        changed = saved + b" " if name == M.CONFIG else saved[:-1] + bytes([saved[-1] ^ 1])  # one weight's bit
+        (folder / name).write_bytes(changed)
+        assert ModelSpec.from_string(str(folder)).store_key() != key, name
+        (folder / name).write_bytes(saved)
+    assert ModelSpec.from_string(str(folder)).store_key() == key
+
+
 ALLOWED = "['gla', 'kgla', 'gdn', 'hedgehog', 'none']"
 BAD = [  # (key, value, the whole message)
     ("mechanism", "mamba", f"unknown mechanism 'mamba'; allowed: {ALLOWED} (or 'full')"),
