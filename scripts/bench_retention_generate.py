@@ -1,8 +1,15 @@
 """Batched decoding of a model with retention slots (models.retention_generate) against HF generate one prompt at a
-time, on an untrained SmolLM2 linearization (gdn, sinks 8, window 48, retain 8, short conv): wall time of each path
-and how many generations are identical. Prompts are random token ids of slightly different lengths; no EOS.
+time: wall time of each phase and how many generations are identical. Prompts are random token ids of slightly
+different lengths; no EOS. Default model: an untrained SmolLM2 linearization (gdn, sinks 8, window 48, retain 8,
+short conv); `--checkpoint` + `--window/--retain` time a trained one with slots instead (the study's S-NIAH rows).
 
     .venv/bin/python scripts/bench_retention_generate.py --score proj_residual --batch 4 --length 256 --new 32
+    python3 scripts/bench_retention_generate.py --device cuda --dtype bfloat16 --checkpoint \
+        checkpoints/smollm2-135m/gdn-w248-s8-sc --window 124 --retain 124 --batch 8 --length 4096 --new 16 --no-alone
+
+Phases printed: the prefill (each prompt alone), the first decode call (torch.compile and the CUDA-graph capture
+happen there on CUDA), then the steady decode (ms per step); each twice (two batches) so that one-time costs show.
+GOLINEAR_FUSED_DECODE=0 turns the compiled step off (the eager in-place step, still in the graph).
 """
 from __future__ import annotations
 
@@ -19,6 +26,28 @@ from models.load import load_model  # noqa: E402
 from models.spec import RETAIN_SCORES  # noqa: E402
 
 
+def sync(device: str) -> float:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def phases(model, prompts, new: int, device: str) -> str:
+    """One batch through RetentionDecoder, timed by phase."""
+    dec = decoder_for(model)
+    L = max(map(len, prompts))
+    ids = torch.tensor([p + [0] * (L - len(p)) for p in prompts], device=model.device)
+    t0 = sync(device)
+    dec.prefill(ids, [len(p) for p in prompts])
+    t1 = sync(device)
+    dec.decode(1)
+    t2 = sync(device)
+    dec.decode(new - 1)
+    t3 = sync(device)
+    return (f"prefill {t1 - t0:.2f} s ({(t1 - t0) / len(prompts):.3f} s a prompt), first step {t2 - t1:.2f} s, "
+            f"then {1e3 * (t3 - t2) / max(1, new - 1):.1f} ms/step")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--score", default="proj_residual", choices=RETAIN_SCORES)
@@ -27,25 +56,39 @@ def main(argv=None):
     p.add_argument("--new", type=int, default=32, help="greedy tokens per prompt")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--checkpoint", help="a trained checkpoint folder, given --window and --retain as cache options")
+    p.add_argument("--window", type=int, default=48)
+    p.add_argument("--retain", type=int, default=8)
+    p.add_argument("--no-alone", action="store_true", help="time the batched phases only (no HF generate)")
     a = p.parse_args(argv)
     if a.length - 7 * (a.batch - 1) < 1:
         raise SystemExit(f"--length {a.length} leaves no tokens for row {a.batch - 1}; use >= {7 * a.batch - 6}")
-    model, _, _ = load_model(mechanism="gdn", window=48, sinks=8, short_conv=True, retain=8, retain_score=a.score,
-                             dtype=a.dtype, device=a.device, seed=0)
+    cache = dict(window=a.window, retain=a.retain, retain_score=a.score)
+    if a.checkpoint:
+        model, _, _ = load_model(checkpoint=a.checkpoint, dtype=a.dtype, device=a.device, **cache)
+    else:
+        model, _, _ = load_model(mechanism="gdn", sinks=8, short_conv=True, dtype=a.dtype, device=a.device, seed=0,
+                                 **cache)
     model.generation_config.eos_token_id = None  # every row generates --new tokens on both paths
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(100, 40000, (a.length - 7 * b,), generator=g).tolist() for b in range(a.batch)]
+    head = f"score={a.score} window={a.window} retain={a.retain} batch={a.batch} length<={a.length} new={a.new} " \
+           f"{a.device} {a.dtype}"
     with torch.no_grad():
-        t0 = time.perf_counter()
+        for i in (1, 2):
+            print(f"{head}, batch {i}: {phases(model, prompts, a.new, a.device)}", flush=True)
+        if a.no_alone:
+            return
+        t0 = sync(a.device)
         batched = generate_batch(decoder_for(model), prompts, a.new)
-        t_batched = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        t_batched = sync(a.device) - t0
+        t0 = sync(a.device)
         alone = [model.generate(torch.tensor([q], device=model.device), max_new_tokens=a.new, do_sample=False,
                                 pad_token_id=0)[0, len(q):].tolist() for q in prompts]
-        t_alone = time.perf_counter() - t0
+        t_alone = sync(a.device) - t0
     same = sum(x == y for x, y in zip(batched, alone))
-    print(f"score={a.score} batch={a.batch} length<={a.length} new={a.new} {a.device} {a.dtype}: batched "
-          f"{t_batched:.1f} s, one at a time {t_alone:.1f} s ({t_alone / t_batched:.2f}x), identical {same}/{a.batch}")
+    print(f"{head}: batched {t_batched:.1f} s, one at a time {t_alone:.1f} s ({t_alone / t_batched:.2f}x), "
+          f"identical {same}/{a.batch}")
 
 
 if __name__ == "__main__":

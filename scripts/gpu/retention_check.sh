@@ -1,5 +1,7 @@
 #!/bin/bash
-# Issue #17, retention slots on the GPU (docs/retention.md): one H200 call (carry [".whl"]), in this order:
+# Issue #17, retention slots on the GPU (docs/retention.md): one H200 call (carry [".whl"]; for (p) the GGUF too,
+# joined by earlier calls, and the checkpoint CK in the tree), in this order:
+#   (p) the phases of batched generation with slots on a trained checkpoint at 4K (scripts/bench_retention_generate.py);
 #   (c1) the latency rows at Llama-3.1-8B dims, bf16, batch 8, T 1024..32768, GOLINEAR_FUSED_DECODE=auto, of the
 #       retention config at the default recipe's budget 64 (sinks 8 + window 28 + retain 28, proj_residual;
 #       RetentionDecoder: each prompt prefilled alone, then the in-place step in a CUDA graph, compiled where
@@ -22,6 +24,18 @@ RETAIN="gdn-default,window=28,retain=28,retain_score=proj_residual"  # budget 64
 
 LATENCY="python3 -m bench.latency --model llama-3.1-8b --batch 8 --lengths 1024,4096,16384,32768 --device cuda \
   --dtype bfloat16 --out-dir $OUT/latency"  # rows of both runs merge into one latency.csv
+# (p) why S-NIAH with slots made no progress on the H200 (2026-12-01: four processes beside five others, no batch
+# of 32 4K prompts in 500 s; docs/retention.md): one trained checkpoint's phases alone, compiled step and eager
+CK=${CK:-checkpoints/smollm2-135m/gdn-w248-s8-sc}
+if [ -f $CK/config.json ]; then
+  for fused in auto 0; do
+    echo "== (p) retention generate phases, GOLINEAR_FUSED_DECODE=$fused, at ${SECONDS}s"
+    GOLINEAR_FUSED_DECODE=$fused timeout $(cap 420) python3 scripts/bench_retention_generate.py --device cuda \
+      --dtype bfloat16 --checkpoint $CK --window 124 --retain 124 --batch 8 --length 4096 --new 16 --no-alone \
+      > $OUT/phases_$fused.log 2>&1
+    echo "rc=$?"; grep -E "batch [12]:|Error|error" $OUT/phases_$fused.log | tail -4
+  done
+fi
 echo "== (c1) latency, retention at ${SECONDS}s"
 GOLINEAR_FUSED_DECODE=auto timeout $(cap 300) $LATENCY --configs "$RETAIN" > $OUT/latency_retain.log 2>&1
 echo "latency rc=$?"; grep -E "T=|Error|error|Traceback" $OUT/latency_retain.log | tail -8
