@@ -8,7 +8,12 @@ now: its old hash is that of the folder's files (all of them, or the loaded file
 copy device calls carried), and the weights fingerprint its run recorded is the folder's. Other cells (of files
 since replaced) are left as they are and listed. Values, provenance and every other field are kept.
 
+`--partial DIR` also renames the request caches of unfinished S-NIAH/RULER cells (a store's `partial/`, e.g.
+.device/eval-partial: `golinear run` names them by the cell key) at the study's settings (4K, 500 samples,
+seed 42; `--data-dir` for the task files' hashes), so a killed long cell resumes under the new key.
+
     .venv/bin/python scripts/store/rekey_checkpoints.py [--store leaderboards/store] [--checkpoints DIR]
+        [--partial .device/eval-partial --data-dir ../shared/data]
 """
 from __future__ import annotations
 
@@ -31,10 +36,40 @@ def old_identities(folder: Path) -> set[str]:
     return {local_files_identity(folder), local_files_identity(folder, (CONFIG, WEIGHTS, "train_config.json"))}
 
 
+def rekey_partials(root: Path, ck: Path, data_dir: str) -> int:
+    """Rename the request caches of the checkpoints' S-NIAH/RULER cells from each old key to the new one."""
+    from bench.plan import cell_data, plan_cells, resolve_suites
+    from bench.store import CellKey
+    from bench.specs import parse_model_spec
+    store, entries, moved = Store(root), resolve_suites("sniah,ruler"), 0
+    data = {e.task: cell_data(e, data_dir) for e in entries}
+    for folder in sorted(p for p in ck.iterdir() if (p / CONFIG).is_file()):
+        cells = plan_cells([parse_model_spec(str(folder))], entries, context_length=4096, num_samples=500,
+                           seed=42, data=data)
+        for c in cells:
+            new_key, label = c.key, c.model.label
+            m = FILES.search(new_key.model)
+            for old in old_identities(folder) - {m.group(1)}:
+                old_key = CellKey(new_key.model[:m.start(1)] + old + new_key.model[m.end(1):], new_key.task,
+                                  new_key.config, new_key.data)
+                src = store.request_cache(old_key, label, "FP").parent
+                for f in src.glob(f"*--{old_key.digest}--*"):
+                    dst = store.request_cache(new_key, label, "FP").parent / f.name.replace(old_key.digest,
+                                                                                             new_key.digest)
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    f.rename(dst)
+                    moved += 1
+                if src.is_dir() and not any(src.iterdir()):
+                    src.rmdir()
+    return moved
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", default="leaderboards/store")
     ap.add_argument("--checkpoints", default="checkpoints/smollm2-135m")
+    ap.add_argument("--partial", help="a store folder whose partial/ request caches to rename too")
+    ap.add_argument("--data-dir", default="../shared/data", help="the data folder (with --partial)")
     args = ap.parse_args(argv)
     store, ck = Store(args.store), Path(args.checkpoints)
     moved, kept = 0, []
@@ -63,6 +98,9 @@ def main(argv=None) -> int:
             d.rmdir()
     print(f"rekey_checkpoints: {moved} cells re-keyed to the loaded files' hash; {len(kept)} left as they are"
           + "".join(f"\n  {k}" for k in kept))
+    if args.partial:
+        print(f"rekey_checkpoints: {rekey_partials(Path(args.partial), ck, args.data_dir)} request-cache files "
+              f"renamed in {args.partial}/partial")
     return 0
 
 
