@@ -112,3 +112,24 @@ def test_pending_units_leaves_out_units_the_store_has(tmp_path):
     r = subprocess.run([sys.executable, "scripts/study/pending_units.py", "--", "--store", str(COMMITTED),
                         "--limit", "2"], cwd=ROOT, input=units, capture_output=True, text=True)
     assert r.stdout == units  # another configuration: nothing is in the store
+
+
+@pytest.mark.slow
+def test_device_eval_split_workers_share_one_model_and_names_carry_cache_options(tmp_path):
+    """SPLIT=2, K=4 (full attention is always a unit too): two workers on one model's five CR tasks evaluate different cells (each once); a name with cache
+    options after its folder evaluates that checkpoint with them; an empty folder in CKPT (what a sparse checkout
+    leaves) is passed over for the tree's checkpoint."""
+    (tmp_path / "ck" / "gdn-w64").mkdir(parents=True)
+    env = {**os.environ, "DRY": "1", "PY": sys.executable, "OMP_NUM_THREADS": "1", "K": "4", "SPLIT": "2",
+           "BUDGET": "400", "NAMES": "gdn-w64,window=32,sinks=8", "SUITES": "cr", "EXTRA_ARGS": "--limit 1",
+           "CKPT": str(tmp_path / "ck"), "EVAL_WORK": str(tmp_path / "machine"), "OUT": str(tmp_path / "out"),
+           "STAGGER_S": "1"}
+    r = subprocess.run(["bash", "scripts/study/device_eval.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    units = [line for line in r.stdout.splitlines() if line.startswith("w") and " rc=" in line]
+    counts = [int(u.split()[-2]) for u in units if u.endswith("evaluated") and "gdn-w64" in u]
+    assert len(counts) == 2 and sum(counts) == 5 and min(counts) >= 1, r.stdout  # both workers, each cell once
+    cells = [json.loads(tarfile.open(tmp_path / "out" / "cells.tgz").extractfile(m).read())
+             for m in tarfile.open(tmp_path / "out" / "cells.tgz").getmembers() if m.isfile()]
+    ours = [c for c in cells if "checkpoint=gdn-w64" in c["key"]["model"]]
+    assert len(ours) == 5 and all("window=32" in c["key"]["model"] and c["model"]["budget"] == 40 for c in ours)
