@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from models.batch_generate import decoder_for, generate_batch  # noqa: E402
+from models.batch_generate import decoder_for, generate_batch, pad_rows  # noqa: E402
 from models.load import load_model  # noqa: E402
 from models.spec import RETAIN_SCORES  # noqa: E402
 
@@ -35,8 +35,8 @@ def sync(device: str) -> float:
 def phases(model, prompts, new: int, device: str) -> str:
     """One batch through RetentionDecoder, timed by phase."""
     dec = decoder_for(model)
-    L = max(map(len, prompts))
-    ids = torch.tensor([p + [0] * (L - len(p)) for p in prompts], device=model.device)
+    ids, _ = pad_rows(prompts, 0)
+    ids = ids.to(model.device)
     t0 = sync(device)
     dec.prefill(ids, [len(p) for p in prompts])
     t1 = sync(device)

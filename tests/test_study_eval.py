@@ -116,9 +116,9 @@ def test_pending_units_leaves_out_units_the_store_has(tmp_path):
 
 @pytest.mark.slow
 def test_device_eval_split_workers_share_one_model_and_names_carry_cache_options(tmp_path):
-    """SPLIT=2, K=4 (full attention is always a unit too): two workers on one model's five CR tasks evaluate different cells (each once); a name with cache
-    options after its folder evaluates that checkpoint with them; an empty folder in CKPT (what a sparse checkout
-    leaves) is passed over for the tree's checkpoint."""
+    """SPLIT=2, K=4 (full attention is always a unit too): two workers on one model's five CR tasks evaluate
+    different cells (each once); a name with cache options after its folder evaluates that checkpoint with them;
+    an empty folder in CKPT (what a sparse checkout leaves) is passed over for the tree's checkpoint."""
     (tmp_path / "ck" / "gdn-w64").mkdir(parents=True)
     env = {**os.environ, "DRY": "1", "PY": sys.executable, "OMP_NUM_THREADS": "1", "K": "4", "SPLIT": "2",
            "BUDGET": "400", "NAMES": "gdn-w64,window=32,sinks=8", "SUITES": "cr", "EXTRA_ARGS": "--limit 1",

@@ -18,7 +18,6 @@ seed 42; `--data-dir` for the task files' hashes), so a killed long cell resumes
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import sys
@@ -26,9 +25,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.store import Store  # noqa: E402
+from models.checkpoint import checkpoint_fingerprint  # noqa: E402
 from models.spec import CONFIG, WEIGHTS, checkpoint_identity, local_files_identity  # noqa: E402
 
 FILES = re.compile(r"(?<=,)checkpoint_files=([0-9a-f]+)")
+
+
+def with_files(model_key: str, ident: str) -> str:
+    """The model key with its `checkpoint_files=` hash replaced."""
+    m = FILES.search(model_key)
+    return model_key[:m.start(1)] + ident + model_key[m.end(1):]
 
 
 def old_identities(folder: Path) -> set[str]:
@@ -48,10 +54,8 @@ def rekey_partials(root: Path, ck: Path, data_dir: str) -> int:
                            seed=42, data=data)
         for c in cells:
             new_key, label = c.key, c.model.label
-            m = FILES.search(new_key.model)
-            for old in old_identities(folder) - {m.group(1)}:
-                old_key = CellKey(new_key.model[:m.start(1)] + old + new_key.model[m.end(1):], new_key.task,
-                                  new_key.config, new_key.data)
+            for old in old_identities(folder) - {checkpoint_identity(folder)}:
+                old_key = CellKey(with_files(new_key.model, old), new_key.task, new_key.config, new_key.data)
                 src = store.request_cache(old_key, label, "FP").parent
                 for f in src.glob(f"*--{old_key.digest}--*"):
                     dst = store.request_cache(new_key, label, "FP").parent / f.name.replace(old_key.digest,
@@ -85,11 +89,10 @@ def main(argv=None) -> int:
         if new is None or m.group(1) == new:
             continue
         recorded = cell.get("model", {}).get("info", {}).get("checkpoint_fingerprint")
-        weights = hashlib.sha256((folder / WEIGHTS).read_bytes()).hexdigest()[:16]
-        if m.group(1) not in old_identities(folder) or recorded != weights:
+        if m.group(1) not in old_identities(folder) or recorded != checkpoint_fingerprint(folder):
             kept.append(f"{path.relative_to(store.root)} (files {m.group(1)}, weights {recorded})")
             continue
-        cell["key"]["model"] = model[:m.start(1)] + new + model[m.end(1):]
+        cell["key"]["model"] = with_files(model, new)
         store.put(cell)
         path.unlink()
         moved += 1
