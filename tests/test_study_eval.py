@@ -133,3 +133,23 @@ def test_device_eval_split_workers_share_one_model_and_names_carry_cache_options
              for m in tarfile.open(tmp_path / "out" / "cells.tgz").getmembers() if m.isfile()]
     ours = [c for c in cells if "checkpoint=gdn-w64" in c["key"]["model"]]
     assert len(ours) == 5 and all("window=32" in c["key"]["model"] and c["model"]["budget"] == 40 for c in ours)
+
+
+def test_device_eval_plan_groups_list_their_own_names_suites_and_splits(tmp_path):
+    """PLAN="SUITES[/SPLIT]: NAMES; ...": each group's names x suites, its own SPLIT (copy-major over the whole
+    list), `full` in every group; without PLAN, NAMES/SUITES/SPLIT make one group. K=0: the listing only."""
+    def units(**env) -> list[list[str]]:
+        work = tmp_path / f"m{len(list(tmp_path.iterdir()))}"
+        env = {**os.environ, "DRY": "1", "PY": sys.executable, "K": "0", "BUDGET": "60", "EXTRA_ARGS": "--limit 1",
+               "EVAL_WORK": str(work), "OUT": str(work / "out"), **env}
+        r = subprocess.run(["bash", "scripts/study/device_eval.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return [[Path(f).name if "/" in f else f for f in line.split("\t")]
+                for line in (work / "units.txt").read_text().splitlines()]
+    assert units(PLAN="lambada/2: gdn-w64; cr: gdn-w56-s8 mechanism=none,window=56,sinks=8") == [
+        ["full", "lambada", "1"], ["gdn-w64", "lambada", "1"],
+        ["full", "cr", "1"], ["gdn-w56-s8", "cr", "1"], ["mechanism=none,window=56,sinks=8", "cr", "1"],
+        ["full", "lambada", "2"], ["gdn-w64", "lambada", "2"]]
+    assert units(NAMES="gdn-w64", SUITES="cr lambada", SPLIT="2") == [
+        ["full", "cr", "1"], ["gdn-w64", "cr", "1"], ["full", "lambada", "1"], ["gdn-w64", "lambada", "1"],
+        ["full", "cr", "2"], ["gdn-w64", "cr", "2"], ["full", "lambada", "2"], ["gdn-w64", "lambada", "2"]]

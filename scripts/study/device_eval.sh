@@ -12,6 +12,8 @@
 # Env: NAMES (checkpoint names under CKPT, or model specs such as mechanism=none,window=120,sinks=8; `full` is
 #   always added), SUITES (default "cr lambada"), K (workers, default 8), BUDGET (s from the start, default 540),
 #   SPLIT (workers per unit, default 1: a model's suite with many tasks, e.g. ruler, spread over SPLIT workers),
+#   PLAN (instead of NAMES/SUITES/SPLIT: groups "SUITES[/SPLIT]: NAMES" separated by ';', each its own names x
+#   suites, e.g. "ruler/3: gdn-w1016-s8-sc; cr lambada: gla kgla", so one call fills its workers from both),
 #   CKPT (a carried folder of checkpoints outside the tree; a name not there is looked up in the tracked
 #   checkpoints/smollm2-135m, then in the machine's stash), BATCH (cr/lambada, 64), BATCH_MMLU (4), BATCH_LONG (32),
 #   LONG_ARGS (sniah/ruler: "--context-length 4096 --num-samples 500"), EXTRA_ARGS (every run; a CPU dry run:
@@ -39,9 +41,12 @@ LOCKS=$WORK/lock-$T0  # one lock folder a call: a warm machine's next call retri
 mkdir -p $LOCKS $WORK/logs $STORE/cells $STORE/partial $STASH_CK $OUT
 # checkpoints: carried ones are stashed (also by a stash call), so a warm machine keeps them for the next call.
 # A name may carry cache options after its folder (gdn-w248-s8-sc,window=124,retain=124: models.spec.CACHE_KEYS).
-resolve_specs() {
+PLAN=${PLAN:-"$SUITES/${SPLIT:-1}: ${NAMES:-}"}  # one group unless PLAN gives several
+group_part() { local g=${1%%:*}; case $2 in suites) echo ${g%%/*};; split) [[ $g == */* ]] && echo ${g##*/} || echo 1;;
+  names) echo ${1#*:};; esac; }
+resolve_specs() {  # resolve_specs NAME... -> SPECS (full first)
   SPECS=(); local name base opts src d
-  for name in full ${NAMES:-}; do
+  for name in full "$@"; do
     base=${name%%,*}; opts=${name:${#base}}
     [[ "$base" == *=* ]] && { SPECS+=($name); continue; }  # a model spec such as mechanism=none,window=120
     src=""; for d in "$CKPT" checkpoints/smollm2-135m; do [ -z "$src" ] && [ -f "$d/$base/config.json" ] && src=$d/$base; done  # (a sparse checkout leaves empty folders)
@@ -60,25 +65,32 @@ else
   source scripts/gpu/device_setup.sh > $WORK/logs/setup.log 2>&1 || { tail -20 $WORK/logs/setup.log; exit 3; }
   tail -2 $WORK/logs/setup.log
   if [ ! -f /tmp/golinear-cache/.fp ]; then
-    resolve_specs > /dev/null
+    IFS=';' read -ra GROUPS_ <<< "$PLAN"; for g in "${GROUPS_[@]}"; do resolve_specs $(group_part "$g" names) > /dev/null; done
     echo "stash call: checkpoints $(ls $STASH_CK | tr '\n' ' '); GGUF parts $(ls /tmp/golinear-stash | tr '\n' ' '); data: $(ls $DATA | tr '\n' ' ')"; exit 0
   fi
 fi
 export GOLINEAR_GIT_COMMIT=${GOLINEAR_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}
 # the store: committed cells (finished: skipped), carried request caches, then what earlier calls left here
-resolve_specs
 [ -d leaderboards/store/cells ] && cp -rn leaderboards/store/cells/. $STORE/cells/
 [ -d .device/eval-partial/partial ] && cp -rn .device/eval-partial/partial/. $STORE/partial/
 (cd leaderboards/store 2>/dev/null && find cells -name '*.json' | sort) > $WORK/seed.txt
 suite_args() { case $1 in sniah|ruler) echo ${LONG_ARGS:---context-length 4096 --num-samples 500};; esac; }
 suite_batch() { case $1 in mmlu) echo ${BATCH_MMLU:-4};; sniah|ruler) echo ${BATCH_LONG:-32};; *) echo ${BATCH:-64};; esac; }
-: > $WORK/units.txt  # suite-major (list the longest suite first); units with every cell in the store: left out
-for spec in "${SPECS[@]}"; do for s in $SUITES; do printf '%s\t%s\n' "$spec" "$s"; done; done > $WORK/all-units.txt
-for s in $SUITES; do grep -P "\t$s\$" $WORK/all-units.txt | $PY scripts/study/pending_units.py -- --store $STORE \
-  --data-dir $DATA $(suite_args $s) ${EXTRA_ARGS:-} >> $WORK/units.txt; done
-# SPLIT=n lists each unit n times: n workers then share one model's tasks (each claims a different cell, bench/runner.py)
-# (copy-major: every unit's first copy is taken before any second one)
-for i in $(seq 1 ${SPLIT:-1}); do awk -v i=$i '{print $0 "\t" i}' $WORK/units.txt; done > $WORK/units.tmp && mv $WORK/units.tmp $WORK/units.txt
+# per group, suite-major (list the longest suite first); units with every cell in the store: left out
+: > $WORK/units.txt; : > $WORK/all-units.txt
+IFS=';' read -ra GROUPS_ <<< "$PLAN"
+for g in "${GROUPS_[@]}"; do
+  resolve_specs $(group_part "$g" names); split=$(group_part "$g" split)
+  for s in $(group_part "$g" suites); do
+    for spec in "${SPECS[@]}"; do printf '%s\t%s\n' "$spec" "$s"; done | tee -a $WORK/all-units.txt \
+      | $PY scripts/study/pending_units.py -- --store $STORE --data-dir $DATA $(suite_args $s) ${EXTRA_ARGS:-} \
+      | awk -v n=$split '{print $0 "\t" n}' >> $WORK/units.txt
+  done
+done
+# a group's SPLIT=n lists each of its units n times: n workers then share one model's tasks (each claims a
+# different cell, bench/runner.py); copy-major: every unit's first copy is taken before any second one
+for i in $(seq 1 $(cut -f3 $WORK/units.txt | sort -n | tail -1)); do awk -F'\t' -v i=$i -v OFS='\t' '$3 >= i {print $1, $2, i}' \
+  $WORK/units.txt; done > $WORK/units.tmp && mv $WORK/units.tmp $WORK/units.txt
 echo "t=$(( $(date +%s) - T0 ))s $(wc -l < $WORK/units.txt) of $(wc -l < $WORK/all-units.txt) units (model x suite) pending, $K workers, budget ${BUDGET}s"
 worker() {  # worker W: take each free unit in turn until the list or the budget runs out
   local w=$1 spec s lock left bs args t rc n0
