@@ -70,6 +70,8 @@ def run(p):
                    help="';'-separated model specs: presets (" + ", ".join(sorted(PRESETS)) +
                         "), key=value lists (e.g. 'mechanism=gdn,window=120,sinks=8') or checkpoint folders")
     p.add_argument("--suites", default="cr,mmlu,lambada", help=f"comma-separated, from {','.join(ALL_SUITES)}")
+    p.add_argument("--tasks", default=None,
+                   help="only these tasks of the suites, comma-separated task or display names (e.g. MQ,MV,VT)")
     p.add_argument("--limit", type=int, default=None, help="first N documents per task (subtask for MMLU)")
     p.add_argument("--store", default="runs/store", help="result store folder (default runs/store)")
     p.add_argument("--budgets", default=None, help="cache budgets for sniah/ruler, e.g. 128,256,512,1024")

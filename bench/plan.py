@@ -71,8 +71,9 @@ def suite_module(suite: str):
     return importlib.import_module("tasks.standard" if suite in STANDARD_SUITES else "tasks.ruler")
 
 
-def resolve_suites(names, extra_suites: dict | None = None) -> list[TaskEntry]:
-    """Suite names -> task entries, from tasks.standard / tasks.ruler SUITES (plus extra_suites)."""
+def resolve_suites(names, extra_suites: dict | None = None, tasks=None) -> list[TaskEntry]:
+    """Suite names -> task entries, from tasks.standard / tasks.ruler SUITES (plus extra_suites); tasks (a list
+    or comma-separated string of task or display names, any case, e.g. MQ,MV,VT): only those of the suites."""
     names = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
     known = set(ALL_SUITES) | set(extra_suites or {})
     bad = [n for n in names if n not in known]
@@ -85,7 +86,19 @@ def resolve_suites(names, extra_suites: dict | None = None) -> list[TaskEntry]:
         else:
             items = suite_module(name).SUITES[name]
         out += [_entry(name, it) for it in items]
-    return out
+    return out if tasks is None else select_tasks(out, tasks)
+
+
+def select_tasks(entries: list[TaskEntry], tasks) -> list[TaskEntry]:
+    """The entries named in `tasks` (task or display names, any case); ValueError naming an unknown one."""
+    wanted = [t.strip() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip()]
+    names = {n.lower() for e in entries for n in (e.task, e.display)}
+    bad = [t for t in wanted if t.lower() not in names]
+    if bad or not wanted:
+        allowed = ", ".join(f"{e.display} ({e.task})" for e in entries)
+        raise ValueError(f"unknown task(s) {bad or wanted} in these suites; allowed: {allowed}")
+    keep = {t.lower() for t in wanted}
+    return [e for e in entries if e.task.lower() in keep or e.display.lower() in keep]
 
 
 def default_data_dir() -> str | None:

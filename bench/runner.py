@@ -63,11 +63,11 @@ def check_run_values(*, limit, budgets, sinks, context_length, num_samples, seed
 def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, context_length=4096,
                num_samples=None, data_dir=None, batch_size=1, device="cpu", seed=42,
                bootstrap_iters=1000, include_path=None, extra_suites=None, task_manager=None,
-               progress=True, wait_s: float = 2.0) -> RunSummary:
+               progress=True, wait_s: float = 2.0, tasks=None) -> RunSummary:
     """Evaluate every missing cell of models x suites (x budgets) into `store`; returns a summary.
 
     `models`: spec strings or ModelSpecs; `suites`: names (cr, mmlu, lambada, sniah, ruler) or a
-    comma-separated string. All input is validated before any model is loaded, and before anything is
+    comma-separated string; `tasks`: only these of the suites' tasks (task or display names; None: all). All input is validated before any model is loaded, and before anything is
     written. Another run on the same store evaluates different cells: each cell is claimed first, and a
     cell claimed by a live process is waited for (`wait_s` between looks) rather than evaluated twice.
     """
@@ -81,7 +81,7 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     models = [S.parse_model_spec(m) if isinstance(m, str) else m for m in models]
     for m in models:
         check_checkpoint_base(m)
-    entries = resolve_suites(suites, extra_suites)
+    entries = resolve_suites(suites, extra_suites, tasks)
     batch_size = parse_batch_size(batch_size)
     budgets = sorted({int(b) for b in budgets}) if budgets else None
     check_run_values(limit=limit, budgets=budgets, sinks=sinks, context_length=context_length,
@@ -203,7 +203,8 @@ def main(args) -> int:
                    budgets=_int_list(args.budgets) if args.budgets else None, sinks=args.sinks,
                    context_length=args.context_length, num_samples=args.num_samples,
                    data_dir=args.data_dir,
-                   batch_size=bs, device=args.device, seed=args.seed, include_path=args.include_path)
+                   batch_size=bs, device=args.device, seed=args.seed, include_path=args.include_path,
+                   tasks=args.tasks)
     if distributed_context()[0] == 0:
         print(f"golinear run: {s.planned} cells planned, {s.skipped} already in {args.store}, {s.evaluated} evaluated")
     return 0

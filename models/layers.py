@@ -42,8 +42,9 @@ from models.mechanisms import MECHANISM_CLASSES, ShortConvs
 from models.ops import fused_decode
 from models.ops.retention import retention_step
 from models.ops.retention_prefill import retention_prefill
+from models.ops.retention_prefill_rows import retention_prefill_rows
 from models.prefill import prefill_chunk
-from models.projection import matmul_dtype, project_qkv
+from models.projection import fused_qkv, matmul_dtype, project_qkv
 from models.projection import _rope_formula, rope as _rope  # noqa: F401  (the names tests/test_overhead.py uses)
 from models.spec import CONV_ON, check_conv_on, parse_value
 
@@ -300,6 +301,25 @@ class LinearizedAttention(nn.Module):
             state.conv = None if conv is None else conv.clone(memory_format=torch.contiguous_format)
             state.retention = kept
         return y
+
+    def prefill_rows(self, x, position_embeddings, lengths: list[int]):
+        """Whole prompts of a right-padded batch with retention slots, in one pass (row b: its first lengths[b]
+        tokens; models.ops.retention_prefill_rows): (attention output [B, T, hidden], meaningful at each row's
+        real positions; a DecodeState per row stacked: the short conv's inputs before each row's last token and
+        the RetentionRows batched decoding continues). position_embeddings: [1, T, D], shared by every row."""
+        B, T = x.shape[:2]
+        x = x.to(matmul_dtype(x))
+        qk, q, k, v, _ = project_qkv(self, x, position_embeddings, self.conv_weight(), want_conv_state=False)
+        lin = self.linear_inputs(x, q, k, v, qk=qk)
+        y, rows = retention_prefill_rows(q, k, v, lin, self.scaling, self.lin.scale, self.sinks, self.window,
+                                         self.retain, self.retain_score, lengths)
+        conv = None
+        if self.conv_weight() is not None:  # the conv's inputs [q|k|v] of each row's last W - 1 tokens
+            W1 = self.conv_weight().shape[-1] - 1
+            at = torch.tensor(lengths, device=x.device).view(B, 1) - W1 + torch.arange(W1, device=x.device)
+            rows_x = x[torch.arange(B, device=x.device).view(B, 1), at.clamp(min=0)]  # [B, W1, hidden]
+            conv = torch.where((at >= 0).unsqueeze(-1), fused_qkv(self, rows_x), 0).transpose(1, 2).contiguous()
+        return self.o_proj(y.reshape(B, T, -1).to(x.dtype)), DecodeState(conv=conv, retention=rows)
 
     def _retention_step(self, x, position_embeddings, state: DecodeState, step=retention_step):
         """One decode token on the fixed-size retention state: every row at the same position (retention_step), or

@@ -5,10 +5,11 @@ retention's prefill (models.ops.retention_prefill) cannot do. `RetentionDecoder`
 loop (embedding, per-row RoPE positions, MLPs, the hybrid's full-attention KV buffers, greedy argmax) and
 changes two things:
 
-  - prefill: each prompt alone (batch 1, unpadded) through the model's own forward on a models.cache.LinearCache,
-    the forward HF generate's first step runs, so each row's state is by construction the one-at-a-time
-    path's; the rows' states are then stacked (models.ops.retention_rows.RetentionRows, the conv states, the
-    full layers' KV into static buffers);
+  - prefill: with scores fixed at arrival (proj_residual), the right-padded batch in one pass
+    (LinearizedAttention.prefill_rows, models.ops.retention_prefill_rows: padding made inert, each row's
+    state gathered at its own length; `prefill_mode` "rows"); with delta_error (its decisions walk the
+    state), each prompt alone (batch 1, unpadded) through the model's own forward on a models.cache.LinearCache,
+    the forward HF generate's first step runs, the rows' states then stacked ("each");
   - the linearized layers' step: once every row is past sinks + window (`steady`),
     models.ops.retention_rows.steady_step_inplace: each row at its own position read from the device tensor
     io["pos"], the state updated in place, fixed work whatever the prompt length, no host sync; so on CUDA
@@ -19,7 +20,7 @@ changes two things:
     (a prompt shorter than sinks + window) the steps run eagerly through retention_rows_step, which replaces the
     state (a short row steps alone).
 
-The prefill is therefore as slow as one prompt at a time; the decode steps are batched. models.batch_generate
+The "each" prefill is as slow as one prompt at a time; the decode steps are batched. models.batch_generate
 drives it like FastDecoder (per-row EOS / stop strings); tests/test_retention_generate.py checks the tokens
 against HF generate one prompt at a time.
 """
@@ -34,6 +35,7 @@ from models.cache import LinearCache, LinearLayerCache
 from models.decode_state import DecodeState
 from models.fast_decode import FastDecoder
 from models.ops import fused_decode
+from models.ops.retention_prefill_rows import ROW_SCORES
 from models.ops.retention_rows import RetentionRows, retention_rows_step, steady_step_inplace
 
 
@@ -54,6 +56,7 @@ class RetentionDecoder(FastDecoder):
     """FastDecoder's interface (`prefill(input_ids, lengths)`, `decode(n)`) for a model with retention slots."""
 
     handles_retention = True
+    one_pass = True  # False: always prefill each prompt alone (scripts/bench_retention_generate.py compares them)
 
     def __init__(self, model, max_len: int | None = None, use_graph: bool | None = None):
         super().__init__(model, prefill_chunk=0, use_graph=use_graph, max_len=max_len)
@@ -62,9 +65,47 @@ class RetentionDecoder(FastDecoder):
 
     @torch.no_grad()
     def prefill(self, input_ids: torch.Tensor, lengths=None) -> torch.Tensor:
-        """Each row's prompt alone through the model's forward; returns each row's first new token [B, 1].
-        input_ids [B, T] padded on the right; lengths: each row's real length (None: all T)."""
-        B, _, lens, max_len = self._prompt_shape(input_ids, lengths)
+        """The prompts, right-padded in one pass when every retention layer's score is fixed at arrival
+        (`prefill_mode` "rows"), else each alone through the model's forward ("each"); returns each row's first
+        new token [B, 1]. input_ids [B, T] padded on the right; lengths: each row's real length (None: all T)."""
+        B, T, lens, max_len = self._prompt_shape(input_ids, lengths)
+        attns = [layer.self_attn for layer, lin in zip(self.layers, self.linear) if lin]
+        rows = self.one_pass and all(a.retain and a.retain_score in ROW_SCORES for a in attns)
+        self.prefill_mode = "rows" if rows else "each"
+        if self.prefill_mode == "rows":
+            logits = self._prefill_rows(input_ids, lens, max_len)
+        else:
+            logits = self._prefill_each(input_ids, lens, max_len)
+        nxt = logits.argmax(-1)
+        pos = torch.tensor(lens, device=self.device)
+        self.io = {"ids": nxt, "pos": pos, "pos_ids": pos.view(B, 1).clone(), "logits": logits,
+                   "rows": torch.arange(B, device=self.device)}
+        self.positions = lens
+        self.graph = None  # new state tensors (a fresh capture per prefill)
+        return nxt
+
+    def _prefill_rows(self, input_ids: torch.Tensor, lens: list[int], max_len: int) -> torch.Tensor:
+        """Every prompt in one right-padded pass (LinearizedAttention.prefill_rows; a hybrid's full-attention layers
+        as FastDecoder prefills them); returns the logits at each row's last token [B, 1, vocab] (fp32)."""
+        B, T = input_ids.shape
+        h = self.model.model.embed_tokens(input_ids)
+        pe = self.model.model.rotary_emb(h, torch.arange(T, device=self.device).unsqueeze(0))  # shared by the rows
+        tails = [dict() for _ in self.layers]
+        for i, layer in enumerate(self.layers):
+            x = layer.input_layernorm(h)
+            if self.linear[i]:
+                a, self.states[i] = layer.self_attn.prefill_rows(x, pe, lens)
+            else:
+                a = self._prefill_full(layer.self_attn, x, pe, 0, tails[i])
+                self._finish_full(i, layer.self_attn, tails[i], T, B, max_len)
+            h = h + a
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        last = h[torch.arange(B, device=self.device), torch.tensor(lens, device=self.device) - 1].unsqueeze(1)
+        return self.model.lm_head(self.model.model.norm(last)).float()
+
+    def _prefill_each(self, input_ids: torch.Tensor, lens: list[int], max_len: int) -> torch.Tensor:
+        """Each row's prompt alone through the model's forward on a LinearCache, the rows' states then stacked;
+        returns the logits at each row's last token [B, 1, vocab] (fp32)."""
         caches, logits = [], []
         arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         for b, n in enumerate(lens):  # (transformers >= 5.24 names the cache argument `cache`)
@@ -75,14 +116,7 @@ class RetentionDecoder(FastDecoder):
         for i in range(len(self.layers)):
             layers = [c.layers[i] for c in caches]
             self.states[i] = self._stack_linear(layers) if self.linear[i] else self._stack_full(layers, lens, max_len)
-        logits = torch.cat(logits, 0).float()
-        nxt = logits.argmax(-1)
-        pos = torch.tensor(lens, device=self.device)
-        self.io = {"ids": nxt, "pos": pos, "pos_ids": pos.view(B, 1).clone(), "logits": logits,
-                   "rows": torch.arange(B, device=self.device)}
-        self.positions = lens
-        self.graph = None  # new state tensors (a fresh capture per prefill)
-        return nxt
+        return torch.cat(logits, 0).float()
 
     @torch.no_grad()
     def decode(self, n: int) -> torch.Tensor:

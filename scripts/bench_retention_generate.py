@@ -7,13 +7,15 @@ short conv); `--checkpoint` + `--window/--retain` time a trained one with slots 
     python3 scripts/bench_retention_generate.py --device cuda --dtype bfloat16 --checkpoint \
         checkpoints/smollm2-135m/gdn-w248-s8-sc --window 124 --retain 124 --batch 8 --length 4096 --new 16 --no-alone
 
-Phases printed: the prefill (each prompt alone), the first decode call (torch.compile and the CUDA-graph capture
+Phases printed: the prefill (one right-padded pass for proj_residual, `--each` or delta_error: each prompt
+alone), the first decode call (torch.compile and the CUDA-graph capture
 happen there on CUDA), then the steady decode (ms per step); each twice (two batches) so that one-time costs show.
 GOLINEAR_FUSED_DECODE=0 turns the compiled step off (the eager in-place step, still in the graph).
 """
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import sys
 import time
 from pathlib import Path
@@ -32,9 +34,10 @@ def sync(device: str) -> float:
     return time.perf_counter()
 
 
-def phases(model, prompts, new: int, device: str) -> str:
-    """One batch through RetentionDecoder, timed by phase."""
+def phases(model, prompts, new: int, device: str, each: bool = False) -> str:
+    """One batch through RetentionDecoder, timed by phase (each: every prompt prefilled alone)."""
     dec = decoder_for(model)
+    dec.one_pass = not each
     ids, _ = pad_rows(prompts, 0)
     ids = ids.to(model.device)
     t0 = sync(device)
@@ -44,7 +47,7 @@ def phases(model, prompts, new: int, device: str) -> str:
     t2 = sync(device)
     dec.decode(new - 1)
     t3 = sync(device)
-    return (f"prefill {t1 - t0:.2f} s ({(t1 - t0) / len(prompts):.3f} s a prompt), first step {t2 - t1:.2f} s, "
+    return (f"prefill ({dec.prefill_mode}) {t1 - t0:.2f} s ({(t1 - t0) / len(prompts):.3f} s a prompt), first step {t2 - t1:.2f} s, "
             f"then {1e3 * (t3 - t2) / max(1, new - 1):.1f} ms/step")
 
 
@@ -60,7 +63,12 @@ def main(argv=None):
     p.add_argument("--window", type=int, default=48)
     p.add_argument("--retain", type=int, default=8)
     p.add_argument("--no-alone", action="store_true", help="time the batched phases only (no HF generate)")
+    p.add_argument("--each", action="store_true", help="also time the phases with each prompt prefilled alone")
+    p.add_argument("--dump-every", type=float, default=0,
+                   help="print every thread's stack every this many seconds (a stalled phase shows where)")
     a = p.parse_args(argv)
+    if a.dump_every > 0:
+        faulthandler.dump_traceback_later(a.dump_every, repeat=True)
     if a.length - 7 * (a.batch - 1) < 1:
         raise SystemExit(f"--length {a.length} leaves no tokens for row {a.batch - 1}; use >= {7 * a.batch - 6}")
     cache = dict(window=a.window, retain=a.retain, retain_score=a.score)
@@ -75,8 +83,9 @@ def main(argv=None):
     head = f"score={a.score} window={a.window} retain={a.retain} batch={a.batch} length<={a.length} new={a.new} " \
            f"{a.device} {a.dtype}"
     with torch.no_grad():
-        for i in (1, 2):
-            print(f"{head}, batch {i}: {phases(model, prompts, a.new, a.device)}", flush=True)
+        for each in (False, True) if a.each else (False,):
+            for i in (1, 2):
+                print(f"{head}, batch {i}: {phases(model, prompts, a.new, a.device, each)}", flush=True)
         if a.no_alone:
             return
         t0 = sync(a.device)

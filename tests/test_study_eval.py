@@ -135,9 +135,10 @@ def test_device_eval_split_workers_share_one_model_and_names_carry_cache_options
     assert len(ours) == 5 and all("window=32" in c["key"]["model"] and c["model"]["budget"] == 40 for c in ours)
 
 
-def test_device_eval_plan_groups_list_their_own_names_suites_and_splits(tmp_path):
-    """PLAN="SUITES[/SPLIT]: NAMES; ...": each group's names x suites, its own SPLIT (copy-major over the whole
-    list), `full` in every group; without PLAN, NAMES/SUITES/SPLIT make one group. K=0: the listing only."""
+def test_device_eval_plan_groups_list_their_own_names_suites_tasks_and_splits(tmp_path):
+    """PLAN="SUITES[TASKS][/SPLIT]: NAMES; ...": each group's names x suites (only TASKS of them, `-`: all), its
+    own SPLIT (copy-major over the whole list), `full` in every group; without PLAN, NAMES/SUITES/SPLIT make
+    one group. K=0: the listing only."""
     def units(**env) -> list[list[str]]:
         work = tmp_path / f"m{len(list(tmp_path.iterdir()))}"
         env = {**os.environ, "DRY": "1", "PY": sys.executable, "K": "0", "BUDGET": "60", "EXTRA_ARGS": "--limit 1",
@@ -146,10 +147,24 @@ def test_device_eval_plan_groups_list_their_own_names_suites_and_splits(tmp_path
         assert r.returncode == 0, r.stdout + r.stderr
         return [[Path(f).name if "/" in f else f for f in line.split("\t")]
                 for line in (work / "units.txt").read_text().splitlines()]
-    assert units(PLAN="lambada/2: gdn-w64; cr: gdn-w56-s8 mechanism=none,window=56,sinks=8") == [
-        ["full", "lambada", "1"], ["gdn-w64", "lambada", "1"],
-        ["full", "cr", "1"], ["gdn-w56-s8", "cr", "1"], ["mechanism=none,window=56,sinks=8", "cr", "1"],
-        ["full", "lambada", "2"], ["gdn-w64", "lambada", "2"]]
+    assert units(PLAN="lambada/2: gdn-w64; cr[PIQA,arc_easy]: gdn-w56-s8 mechanism=none,window=56,sinks=8") == [
+        ["full", "lambada", "-", "1"], ["gdn-w64", "lambada", "-", "1"],
+        ["full", "cr", "PIQA,arc_easy", "1"], ["gdn-w56-s8", "cr", "PIQA,arc_easy", "1"],
+        ["mechanism=none,window=56,sinks=8", "cr", "PIQA,arc_easy", "1"],
+        ["full", "lambada", "-", "2"], ["gdn-w64", "lambada", "-", "2"]]
     assert units(NAMES="gdn-w64", SUITES="cr lambada", SPLIT="2") == [
-        ["full", "cr", "1"], ["gdn-w64", "cr", "1"], ["full", "lambada", "1"], ["gdn-w64", "lambada", "1"],
-        ["full", "cr", "2"], ["gdn-w64", "cr", "2"], ["full", "lambada", "2"], ["gdn-w64", "lambada", "2"]]
+        ["full", "cr", "-", "1"], ["gdn-w64", "cr", "-", "1"], ["full", "lambada", "-", "1"],
+        ["gdn-w64", "lambada", "-", "1"], ["full", "cr", "-", "2"], ["gdn-w64", "cr", "-", "2"],
+        ["full", "lambada", "-", "2"], ["gdn-w64", "lambada", "-", "2"]]
+    # a unit whose chosen tasks are all in the store is left out: full attention's committed PIQA cell
+    assert units(PLAN="cr[PIQA]: kgla", EXTRA_ARGS="") == [["kgla", "cr", "PIQA", "1"]]
+
+
+def test_run_tasks_selects_tasks_of_the_suites_and_names_the_allowed_ones(tmp_path, capsys):
+    from bench.plan import resolve_suites
+    assert [e.task for e in resolve_suites("ruler", tasks="mq,MV,golinear_ruler_vt")] == [
+        "golinear_ruler_mq", "golinear_ruler_mv", "golinear_ruler_vt"]
+    assert cli(["run", "--models", "full", "--suites", "cr", "--tasks", "PIQA,MQ", "--store", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown task(s) ['MQ'] in these suites; allowed: PIQA (golinear_piqa), ARC-e" in err
+    assert not any(tmp_path.iterdir())

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from models import ops
 
-PAIR_BLOCK = 1 << 24  # elements of one [.., rows, T] comparison block in fold_steps (memory bound)
+PAIR_BLOCK = 1 << 26  # elements of one [.., rows, T] comparison block in fold_steps (memory bound)
 QUERY_BLOCK = 64  # queries per block of the softmax path
 KEY_ALIGN = 16  # the softmax path pads each block's keys to a multiple of this (SDPA kernels' mask alignment)
 
@@ -119,15 +119,17 @@ def softmax_path(q, k, v, fold: torch.Tensor, scale: float, sinks: int, window: 
     return o.permute(0, 2, 4, 1, 3, 5).reshape(B, nb * Q, H, V)[:, :T]
 
 
-def end_slots(fold: torch.Tensor, scores: torch.Tensor, sinks: int, window: int, retain: int):
-    """The slots after the prompt: (positions [B, Hkv, r], -1 = empty; their scores, -inf = empty; folded count)."""
+def end_slots(fold: torch.Tensor, scores: torch.Tensor, sinks: int, window: int, retain: int, lengths=None):
+    """The slots after the prompt: (positions [B, Hkv, r], -1 = empty; their scores, -inf = empty; folded count).
+    lengths: each row's prompt length as a [B, 1, 1] tensor (models.ops.retention_prefill_rows), None: all T."""
     B, Hkv, T = fold.shape
     pos = torch.arange(T, device=fold.device)
-    kept = (pos >= sinks) & (pos + window < T) & (fold >= T)  # left the window, never folded
+    length = T if lengths is None else lengths
+    kept = (pos >= sinks) & (pos + window < length) & (fold >= length)  # left the window, never folded
     n = min(retain, T)
     slot = torch.where(kept, pos, T).topk(n, -1, largest=False, sorted=True).values if n else fold[..., :0]
     slot = torch.cat([slot, slot.new_full((B, Hkv, retain - n), T)], -1)
     slot = torch.where(slot < T, slot, -1)
     sc = F.pad(scores.detach().transpose(1, 2), (0, 1)).gather(2, slot.clamp(min=0))  # (a T = 0 prompt reads the pad)
     sc = torch.where(slot >= 0, sc, torch.full_like(sc, -float("inf")))
-    return slot, sc, (fold < T).sum(-1)
+    return slot, sc, (fold < length).sum(-1)

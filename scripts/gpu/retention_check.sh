@@ -27,13 +27,13 @@ LATENCY="python3 -m bench.latency --model llama-3.1-8b --batch 8 --lengths 1024,
 # (p) why S-NIAH with slots made no progress on the H200 (2026-12-01: four processes beside five others, no batch
 # of 32 4K prompts in 500 s; docs/retention.md): one trained checkpoint's phases alone, compiled step and eager
 CK=${CK:-checkpoints/smollm2-135m/gdn-w248-s8-sc}
-if [ -f $CK/config.json ]; then
+if [ -f $CK/config.json ]; then  # the one-pass prefill, then (auto only) each prompt alone; stacks every 45 s
   for fused in auto 0; do
     echo "== (p) retention generate phases, GOLINEAR_FUSED_DECODE=$fused, at ${SECONDS}s"
     GOLINEAR_FUSED_DECODE=$fused timeout $(cap 420) python3 scripts/bench_retention_generate.py --device cuda \
-      --dtype bfloat16 --checkpoint $CK --window 124 --retain 124 --batch 8 --length 4096 --new 16 --no-alone \
-      > $OUT/phases_$fused.log 2>&1
-    echo "rc=$?"; grep -E "batch [12]:|Error|error" $OUT/phases_$fused.log | tail -4
+      --dtype bfloat16 --checkpoint $CK --window 124 --retain 124 --batch 16 --length 4096 --new 16 --no-alone \
+      --dump-every 45 $([ $fused = auto ] && echo --each) > $OUT/phases_$fused.log 2>&1
+    echo "rc=$?"; grep -E "batch [12]:|Error|error" $OUT/phases_$fused.log | tail -6
   done
 fi
 echo "== (c1) latency, retention at ${SECONDS}s"

@@ -12,8 +12,9 @@
 # Env: NAMES (checkpoint names under CKPT, or model specs such as mechanism=none,window=120,sinks=8; `full` is
 #   always added), SUITES (default "cr lambada"), K (workers, default 8), BUDGET (s from the start, default 540),
 #   SPLIT (workers per unit, default 1: a model's suite with many tasks, e.g. ruler, spread over SPLIT workers),
-#   PLAN (instead of NAMES/SUITES/SPLIT: groups "SUITES[/SPLIT]: NAMES" separated by ';', each its own names x
-#   suites, e.g. "ruler/3: gdn-w1016-s8-sc; cr lambada: gla kgla", so one call fills its workers from both),
+#   PLAN (instead of NAMES/SUITES/SPLIT: groups "SUITES[TASKS][/SPLIT]: NAMES" separated by ';', each its own
+#   names x suites, optionally only some tasks (golinear run --tasks), e.g. "ruler/3: gdn-w1016-s8-sc;
+#   ruler[MQ,MV,VT]/2: gdn-w1016-s8-sc,window=508,retain=508; cr lambada: gla kgla": one call fills its workers from all),
 #   CKPT (a carried folder of checkpoints outside the tree; a name not there is looked up in the tracked
 #   checkpoints/smollm2-135m, then in the machine's stash), BATCH (cr/lambada, 64), BATCH_MMLU (4), BATCH_LONG (32),
 #   LONG_ARGS (sniah/ruler: "--context-length 4096 --num-samples 500"), EXTRA_ARGS (every run; a CPU dry run:
@@ -42,8 +43,10 @@ mkdir -p $LOCKS $WORK/logs $STORE/cells $STORE/partial $STASH_CK $OUT
 # checkpoints: carried ones are stashed (also by a stash call), so a warm machine keeps them for the next call.
 # A name may carry cache options after its folder (gdn-w248-s8-sc,window=124,retain=124: models.spec.CACHE_KEYS).
 PLAN=${PLAN:-"$SUITES/${SPLIT:-1}: ${NAMES:-}"}  # one group unless PLAN gives several
-group_part() { local g=${1%%:*}; case $2 in suites) echo ${g%%/*};; split) [[ $g == */* ]] && echo ${g##*/} || echo 1;;
-  names) echo ${1#*:};; esac; }
+group_part() {  # group_part GROUP suites|tasks|split|names (tasks: - for all)
+  local g=${1%%:*} t=-; [[ $g =~ \[([^]]*)\] ]] && t=${BASH_REMATCH[1]}; g=${g/\[*\]/}
+  case $2 in suites) echo ${g%%/*};; tasks) echo $t;; split) [[ $g == */* ]] && echo ${g##*/} || echo 1;;
+    names) echo ${1#*:};; esac; }
 resolve_specs() {  # resolve_specs NAME... -> SPECS (full first)
   SPECS=(); local name base opts src d
   for name in full "$@"; do
@@ -80,29 +83,29 @@ suite_batch() { case $1 in mmlu) echo ${BATCH_MMLU:-4};; sniah|ruler) echo ${BAT
 : > $WORK/units.txt; : > $WORK/all-units.txt
 IFS=';' read -ra GROUPS_ <<< "$PLAN"
 for g in "${GROUPS_[@]}"; do
-  resolve_specs $(group_part "$g" names); split=$(group_part "$g" split)
+  resolve_specs $(group_part "$g" names); split=$(group_part "$g" split); tasks=$(group_part "$g" tasks)
   for s in $(group_part "$g" suites); do
-    for spec in "${SPECS[@]}"; do printf '%s\t%s\n' "$spec" "$s"; done | tee -a $WORK/all-units.txt \
+    for spec in "${SPECS[@]}"; do printf '%s\t%s\t%s\n' "$spec" "$s" "$tasks"; done | tee -a $WORK/all-units.txt \
       | $PY scripts/study/pending_units.py -- --store $STORE --data-dir $DATA $(suite_args $s) ${EXTRA_ARGS:-} \
       | awk -v n=$split '{print $0 "\t" n}' >> $WORK/units.txt
   done
 done
 # a group's SPLIT=n lists each of its units n times: n workers then share one model's tasks (each claims a
 # different cell, bench/runner.py); copy-major: every unit's first copy is taken before any second one
-for i in $(seq 1 $(cut -f3 $WORK/units.txt | sort -n | tail -1)); do awk -F'\t' -v i=$i -v OFS='\t' '$3 >= i {print $1, $2, i}' \
+for i in $(seq 1 $(cut -f4 $WORK/units.txt | sort -n | tail -1)); do awk -F'\t' -v i=$i -v OFS='\t' '$4 >= i {print $1, $2, $3, i}' \
   $WORK/units.txt; done > $WORK/units.tmp && mv $WORK/units.tmp $WORK/units.txt
 echo "t=$(( $(date +%s) - T0 ))s $(wc -l < $WORK/units.txt) of $(wc -l < $WORK/all-units.txt) units (model x suite) pending, $K workers, budget ${BUDGET}s"
 worker() {  # worker W: take each free unit in turn until the list or the budget runs out
-  local w=$1 spec s lock left bs args t rc n0
-  while IFS=$'\t' read -r spec s copy; do
-    lock=$LOCKS/$(printf '%s %s %s' "$spec" "$s" "$copy" | md5sum | cut -c1-16)
+  local w=$1 spec s tasks lock left bs args t rc n0
+  while IFS=$'\t' read -r spec s tasks copy; do
+    lock=$LOCKS/$(printf '%s %s %s %s' "$spec" "$s" "$tasks" "$copy" | md5sum | cut -c1-16)
     mkdir $lock 2>/dev/null || continue
     left=$(( BUDGET - ($(date +%s) - T0) )); [ $left -lt 30 ] && break
-    bs=$(suite_batch $s); args=$(suite_args $s)
-    t=$(date +%s); echo "== t=$(( t - T0 ))s $spec $s (${left}s left)" >> $WORK/logs/w$w.log; n0=$(wc -l < $WORK/logs/w$w.log)
+    bs=$(suite_batch $s); args=$(suite_args $s); [ "$tasks" != - ] && args="$args --tasks $tasks"
+    t=$(date +%s); echo "== t=$(( t - T0 ))s $spec $s $tasks (${left}s left)" >> $WORK/logs/w$w.log; n0=$(wc -l < $WORK/logs/w$w.log)
     timeout -k 10 $left $PY -m bench.cli run --models "$spec" --suites $s --store $STORE --device $DEVICE \
       --batch-size $bs --data-dir $DATA $args ${EXTRA_ARGS:-} < /dev/null >> $WORK/logs/w$w.log 2>&1; rc=$?
-    echo "w$w $(basename $spec) $s rc=$rc $(( $(date +%s) - t ))s t=$(( $(date +%s) - T0 ))s $(tail -n +$((n0 + 1)) $WORK/logs/w$w.log | grep -o '[0-9]* evaluated' | tail -1)" \
+    echo "w$w $(basename $spec) $s$([ "$tasks" != - ] && echo "[$tasks]") rc=$rc $(( $(date +%s) - t ))s t=$(( $(date +%s) - T0 ))s $(tail -n +$((n0 + 1)) $WORK/logs/w$w.log | grep -o '[0-9]* evaluated' | tail -1)" \
       | tee -a $WORK/logs/units-$T0.log
   done < $WORK/units.txt
 }

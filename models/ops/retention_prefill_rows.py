@@ -1,0 +1,99 @@
+"""Retention prefill of a right-padded batch of prompts of different lengths, in one pass (issue #17).
+
+`retention_prefill` (models/ops/retention_prefill.py) takes rows of one length, so batched generation used to
+prefill each prompt alone: ~1,000 small ops a layer per prompt, which on a GPU shared by several processes
+made a batch of 32 4K prompts take minutes. With scores fixed at arrival (`proj_residual`, `given`) a row's
+padding can be made inert instead, so one pass serves every row:
+  - a fold at a step at or past the row's length is dropped (the token stays in its slot, as at the end of
+    the row's own prompt), so the GDN op over the fold sequence runs no-op updates (k, v, gate, beta all
+    zero) on the padded steps and its final state is the row's state after its own prompt;
+  - the real tokens' fold steps within the prompt need nothing else (models.ops.retention_static.fold_steps:
+    token j folds at window + max(j, p_r(j)), p_r the r-th smallest position of the tokens that beat it):
+    padding comes after every real token, so it can be that r-th beater only when j would fold at or past
+    the row's end anyway, a fold the rule above drops;
+  - the softmax path needs nothing: a real query never sees a later key, so never a padding one;
+  - the decode state (slots, window ring, sinks, running key sum, fold count) is gathered at each row's own
+    length, as models.ops.retention_prefill._state_after gathers it for one length, into the per-row layout
+    of models.ops.retention_rows.RetentionRows that batched decoding continues.
+`delta_error` scores depend on the state (the decision walk): its rows are still prefilled one at a time.
+tests/test_retention_prefill_rows.py checks every row's output and state against the row prefilled alone.
+"""
+from __future__ import annotations
+
+import torch
+
+from models.diagnostics import normalize_keys
+from models.ops.reference import _compute_dtype
+from models.ops.retention import EPS, KV_KEYS, LIN, Q_KEYS, SCORES, RetentionState, _check, entry_scores, take
+from models.ops.retention_rows import RetentionRows
+from models.ops.retention_static import end_slots, fold_order, fold_steps, linear_path, softmax_path
+
+ROW_SCORES = tuple(s for s in SCORES if s != "delta_error")  # the scores fixed at arrival: padding made inert
+
+
+def retention_prefill_rows(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, lengths, scores=None):
+    """Whole prompts of a right-padded batch (row b: its first lengths[b] tokens), inputs as retention_prefill.
+    Returns (y [B, T, H, V] in q's dtype, meaningful at each row's real positions; RetentionRows after each
+    row's prompt). No autograd needed (decoding); score in ROW_SCORES."""
+    _check(q, k, v, lin, sinks, window, retain)
+    if score not in ROW_SCORES:
+        raise ValueError(f"a right-padded retention prefill needs a score fixed at arrival, one of {ROW_SCORES}; "
+                         f"got {score!r} (prefill each prompt alone)")
+    B, T = q.shape[:2]
+    lens = [int(n) for n in lengths]
+    if len(lens) != B or any(not 1 <= n <= T for n in lens):
+        raise ValueError(f"lengths {lens} must give one length per row ({B} rows), each 1..{T} (the padded width)")
+    dt, dev = _compute_dtype(q), q.device
+    n = torch.tensor(lens, device=dev).view(B, 1, 1)
+    with torch.no_grad():
+        static = entry_scores(k.to(dt), score, scores)  # [B, T, Hkv]
+        fold = fold_steps(static, sinks, window, retain)  # [B, Hkv, T]
+        fold = torch.where(fold < n, fold, T + window)  # past the row's prompt: not within it
+        order = fold_order(fold)
+    y_lin, S = linear_path(lin, order, lin_scale, want_state=True)
+    y = (y_lin.to(dt) + softmax_path(q, k, v, fold, scale, sinks, window, retain).to(dt)).to(q.dtype)
+    slot_pos, slot_score, folded = end_slots(fold, static, sinks, window, retain, lengths=n)
+    Lh = {key: lin[LIN[key]].to(dt).transpose(1, 2) for key in Q_KEYS}
+    if S is None:
+        S = q.new_zeros(B, q.shape[2], Lh["lk"].shape[-1], Lh["lv"].shape[-1], dtype=dt)
+    return y, _rows_after(k.to(dt), v.to(dt), Lh, static, S.to(dt), slot_pos, slot_score.to(dt), folded, sinks,
+                          window, lens)
+
+
+def ring_positions(lengths: torch.Tensor, sinks: int, window: int) -> torch.Tensor:
+    """lengths [B] -> [B, window]: the position in ring slot i after each row's prompt, -1 if none: the p in the
+    row's last `window` positions with (p - sinks) % window == i, if p >= sinks (the loop of _state_after)."""
+    i = torch.arange(window, device=lengths.device)
+    last = lengths.view(-1, 1) - 1
+    p = last - torch.remainder(last - sinks - i, window)
+    return torch.where(p >= sinks, p, -1)
+
+
+def _rows_after(k, v, Lh, static, S, slot_pos, slot_score, folded, s, w, lens):
+    """models.ops.retention_prefill._state_after with a length per row: the RetentionRows after each prompt."""
+    B, T, Hkv, D = k.shape
+    H = Lh["lk"].shape[1]
+    G, r, dev = H // Hkv, slot_pos.shape[-1], k.device
+    st = RetentionState.empty(B, H, Hkv, D, Lh["lk"].shape[-1], Lh["lv"].shape[-1], s, w, r, k.dtype, dev)
+    n = torch.tensor(lens, device=dev)
+    ns = min(s, T)
+    sink = (torch.arange(ns, device=dev).view(1, ns) < n.view(B, 1)).view(B, 1, ns, 1)  # a short row's padding
+    st.sink_k[:, :, :ns] = torch.where(sink, k[:, :ns].transpose(1, 2), 0)
+    st.sink_v[:, :, :ns] = torch.where(sink, v[:, :ns].transpose(1, 2), 0)
+    src = {"k": k.transpose(1, 2), "v": v.transpose(1, 2), **Lh, "score": static.transpose(1, 2)}
+    win_pos = ring_positions(n, s, w)  # [B, w]
+
+    def gather(pos_kv):  # pos_kv [B, Hkv, m] -> dict of the slots' fields, zeros where pos < 0
+        out = {}
+        for key, x in src.items():
+            p = pos_kv if key in KV_KEYS else pos_kv.repeat_interleave(G, 1)
+            val = take(x, p.clamp(min=0))
+            out[key] = torch.where((p >= 0).view(p.shape + (1,) * (val.dim() - 3)), val, torch.zeros_like(val))
+        return out
+    st.win = gather(win_pos.view(B, 1, w).expand(B, Hkv, w))
+    st.ret = gather(slot_pos)
+    st.ret["score"] = slot_score.clone()
+    st.ret_pos, st.S, st.folded = slot_pos, S, folded
+    real = (torch.arange(T, device=dev).view(1, T) < n.view(B, 1)).view(B, T, 1, 1)
+    st.ksum = torch.where(real, normalize_keys(k, EPS), 0).sum(1)
+    return RetentionRows(st, win_pos, list(lens))
