@@ -137,8 +137,8 @@ def test_device_eval_split_workers_share_one_model_and_names_carry_cache_options
 
 def test_device_eval_plan_groups_list_their_own_names_suites_tasks_and_splits(tmp_path):
     """PLAN="SUITES[TASKS][/SPLIT]: NAMES; ...": each group's names x suites (only TASKS of them, `-`: all), its
-    own SPLIT (copy-major over the whole list), `full` in every group; without PLAN, NAMES/SUITES/SPLIT make
-    one group. K=0: the listing only."""
+    own SPLIT (copy-major over the whole list), `full` where a group names it; without PLAN, full +
+    NAMES/SUITES/SPLIT make one group. K=0: the listing only."""
     def units(**env) -> list[list[str]]:
         work = tmp_path / f"m{len(list(tmp_path.iterdir()))}"
         env = {**os.environ, "DRY": "1", "PY": sys.executable, "K": "0", "BUDGET": "60", "EXTRA_ARGS": "--limit 1",
@@ -147,17 +147,16 @@ def test_device_eval_plan_groups_list_their_own_names_suites_tasks_and_splits(tm
         assert r.returncode == 0, r.stdout + r.stderr
         return [[Path(f).name if "/" in f else f for f in line.split("\t")]
                 for line in (work / "units.txt").read_text().splitlines()]
-    assert units(PLAN="lambada/2: gdn-w64; cr[PIQA,arc_easy]: gdn-w56-s8 mechanism=none,window=56,sinks=8") == [
+    assert units(PLAN="lambada/2: full gdn-w64; cr[PIQA,arc_easy]: gdn-w56-s8 mechanism=none,window=56,sinks=8") == [
         ["full", "lambada", "-", "1"], ["gdn-w64", "lambada", "-", "1"],
-        ["full", "cr", "PIQA,arc_easy", "1"], ["gdn-w56-s8", "cr", "PIQA,arc_easy", "1"],
-        ["mechanism=none,window=56,sinks=8", "cr", "PIQA,arc_easy", "1"],
+        ["gdn-w56-s8", "cr", "PIQA,arc_easy", "1"], ["mechanism=none,window=56,sinks=8", "cr", "PIQA,arc_easy", "1"],
         ["full", "lambada", "-", "2"], ["gdn-w64", "lambada", "-", "2"]]
     assert units(NAMES="gdn-w64", SUITES="cr lambada", SPLIT="2") == [
         ["full", "cr", "-", "1"], ["gdn-w64", "cr", "-", "1"], ["full", "lambada", "-", "1"],
         ["gdn-w64", "lambada", "-", "1"], ["full", "cr", "-", "2"], ["gdn-w64", "cr", "-", "2"],
         ["full", "lambada", "-", "2"], ["gdn-w64", "lambada", "-", "2"]]
     # a unit whose chosen tasks are all in the store is left out: full attention's committed PIQA cell
-    assert units(PLAN="cr[PIQA]: kgla", EXTRA_ARGS="") == [["kgla", "cr", "PIQA", "1"]]
+    assert units(PLAN="cr[PIQA]: full kgla", EXTRA_ARGS="") == [["kgla", "cr", "PIQA", "1"]]
 
 
 def test_run_tasks_selects_tasks_of_the_suites_and_names_the_allowed_ones(tmp_path, capsys):

@@ -13,8 +13,9 @@
 #   always added), SUITES (default "cr lambada"), K (workers, default 8), BUDGET (s from the start, default 540),
 #   SPLIT (workers per unit, default 1: a model's suite with many tasks, e.g. ruler, spread over SPLIT workers),
 #   PLAN (instead of NAMES/SUITES/SPLIT: groups "SUITES[TASKS][/SPLIT]: NAMES" separated by ';', each its own
-#   names x suites, optionally only some tasks (golinear run --tasks), e.g. "ruler/3: gdn-w1016-s8-sc;
-#   ruler[MQ,MV,VT]/2: gdn-w1016-s8-sc,window=508,retain=508; cr lambada: gla kgla": one call fills its workers from all),
+#   names x suites, optionally only some tasks (golinear run --tasks), e.g. "ruler/3: full gdn-w1016-s8-sc;
+#   ruler[MQ,MV,VT]/2: gdn-w1016-s8-sc,window=508,retain=508; cr lambada: gla kgla": one call fills its workers
+#   from all; `full` only where a group names it),
 #   CKPT (a carried folder of checkpoints outside the tree; a name not there is looked up in the tracked
 #   checkpoints/smollm2-135m, then in the machine's stash), BATCH (cr/lambada, 64), BATCH_MMLU (4), BATCH_LONG (32),
 #   LONG_ARGS (sniah/ruler: "--context-length 4096 --num-samples 500"), EXTRA_ARGS (every run; a CPU dry run:
@@ -42,14 +43,14 @@ LOCKS=$WORK/lock-$T0  # one lock folder a call: a warm machine's next call retri
 mkdir -p $LOCKS $WORK/logs $STORE/cells $STORE/partial $STASH_CK $OUT
 # checkpoints: carried ones are stashed (also by a stash call), so a warm machine keeps them for the next call.
 # A name may carry cache options after its folder (gdn-w248-s8-sc,window=124,retain=124: models.spec.CACHE_KEYS).
-PLAN=${PLAN:-"$SUITES/${SPLIT:-1}: ${NAMES:-}"}  # one group unless PLAN gives several
+PLAN=${PLAN:-"$SUITES/${SPLIT:-1}: full ${NAMES:-}"}  # one group unless PLAN gives several (full named there)
 group_part() {  # group_part GROUP suites|tasks|split|names (tasks: - for all)
   local g=${1%%:*} t=-; [[ $g =~ \[([^]]*)\] ]] && t=${BASH_REMATCH[1]}; g=${g/\[*\]/}
   case $2 in suites) echo ${g%%/*};; tasks) echo $t;; split) [[ $g == */* ]] && echo ${g##*/} || echo 1;;
     names) echo ${1#*:};; esac; }
-resolve_specs() {  # resolve_specs NAME... -> SPECS (full first)
+resolve_specs() {  # resolve_specs NAME... -> SPECS
   SPECS=(); local name base opts src d
-  for name in full "$@"; do
+  for name in "$@"; do
     base=${name%%,*}; opts=${name:${#base}}
     [[ "$base" == *=* ]] && { SPECS+=($name); continue; }  # a model spec such as mechanism=none,window=120
     src=""; for d in "$CKPT" checkpoints/smollm2-135m; do [ -z "$src" ] && [ -f "$d/$base/config.json" ] && src=$d/$base; done  # (a sparse checkout leaves empty folders)
