@@ -1,8 +1,9 @@
 """A cell's model family across cache budgets: the rows of the S-NIAH and RULER tables.
 
 A budget sweep (`golinear run --budgets`) names its family when it runs. Models given one by one are named here:
-what is left of a model once its window is taken away. Then the default recipe trained at budgets 128 ... 1024
-(four checkpoints) is one row with four budget columns, and so is the untrained window + sinks at four windows.
+what is left of a model once its window is taken away (and its retention slots, as a share of window + slots).
+Then the default recipe trained at budgets 128 ... 1024 (four checkpoints) is one row with four budget columns,
+and so is the untrained window + sinks at four windows, and those checkpoints with half the window as slots.
 A model alone in its family keeps its own label, and so do two models of one family at the same budget (seeds,
 learning rates), which would otherwise share a table cell.
 """
@@ -24,15 +25,21 @@ def family_of(model: dict) -> tuple[str, str]:
     lin = dict(info.get("linearize") or {})
     if model.get("full_attention") or not lin:
         return "label:" + label, label
-    lin.pop("window", None)
-    ident = json.dumps({"backbone": model.get("backbone"), "trained": bool(info.get("trained")), **lin},
-                       sort_keys=True)
+    window = lin.pop("window", None) or 0
+    retain = lin.pop("retain", None) or 0
+    # retention slots: a sweep keeps their share of window + slots (the budget changes the absolute number),
+    # and slots given as cache options to a checkpoint trained without them are added training-free
+    share = round(retain / (window + retain), 3) if retain else 0
+    free = bool(retain) and "retain" in (info.get("cache_options") or {})
+    ident = json.dumps({"backbone": model.get("backbone"), "trained": bool(info.get("trained")), **lin,
+                        "retain_share": share, "retain_free": free}, sort_keys=True)
     if lin.get("mechanism") == "none":
         return ident, WINDOW_ONLY_LABEL
     named = [(lin.get("sinks"), f"{lin.get('sinks')} sinks"),
              (lin.get("short_conv"), "short conv" + (" (linear path)" if lin.get("conv_on") == "linear" else "")),
              (lin.get("lora"), "LoRA"), (lin.get("out_norm"), "output norm"),
-             (lin.get("retain"), f"{lin.get('retain')} retained ({lin.get('retain_score')})"),
+             (share, f"{share:.0%} of window + slots retained ({lin.get('retain_score')}"
+                     + (", slots added training-free)" if free else ")")),
              (lin.get("full_layers") or lin.get("keep_full"), "some layers full")]
     parts = [lin["mechanism"], "window"] + [text for given, text in named if given]
     return ident, " + ".join(parts) + (", trained at each budget" if info.get("trained") else ", untrained")

@@ -284,7 +284,7 @@ def sniah_plot(table: pd.DataFrame) -> bytes | None:
         ax.set_xscale("log", base=2)
         ax.set_xticks([int(b) for b in finite], [str(b) for b in finite])
         ax.set_title(task)
-        ax.set_xlabel("cache budget (sinks + window)")
+        ax.set_xlabel("cache budget (sinks + window + slots)")
         ax.set_ylim(-2, 102)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("accuracy (%)")

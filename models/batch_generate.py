@@ -45,7 +45,8 @@ class WholePromptDecoder(FastDecoder):
     def __init__(self, model, max_len: int | None = None, use_graph: bool | None = None):
         super().__init__(model, prefill_chunk=0, use_graph=use_graph, max_len=max_len)
 
-    prefill = RetentionDecoder.prefill  # ("each" here: it stacks the rows' states with the methods below)
+    one_pass = False  # RetentionDecoder's prefill, each prompt alone (its one pass is retention's)
+    prefill = RetentionDecoder.prefill  # (it stacks the rows' states with the methods below)
     _prefill_each = RetentionDecoder._prefill_each
     _stack_full = RetentionDecoder._stack_full
 

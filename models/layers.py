@@ -25,8 +25,9 @@ runs models.ops.fused_decode on CUDA (GOLINEAR_FUSED_DECODE=auto, the default; `
 The opt-in output norm (out_norm; models.mechanisms.OutputNorm) follows the GLA/kGLA/GDN op inside `run`, the
 one place every path (parallel pass, chunked prefill, decode step) gets the op's output from.
 Retention slots (retain > 0, GDN with a window; docs/retention.md): the prompt runs models.ops.retention_prefill
-(chunk by chunk, pure PyTorch) and decoding models.ops.retention.retention_step on the fixed-size
-RetentionState held in DecodeState.retention (HF generate only: FastDecoder refuses such models).
+(`prefill_rows`: a right-padded batch, models.ops.retention_prefill_rows) and decoding
+models.ops.retention.retention_step on the fixed-size RetentionState held in DecodeState.retention (HF generate,
+or models.retention_generate.RetentionDecoder: FastDecoder refuses such models).
 """
 from __future__ import annotations
 

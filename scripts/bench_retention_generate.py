@@ -47,7 +47,8 @@ def phases(model, prompts, new: int, device: str, each: bool = False) -> str:
     t2 = sync(device)
     dec.decode(new - 1)
     t3 = sync(device)
-    return (f"prefill ({dec.prefill_mode}) {t1 - t0:.2f} s ({(t1 - t0) / len(prompts):.3f} s a prompt), first step {t2 - t1:.2f} s, "
+    return (f"prefill ({dec.prefill_mode}) {t1 - t0:.2f} s ({(t1 - t0) / len(prompts):.3f} s a prompt), "
+            f"first step {t2 - t1:.2f} s, "
             f"then {1e3 * (t3 - t2) / max(1, new - 1):.1f} ms/step")
 
 

@@ -37,4 +37,23 @@ def test_two_models_of_one_family_at_one_budget_keep_their_labels():
     assert list(families(_frame([(seeds[0], 64), (seeds[1], 64), (other, 128)]))) == \
         ["gdn-w56-s8-sc-seed1", "gdn-w56-s8-sc-seed2", "gdn-w120-s8-sc"]
     assert family_of(_model("x", 28, True, retain=28, retain_score="proj_residual"))[1] == \
-        "gdn + window + 8 sinks + 28 retained (proj_residual), trained at each budget"
+        "gdn + window + 8 sinks + 50% of window + slots retained (proj_residual), trained at each budget"
+
+
+def test_retention_slots_at_one_share_of_the_budget_are_one_family():
+    """Checkpoints trained at each budget, half of each window given back as slots (cache options): one row; a
+    quarter is another; a model trained with the slots (no cache option) another again."""
+    def ret(b, r, free=True):
+        m = _model(f"gdn-w{b - 8}-s8-sc,window={b - 8 - r},retain={r}", b - 8 - r, True, short_conv=True, retain=r,
+                   retain_score="proj_residual")
+        m["info"]["cache_options"] = {"window": b - 8 - r, "retain": r} if free else {}
+        return m
+    half = [(ret(b, (b - 8) // 2), b) for b in (256, 512, 1024)]
+    name = ("gdn + window + 8 sinks + short conv + 50% of window + slots retained (proj_residual, slots added "
+            "training-free), trained at each budget")
+    assert list(families(_frame(half))) == [name] * 3
+    quarter = [(ret(b, (b - 8) // 4), b) for b in (256, 512)]
+    trained = [(ret(b, (b - 8) // 2, free=False), b) for b in (256, 512)]
+    names = list(families(_frame(half + quarter + trained)))
+    assert names[:3] == [name] * 3 and len(set(names)) == 3
+    assert "25% of window + slots" in names[3] and "training-free" not in names[5]

@@ -155,8 +155,10 @@ def test_device_eval_plan_groups_list_their_own_names_suites_tasks_and_splits(tm
         ["full", "cr", "-", "1"], ["gdn-w64", "cr", "-", "1"], ["full", "lambada", "-", "1"],
         ["gdn-w64", "lambada", "-", "1"], ["full", "cr", "-", "2"], ["gdn-w64", "cr", "-", "2"],
         ["full", "lambada", "-", "2"], ["gdn-w64", "lambada", "-", "2"]]
-    # a unit whose chosen tasks are all in the store is left out: full attention's committed PIQA cell
-    assert units(PLAN="cr[PIQA]: full kgla", EXTRA_ARGS="") == [["kgla", "cr", "PIQA", "1"]]
+    # a unit whose chosen tasks are all in the store is left out: full attention's committed PIQA cell (the other
+    # model is one the study never evaluates)
+    assert units(PLAN="cr[PIQA]: full mechanism=none,window=3,sinks=1", EXTRA_ARGS="") == [
+        ["mechanism=none,window=3,sinks=1", "cr", "PIQA", "1"]]
 
 
 def test_run_tasks_selects_tasks_of_the_suites_and_names_the_allowed_ones(tmp_path, capsys):
