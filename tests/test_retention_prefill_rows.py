@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.ops.retention_prefill import retention_prefill
-from models.ops.retention_prefill_rows import retention_prefill_rows, ring_positions
+from models.ops.retention_prefill import retention_prefill, ring_positions
+from models.ops.retention_prefill_rows import retention_prefill_rows
 from models.retention_generate import RetentionDecoder
 from test_batched_generate import tiny_model
 from test_retention import LIN_SCALE, SCALE, assert_close, make, one_thread  # noqa: F401  (the fixture)

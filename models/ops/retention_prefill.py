@@ -212,21 +212,31 @@ def _state_after(k, v, Lh, static, S, slot_pos, slot_score, folded, s, w):
     st.sink_v[:, :, :ns] = v[:, :ns].transpose(1, 2)
     src = {"k": k.transpose(1, 2), "v": v.transpose(1, 2), **Lh,
            "score": (static if static is not None else k.new_zeros(B, T, Hkv)).transpose(1, 2)}
-    win_pos = torch.full((w,), -1, dtype=torch.long, device=dev)
-    for p in range(max(s, T - w), T):
-        win_pos[(p - s) % w] = p
-
-    def gather(pos_kv):  # pos_kv [B, Hkv, n] -> dict of the slots' fields, zeros where pos < 0
-        out = {}
-        for key, x in src.items():
-            pos = pos_kv if key in KV_KEYS else pos_kv.repeat_interleave(G, 1)
-            val = take(x, pos.clamp(min=0))
-            out[key] = torch.where((pos >= 0).view(pos.shape + (1,) * (val.dim() - 3)), val, torch.zeros_like(val))
-        return out
+    win_pos = ring_positions(torch.tensor([T], device=dev), s, w)[0]
     if T:
-        st.win = gather(win_pos.expand(B, Hkv, w))
-        st.ret = gather(slot_pos)
+        st.win = gather_slots(src, win_pos.expand(B, Hkv, w), G)
+        st.ret = gather_slots(src, slot_pos, G)
     st.ret["score"] = slot_score.clone()
     st.win_pos, st.ret_pos, st.S, st.folded, st.seen = win_pos, slot_pos, S, folded, T
     st.ksum = normalize_keys(k, EPS).sum(1)
     return st
+
+
+def ring_positions(lengths: torch.Tensor, sinks: int, window: int) -> torch.Tensor:
+    """lengths [B] -> [B, window]: the position in ring slot i after each row's prompt, -1 if none: the p in the
+    row's last `window` positions with (p - sinks) % window == i, if p >= sinks."""
+    i = torch.arange(window, device=lengths.device)
+    last = lengths.view(-1, 1) - 1
+    p = last - torch.remainder(last - sinks - i, window)
+    return torch.where(p >= sinks, p, -1)
+
+
+def gather_slots(src: dict, pos_kv: torch.Tensor, groups: int) -> dict:
+    """The fields of the tokens at positions pos_kv [B, Hkv, n] (-1: empty, zeros) from src (each [B, heads, T,
+    *]: KV_KEYS on the KV heads, the others on the query heads, `groups` of them a KV head)."""
+    out = {}
+    for key, x in src.items():
+        pos = pos_kv if key in KV_KEYS else pos_kv.repeat_interleave(groups, 1)
+        val = take(x, pos.clamp(min=0))
+        out[key] = torch.where((pos >= 0).view(pos.shape + (1,) * (val.dim() - 3)), val, torch.zeros_like(val))
+    return out

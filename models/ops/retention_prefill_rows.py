@@ -24,7 +24,8 @@ import torch
 
 from models.diagnostics import normalize_keys
 from models.ops.reference import _compute_dtype
-from models.ops.retention import EPS, KV_KEYS, LIN, Q_KEYS, SCORES, RetentionState, _check, entry_scores, take
+from models.ops.retention import EPS, LIN, Q_KEYS, SCORES, RetentionState, _check, entry_scores
+from models.ops.retention_prefill import gather_slots, ring_positions
 from models.ops.retention_rows import RetentionRows
 from models.ops.retention_static import end_slots, fold_order, fold_steps, linear_path, softmax_path
 
@@ -60,15 +61,6 @@ def retention_prefill_rows(q, k, v, lin, scale, lin_scale, sinks, window, retain
                           window, lens)
 
 
-def ring_positions(lengths: torch.Tensor, sinks: int, window: int) -> torch.Tensor:
-    """lengths [B] -> [B, window]: the position in ring slot i after each row's prompt, -1 if none: the p in the
-    row's last `window` positions with (p - sinks) % window == i, if p >= sinks (the loop of _state_after)."""
-    i = torch.arange(window, device=lengths.device)
-    last = lengths.view(-1, 1) - 1
-    p = last - torch.remainder(last - sinks - i, window)
-    return torch.where(p >= sinks, p, -1)
-
-
 def _rows_after(k, v, Lh, static, S, slot_pos, slot_score, folded, s, w, lens):
     """models.ops.retention_prefill._state_after with a length per row: the RetentionRows after each prompt."""
     B, T, Hkv, D = k.shape
@@ -82,16 +74,8 @@ def _rows_after(k, v, Lh, static, S, slot_pos, slot_score, folded, s, w, lens):
     st.sink_v[:, :, :ns] = torch.where(sink, v[:, :ns].transpose(1, 2), 0)
     src = {"k": k.transpose(1, 2), "v": v.transpose(1, 2), **Lh, "score": static.transpose(1, 2)}
     win_pos = ring_positions(n, s, w)  # [B, w]
-
-    def gather(pos_kv):  # pos_kv [B, Hkv, m] -> dict of the slots' fields, zeros where pos < 0
-        out = {}
-        for key, x in src.items():
-            p = pos_kv if key in KV_KEYS else pos_kv.repeat_interleave(G, 1)
-            val = take(x, p.clamp(min=0))
-            out[key] = torch.where((p >= 0).view(p.shape + (1,) * (val.dim() - 3)), val, torch.zeros_like(val))
-        return out
-    st.win = gather(win_pos.view(B, 1, w).expand(B, Hkv, w))
-    st.ret = gather(slot_pos)
+    st.win = gather_slots(src, win_pos.view(B, 1, w).expand(B, Hkv, w), G)
+    st.ret = gather_slots(src, slot_pos, G)
     st.ret["score"] = slot_score.clone()
     st.ret_pos, st.S, st.folded = slot_pos, S, folded
     real = (torch.arange(T, device=dev).view(1, T) < n.view(B, 1)).view(B, T, 1, 1)
