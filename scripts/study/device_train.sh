@@ -8,11 +8,13 @@
 # run, default 540; keep it ~40 s under the call's limit), STARTUP_S (default 200), GGUF_SHA, EXTRA_ARGS (appended to every `golinear train`; a CPU dry run: "--seq-len 64 --steps 20"). Out: $OUT/ck.tgz.part-?? (cat them; state.pt only
 # where a run is unfinished), logs.tgz, triton-cache.tgz (if < 12 MB).
 set -u
-T0=$(date +%s); ROOT=$PWD; SRC=${SRC:-.device/src}; BUDGET=${BUDGET:-540}
+T0=$(date +%s); ROOT=$PWD; SRC=${SRC:-.device/src}; BUDGET=${BUDGET:-540}; NAMES=${NAMES:-}
 cd $SRC || exit 2
-ln -sfn $ROOT/.whl .whl; ln -sfn $ROOT/.gguf .gguf; mkdir -p .device
-for d in train whl-eval triton-cache.tgz resume; do [ -e $ROOT/.device/$d ] && ln -sfn $ROOT/.device/$d .device/$d; done
+[ "$SRC" = . ] || { ln -sfn $ROOT/.whl .whl; ln -sfn $ROOT/.gguf .gguf; }; mkdir -p .device
+for d in train whl-eval triton-cache.tgz resume; do [ "$SRC" != . ] && [ -e $ROOT/.device/$d ] && ln -sfn $ROOT/.device/$d .device/$d; done
 source scripts/gpu/device_setup.sh || exit $?
+[ -e .device/train ] || ln -sfn /tmp/golinear-stash/train .device/train  # stashed by an earlier call
+[ -n "$NAMES" ] || { echo "nothing to train (NAMES empty): stashed only"; exit 0; }
 echo "setup done after $(( $(date +%s) - T0 )) s"
 # MPS=1 (opt-in, not yet measured): the runs' kernels through one CUDA MPS server, so that kernels of different
 # runs can overlap. Without it the processes take turns on the GPU: eight 135M runs made 87.8k tokens/s together
