@@ -4,8 +4,8 @@
 # edits in the working tree never reach a run. Carried: .whl (FLA + gguf wheels), the GGUF (stashed or
 # .gguf/<part>), .device/train/books-smollm2-10m.npz (`golinear train --prepare-only`), optionally
 # .device/triton-cache.tgz and .device/resume/<name>/ (an earlier call's unfinished run folder, state.pt included).
-# Env: NAMES (space-separated recipe names from scripts/study/recipes.txt), MPS (1: through a CUDA MPS server), BUDGET (s from the start for every
-# run, default 540; keep it ~40 s under the call's limit), STARTUP_S (default 200), GGUF_SHA, EXTRA_ARGS (appended to every `golinear train`; a CPU dry run: "--seq-len 64 --steps 20"). Out: $OUT/ck.tgz.part-?? (cat them; state.pt only
+# Env: NAMES (space-separated recipe names from scripts/study/recipes.txt), MPS (1: through a CUDA MPS server, ~1.5x faster), BUDGET (s from the start for every
+# run, default 540; keep it ~40 s under the call's limit), STARTUP_S (default 200), GGUF_SHA, EXTRA_ARGS (appended to every `golinear train`; a CPU dry run: "--seq-len 64 --steps 20"). BRING (run folders to return, default NAMES). Out: $OUT/ck.tgz.part-?? (cat them; state.pt only
 # where a run is unfinished), logs.tgz, triton-cache.tgz (if < 12 MB).
 set -u
 T0=$(date +%s); ROOT=$PWD; SRC=${SRC:-.device/src}; BUDGET=${BUDGET:-540}; NAMES=${NAMES:-}
@@ -14,11 +14,15 @@ cd $SRC || exit 2
 for d in train whl-eval triton-cache.tgz resume; do [ "$SRC" != . ] && [ -e $ROOT/.device/$d ] && ln -sfn $ROOT/.device/$d .device/$d; done
 source scripts/gpu/device_setup.sh || exit $?
 [ -e .device/train ] || ln -sfn /tmp/golinear-stash/train .device/train  # stashed by an earlier call
+# carried run folders wait in /tmp/ck (the runs' own folders), so a stash call can bring them ahead of training
+mkdir -p /tmp/ck /tmp/logs
+for d in .device/resume/*/; do [ -d "$d" ] || continue; n=$(basename $d)
+  [ -d /tmp/ck/$n ] && echo "$n: already on the machine, the carried copy ignored" || { cp -r $d /tmp/ck/ && echo "resumable: $n"; }; done
 [ -n "$NAMES" ] || { echo "nothing to train (NAMES empty): stashed only"; exit 0; }
 echo "setup done after $(( $(date +%s) - T0 )) s"
-# MPS=1 (opt-in, not yet measured): the runs' kernels through one CUDA MPS server, so that kernels of different
-# runs can overlap. Without it the processes take turns on the GPU: eight 135M runs made 87.8k tokens/s together
-# against 72.4k for one alone (docs/study.md "GPU cost"). A server that does not start or serve a probe is left out.
+# MPS=1: the runs' kernels through one CUDA MPS server, so that kernels of different runs overlap instead of
+# taking turns. Measured (docs/study.md "GPU cost"): the same nine recipes made 11.7 steps/s together through MPS
+# against 8.0 without (47.8k against 32.6k tokens/s). A server that does not start or serve a probe is left out.
 if [ "${MPS:-0}" = 1 ]; then
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
   mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
@@ -29,11 +33,10 @@ if [ "${MPS:-0}" = 1 ]; then
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   fi
 fi
-mkdir -p /tmp/ck /tmp/logs; PIDS=()
+PIDS=()
 for name in $NAMES; do
   args=$(awk -v n=$name '$1 == n {$1=""; print}' scripts/study/recipes.txt)
   [ -z "$args" ] && { echo "unknown recipe $name"; continue; }
-  [ -d .device/resume/$name ] && [ ! -d /tmp/ck/$name ] && cp -r .device/resume/$name /tmp/ck/ && echo "resuming $name"
   left=$(( BUDGET - ($(date +%s) - T0) ))
   python3 -m bench.cli train --base smollm2-135m --tokens .device/train/books-smollm2-10m.npz --out /tmp/ck/$name \
     --stop-at-s $(( left - ${STARTUP_S:-200} )) --save-every 100 --note "study run (scripts/study/recipes.txt), H200, $(echo $NAMES | wc -w) runs sharing the GPU" \
@@ -51,8 +54,9 @@ for p in "${PIDS[@]}"; do kill $p 2>/dev/null && echo "killed pid $p at the dead
 [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && echo quit | nvidia-cuda-mps-control && echo "MPS server stopped"
 for name in $NAMES; do echo "== $name"; grep -E '^\{"out"|Error|error' /tmp/logs/$name.log | tail -3; done
 # every run folder in one archive (state.pt kept only where the run is unfinished), split into <= 15 MiB parts
-X=(); for name in $NAMES; do grep -qs '"finished": true' /tmp/ck/$name/train_config.json && X+=(--exclude=$name/state.pt); done
-tar czf - -C /tmp/ck "${X[@]}" $NAMES | split -b 15M - $OUT/ck.tgz.part-
+BRING=${BRING:-$NAMES}  # what comes back: at most 64 MiB a call (about twelve unfinished runs' state.pt)
+X=(); for name in $BRING; do grep -qs '"finished": true' /tmp/ck/$name/train_config.json && X+=(--exclude=$name/state.pt); done
+tar czf - -C /tmp/ck "${X[@]}" $BRING | split -b 15M - $OUT/ck.tgz.part-
 tar czf $OUT/logs.tgz -C /tmp/logs .
 tar czf /tmp/triton-cache.tgz -C /tmp/triton-cache . && [ $(stat -c %s /tmp/triton-cache.tgz) -lt 12000000 ] && cp /tmp/triton-cache.tgz $OUT/
 ls -l $OUT; echo "total $(( $(date +%s) - T0 )) s"
