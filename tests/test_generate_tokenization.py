@@ -4,6 +4,7 @@ the cache is gone after the call."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,8 @@ from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.models.huggingface import HFLM  # noqa: E402
 
 import bench.lm_backend as B  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -74,12 +77,13 @@ def test_encode_ids_equals_the_tokenizers_call(lm):
         tok.backend_tokenizer.no_truncation()
 
 
-def test_encode_ids_configures_the_tokenizers_parallelism(lm, monkeypatch):
-    """After a parallel encode the setting is explicit (the library's fork handler then leaves forked children
+def test_importing_models_configures_the_tokenizers_parallelism():
+    """The setting is explicit before any tokenizer runs (the library's fork handler then leaves forked children
     alone); a user's own choice is kept."""
-    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
-    B.encode_ids(lm.tokenizer, CONTEXTS)
-    assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
-    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
-    B.encode_ids(lm.tokenizer, CONTEXTS)
-    assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
+    import subprocess
+    import sys
+    probe = [sys.executable, "-c", "import os, models; print(os.environ['TOKENIZERS_PARALLELISM'])"]
+    env = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}
+    assert subprocess.run(probe, env=env, cwd=ROOT, capture_output=True, text=True).stdout.strip() == "true"
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    assert subprocess.run(probe, env=env, cwd=ROOT, capture_output=True, text=True).stdout.strip() == "false"
