@@ -309,14 +309,14 @@ class LinearizedAttention(nn.Module):
         real positions; a DecodeState per row stacked: the short conv's inputs before each row's last token and
         the RetentionRows batched decoding continues). position_embeddings: [1, T, D], shared by every row."""
         B, T = x.shape[:2]
-        x = x.to(matmul_dtype(x))
-        qk, q, k, v, _ = project_qkv(self, x, position_embeddings, self.conv_weight(), want_conv_state=False)
+        x, weight = x.to(matmul_dtype(x)), self.conv_weight()
+        qk, q, k, v, _ = project_qkv(self, x, position_embeddings, weight, want_conv_state=False)
         lin = self.linear_inputs(x, q, k, v, qk=qk)
         y, rows = retention_prefill_rows(q, k, v, lin, self.scaling, self.lin.scale, self.sinks, self.window,
                                          self.retain, self.retain_score, lengths)
         conv = None
-        if self.conv_weight() is not None:  # the conv's inputs [q|k|v] of each row's last W - 1 tokens
-            W1 = self.conv_weight().shape[-1] - 1
+        if weight is not None:  # the conv's inputs [q|k|v] of each row's last W - 1 tokens
+            W1 = weight.shape[-1] - 1
             at = torch.tensor(lengths, device=x.device).view(B, 1) - W1 + torch.arange(W1, device=x.device)
             rows_x = x[torch.arange(B, device=x.device).view(B, 1), at.clamp(min=0)]  # [B, W1, hidden]
             conv = torch.where((at >= 0).unsqueeze(-1), fused_qkv(self, rows_x), 0).transpose(1, 2).contiguous()

@@ -68,7 +68,7 @@ class RetentionDecoder(FastDecoder):
         """The prompts, right-padded in one pass when every retention layer's score is fixed at arrival
         (`prefill_mode` "rows"), else each alone through the model's forward ("each"); returns each row's first
         new token [B, 1]. input_ids [B, T] padded on the right; lengths: each row's real length (None: all T)."""
-        B, T, lens, max_len = self._prompt_shape(input_ids, lengths)
+        B, _, lens, max_len = self._prompt_shape(input_ids, lengths)
         attns = [layer.self_attn for layer, lin in zip(self.layers, self.linear) if lin]
         rows = self.one_pass and all(a.retain and a.retain_score in ROW_SCORES for a in attns)
         self.prefill_mode = "rows" if rows else "each"
