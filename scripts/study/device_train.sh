@@ -3,7 +3,8 @@
 # Runs from the repository root. The code comes from a `git archive` snapshot in $SRC (default .device/src), so
 # edits in the working tree never reach a run. Carried: .whl (FLA + gguf wheels), the GGUF (stashed or
 # .gguf/<part>), .device/train/books-smollm2-10m.npz (`golinear train --prepare-only`), optionally
-# .device/triton-cache.tgz and .device/resume/<name>/ (an earlier call's unfinished run folder, state.pt included).
+# .device/triton-cache.tgz and .device/resume*/<name>/ (an earlier call's unfinished run folder, state.pt included;
+# any call may bring some, e.g. a stash call: they wait in /tmp/ck for the call that trains).
 # Env: NAMES (space-separated recipe names from scripts/study/recipes.txt), MPS (1: through a CUDA MPS server, ~1.5x faster), BUDGET (s from the start for every
 # run, default 540; keep it ~40 s under the call's limit), STARTUP_S (default 200), GGUF_SHA, EXTRA_ARGS (appended to every `golinear train`; a CPU dry run: "--seq-len 64 --steps 20"). BRING (run folders to return, default NAMES). Out: $OUT/ck.tgz.part-?? (cat them; state.pt only
 # where a run is unfinished), logs.tgz, triton-cache.tgz (if < 12 MB).
@@ -11,12 +12,12 @@ set -u
 T0=$(date +%s); ROOT=$PWD; SRC=${SRC:-.device/src}; BUDGET=${BUDGET:-540}; NAMES=${NAMES:-}
 cd $SRC || exit 2
 [ "$SRC" = . ] || { ln -sfn $ROOT/.whl .whl; ln -sfn $ROOT/.gguf .gguf; }; mkdir -p .device
-for d in train whl-eval triton-cache.tgz resume; do [ "$SRC" != . ] && [ -e $ROOT/.device/$d ] && ln -sfn $ROOT/.device/$d .device/$d; done
+[ "$SRC" = . ] || for d in $ROOT/.device/{train,whl-eval,triton-cache.tgz} $ROOT/.device/resume*; do [ -e $d ] && ln -sfn $d .device/; done
 source scripts/gpu/device_setup.sh || exit $?
 [ -e .device/train ] || ln -sfn /tmp/golinear-stash/train .device/train  # stashed by an earlier call
 # carried run folders wait in /tmp/ck (the runs' own folders), so a stash call can bring them ahead of training
 mkdir -p /tmp/ck /tmp/logs
-for d in .device/resume/*/; do [ -d "$d" ] || continue; n=$(basename $d)
+for d in .device/resume*/*/; do  # .device/resume, .device/resume-<any>: folders of run folders, carried as whole paths [ -d "$d" ] || continue; n=$(basename $d)
   [ -d /tmp/ck/$n ] && echo "$n: already on the machine, the carried copy ignored" || { cp -r $d /tmp/ck/ && echo "resumable: $n"; }; done
 [ -n "$NAMES" ] || { echo "nothing to train (NAMES empty): stashed only"; exit 0; }
 echo "setup done after $(( $(date +%s) - T0 )) s"
