@@ -46,6 +46,7 @@ METRICS = {m.name: m for m in (
     Metric("CR", "points", True, 1.0, 5.0), Metric("LAMBADA", "points", True, 1.0, 5.0),
     Metric("S-NIAH", "points", True, 1.0, 5.0), Metric("RULER", "points", True, 1.0, 5.0), CE)}
 ISSUE_TARGETS = {"CR": 0.5, "LAMBADA": 4.0}  # issue #13: default recipe vs full attention, gap in points
+ISSUE17_TOLERANCE = 0.5  # issue #17: retention's CR and LAMBADA stay within this many points of the default recipe
 VERDICTS = ("holds", "does not hold", "holds on held-out CE only", "does not hold on held-out CE", "not measured")
 RULER_AGG, RULER_RET = ["CWE", "FWE", "HQA", "SQA"], ["MK", "MQ", "MV", "VT"]
 RUN_NAME = re.compile(r"^(?P<recipe>.+?)(?:-10m|-seed(?P<seed>\d+))?$")
@@ -119,6 +120,42 @@ def ruler_profile(s: dict, m: Metric) -> tuple[bool | None, str]:
     ok = all(g >= m.far for g in gap.values()) and better(s["avg@large"], s["avg@small"], m) > 0
     return ok, (f"agg-ret {gap['small']:.1f} (small), {gap['large']:.1f} (large); avg {s['avg@small']:.1f} -> "
                 f"{s['avg@large']:.1f}")
+
+
+def _per_variant(s: dict, budgets: str, ok, describe) -> tuple[bool | None, str]:
+    """Roles '<variant>@<budget>' against 'default@<budget>' (issue #17): a variant meets the target when `ok`
+    holds at every one of `budgets`; the claim holds when some variant does. A variant short of a budget is not
+    judged."""
+    budgets = [int(b) for b in str(budgets).split(",")]  # "256, 512" (the rule's text names them)
+    rows = {}
+    for role, v in s.items():
+        variant, b = role.rsplit("@", 1)
+        if variant != "default" and f"default@{b}" in s:
+            rows.setdefault(variant, {})[int(b)] = (v, s[f"default@{b}"])
+    whole = {k: r for k, r in rows.items() if set(budgets) <= set(r)}
+    met = {k: all(ok(*r[b]) for b in budgets) for k, r in whole.items()}
+    why = "; ".join(f"{k}: " + ", ".join(f"{b} {describe(*r[b])}" for b in sorted(r))
+                    + (f" ({'met' if met[k] else 'not met'})" if k in met else " (not every budget measured)")
+                    for k, r in rows.items())
+    return (any(met.values()) if met else None), why
+
+
+def retention_ahead(s: dict, m: Metric, budgets: str = "") -> tuple[bool | None, str]:
+    """Some way of adding retention slots is ahead of the default recipe at equal total budget, at each of {budgets}.
+
+    Roles '<variant>@<budget>' against 'default@<budget>'."""
+    def describe(r, d):
+        return f"{'ahead' if better(r, d, m) > 0 else 'behind'} by {abs(better(r, d, m)):.2f}"
+    return _per_variant(s, budgets, lambda r, d: better(r, d, m) > 0, describe)
+
+
+def retention_within(s: dict, m: Metric, budgets: str = "", tol: float = ISSUE17_TOLERANCE) -> tuple[bool | None, str]:
+    """Some way of adding retention slots is within {tol} points of the default recipe (or ahead), at each of {budgets}.
+
+    Held-out CE: within '~' instead. Roles as retention_ahead's."""
+    tol = tol if m.unit == "points" else m.near
+    return _per_variant(s, budgets, lambda r, d: better(d, r, m) <= tol,
+                        lambda r, d: f"{better(r, d, m):+.2f}")
 
 
 # ----------------------------------------------------------------------------- claims
@@ -200,6 +237,25 @@ BUDGETS = {128: "gdn-w120-s8-sc", 256: "gdn-w248-s8-sc", 512: "gdn-w504-s8-sc", 
 DEFAULT = {"full": ("Full attention", None), "gdn": ("GDN", SC)}
 
 
+def retention_roles(budgets, cols=None) -> dict:
+    """Issue #17's rows at each total budget B (8 sinks): the default recipe (window B - 8) against retention slots
+    added three ways: trained with half the window as slots, trained with a quarter, and the default-recipe
+    checkpoint evaluated with half its window as slots (training-free; scripts/study/recipes.txt names them)."""
+    out = {}
+    for b in budgets:
+        half, quarter = (b - 8) // 2, (b - 8) // 4
+        for variant, target in {"default": BUDGETS[b], "trained, half as slots": f"gdn-w{half}-s8-r{half}-pr-sc",
+                                "trained, a quarter as slots": f"gdn-w{b - 8 - quarter}-s8-r{quarter}-pr-sc",
+                                "training-free, half as slots":
+                                    f"{BUDGETS[b]},window={half},retain={half},retain_score=proj_residual"}.items():
+            out[f"{variant}@{b}"] = (target, cols) if cols else target
+    return out
+
+
+ALL_BUDGETS = ", ".join(map(str, BUDGETS))
+ISSUE17 = "beyond the paper (issue #17); one seed each, so the seeds' spread the issue asks to beat is not measured"
+
+
 def default_recipe(col: str):
     return lambda ref: std_rows(ref, 7, DEFAULT, col) | std_rows(ref, 10, DEFAULT, col, SMALLEST)
 
@@ -256,6 +312,19 @@ CLAIMS = [
           {f"{k}@{size}": (BUDGETS[b], cols) for size, b in (("small", 128), ("large", 1024))
            for k, cols in (("agg", RULER_AGG), ("ret", RULER_RET), ("avg", RULER_COLS))},
           ruler_profile, ("RULER",), "RULER", "the paper's budgets 128 and 896; ours 128 and 1024"),
+    Claim("Retention slots beat the default recipe's S-NIAH mean at equal total budget 256 and 512 (issue #17 "
+          "target)", "issue #17", lambda ref: {}, retention_roles((256, 512)),
+          partial(retention_ahead, budgets="256, 512"), ("S-NIAH",), "S-NIAH", ISSUE17),
+    Claim("Retention slots beat the default recipe's MQ/MV/VT mean at equal total budget 1024 (issue #17 target)",
+          "issue #17", lambda ref: {}, retention_roles((1024,), ["MQ", "MV", "VT"]),
+          partial(retention_ahead, budgets="1024"), ("RULER",), "RULER", ISSUE17),
+    Claim(f"Retention slots keep CR within {ISSUE17_TOLERANCE:g} points of the default recipe at equal total budget "
+          "(issue #17 target)", "issue #17", lambda ref: {}, retention_roles(BUDGETS),
+          partial(retention_within, budgets=ALL_BUDGETS, tol=ISSUE17_TOLERANCE), ("CR", CE.name), "CR", ISSUE17),
+    Claim(f"Retention slots keep LAMBADA within {ISSUE17_TOLERANCE:g} points of the default recipe at equal total "
+          "budget (issue #17 target)", "issue #17", lambda ref: {}, retention_roles(BUDGETS),
+          partial(retention_within, budgets=ALL_BUDGETS, tol=ISSUE17_TOLERANCE), ("LAMBADA", CE.name), "LAMBADA",
+          ISSUE17),
 ]
 
 
@@ -316,15 +385,25 @@ def store_value(frame: pd.DataFrame, target: str, metric: str, cols, run: Run | 
         f = f[f["full_attention"]]
     elif target.startswith("none@"):
         f = f[f["model_key"].str.contains("mechanism=none") & (f["budget"] == target[5:])]
-    else:
-        f = f[f["model_key"].str.contains(f"checkpoint_files={run.files}", regex=False) & (f["family"] == run.name)]
+    else:  # cache options after the recipe (a training-free row) are part of the family name
+        opts = target[len(recipe_of(target)):]
+        f = f[f["model_key"].str.contains(f"checkpoint_files={run.files}", regex=False)
+              & (f["family"] == run.name + opts)]
     vals = f.groupby("column")["value"].mean()
     return float(vals[cols].mean()) if all(c in vals for c in cols) else None
 
 
+def recipe_of(target: str) -> str:
+    """A role's recipe: the target before any cache options (`gdn-w248-s8-sc,window=124,retain=124`)."""
+    return target.split(",")[0]
+
+
 def role_scores(ev: Evidence, target: str, cols, metric: str) -> tuple[list[float], str]:
     """Our values for one role under one metric (one per seed) and a label of where they come from."""
+    recipe = recipe_of(target)
     if metric == CE.name:
+        if recipe != target:  # cache options change no parameter: the folder's held-out CE is not this row's
+            return [], ""
         if target == "full":
             vals = sorted({r.full_attention_heldout for rs in ev.runs.values() for r in rs} - {None})
             return vals[:1], "frozen full attention"
@@ -333,8 +412,8 @@ def role_scores(ev: Evidence, target: str, cols, metric: str) -> tuple[list[floa
     if target == "full" or target.startswith("none@"):
         v = store_value(ev.frame, target, metric, cols)
         return ([] if v is None else [v]), ""
-    runs = pick([r for r in ev.runs.get(target, []) if store_value(ev.frame, target, metric, cols, r) is not None])
-    waiting = [r for r in pick(ev.runs.get(target, [])) if r.finished and r not in runs]
+    runs = pick([r for r in ev.runs.get(recipe, []) if store_value(ev.frame, target, metric, cols, r) is not None])
+    waiting = [r for r in pick(ev.runs.get(recipe, [])) if r.finished and r not in runs]
     return ([store_value(ev.frame, target, metric, cols, r) for r in runs],
             label(runs) + (f"; not yet evaluated: {label(waiting)}" if runs and waiting else ""))
 
@@ -389,10 +468,11 @@ def judge(claim: Claim, ref: dict, ev: Evidence) -> dict:
             row |= {"ours at 135M": f"{metric} ({m.unit}, {direction} is better"
                     + ("; not the paper's metric" if metric == CE.name else "") + "): " + ", ".join(texts),
                     "seeds": "; ".join(seeds) or "1 seed", "verdict": verdict(ok, metric),
-                    "why": why + (f"; not measured: {', '.join(missing[metric])}" if metric in missing else "")}
+                    "why": why + (f"; not measured: {', '.join(f'`{t}`' for t in missing[metric])}"
+                                  if metric in missing else "")}
             break
     else:
-        row["why"] = "missing: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in missing.items())
+        row["why"] = "missing: " + "; ".join(f"{k}: {', '.join(f'`{t}`' for t in v)}" for k, v in missing.items())
     if claim.note and paper_txt:
         row["why"] = f"{row['why']}; {claim.note}".strip("; ")
     return row

@@ -78,6 +78,48 @@ def test_ruler_profile_rule_and_the_paper_numbers_it_reads():
     assert paper["agg@small"] == pytest.approx((34.44 + 60.04 + 21.27 + 23.49) / 4)
 
 
+def test_retention_rules_judge_each_variant_at_every_budget():
+    """Issue #17: a variant meets the target only at every named budget; some variant must; a variant short of a
+    budget is named, not judged; CR stays within the tolerance (points) or '~' (held-out CE)."""
+    ahead = lambda s, m=CR: C.retention_ahead(s, m, budgets="256, 512")  # noqa: E731
+    base = {"default@256": 5.0, "default@512": 13.0}
+    ok, why = ahead(base | {"half@256": 6.0, "half@512": 14.0, "free@256": 2.9, "free@512": 11.3})
+    assert ok is True and "half: 256 ahead by 1.00, 512 ahead by 1.00 (met)" in why and "free: " in why
+    ok, why = ahead(base | {"half@256": 6.0, "half@512": 12.0})
+    assert ok is False and "512 behind by 1.00 (not met)" in why
+    ok, why = ahead(base | {"half@256": 6.0})
+    assert ok is None and "(not every budget measured)" in why
+    within = lambda s, m=CR: C.retention_within(s, m, budgets="128", tol=C.ISSUE17_TOLERANCE)  # noqa: E731
+    assert within({"default@128": 45.0, "half@128": 44.6})[0] is True
+    assert within({"default@128": 45.0, "half@128": 44.4})[0] is False
+    assert within({"default@128": 3.50, "half@128": 3.53}, CE)[0] is False  # 0.03 nats: beyond '~'
+    assert "0.5 points" in C.rule_text(C.CLAIMS[-1].rule) and "128, 256, 512, 1024" in C.rule_text(C.CLAIMS[-1].rule)
+
+
+def test_a_training_free_role_reads_its_own_cells_and_no_held_out_ce(tmp_path):
+    """A role '<recipe>,<cache options>' is the recipe's folder evaluated with those options: its cells are the
+    ones keyed by the folder's files under that family name; the folder's held-out CE is not its own."""
+    ck = tmp_path / "ck"
+    checkpoint(ck, "gdn-w248-s8-sc", 3.4)
+    store = Store(tmp_path / "store")
+    opts = ",window=124,retain=124,retain_score=proj_residual"
+    put_cr(store, "gdn-w248-s8-sc", 0.40, folder=ck / "gdn-w248-s8-sc")
+    files = checkpoint_identity(ck / "gdn-w248-s8-sc")
+    for task, metric in CR_TASKS.items():
+        store.put({"key": {"model": f"base=smollm2-135m,checkpoint=gdn-w248-s8-sc,checkpoint_files={files}"
+                           + opts.replace("window=124,", "") + ",window=124",
+                           "task": task, "config": {"limit": None, "num_fewshot": 0}},
+                   "model": {"label": "x", "family": "gdn-w248-s8-sc" + opts, "backbone": "smollm2-135m",
+                             "full_attention": False, "budget": 256},
+                   "task": task, "suite": "cr", "metric": metric, "n": 20,
+                   "metrics": {f"{metric},none": {"value": 0.38, "stderr": 0.01}}})
+    ev = C.evidence(store, ck)
+    assert C.role_scores(ev, "gdn-w248-s8-sc", None, "CR")[0] == [pytest.approx(40.0)]
+    assert C.role_scores(ev, "gdn-w248-s8-sc" + opts, None, "CR")[0] == [pytest.approx(38.0)]
+    assert C.role_scores(ev, "gdn-w248-s8-sc" + opts, None, CE.name) == ([], "")
+    assert C.role_scores(ev, "gdn-w248-s8-sc,window=60,retain=60,retain_score=proj_residual", None, "CR")[0] == []
+
+
 def test_direction_follows_the_metric():
     assert C.close_gap({"full": 50.0, "gdn": 49.5}, CR)[0] is True  # higher is better: 0.5 points behind
     assert C.close_gap({"full": 50.0, "gdn": 47.0}, CR)[0] is False
