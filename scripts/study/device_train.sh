@@ -23,7 +23,7 @@ for d in .device/resume*/*/; do  # .device/resume, .device/resume-<any>: folders
 echo "setup done after $(( $(date +%s) - T0 )) s"
 # MPS=1: the runs' kernels through one CUDA MPS server, so that kernels of different runs overlap instead of
 # taking turns. Measured (docs/study.md "GPU cost"): the same nine recipes made 11.7 steps/s together through MPS
-# against 8.0 without (47.8k against 32.6k tokens/s). A server that does not start or serve a probe is left out.
+# against 7.8 without (47.8k against 32.1k tokens/s). A server that does not start or serve a probe is left out.
 if [ "${MPS:-0}" = 1 ]; then
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
   mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
