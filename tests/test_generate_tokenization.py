@@ -4,7 +4,6 @@ the cache is gone after the call."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,6 @@ from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.models.huggingface import HFLM  # noqa: E402
 
 import bench.lm_backend as B  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -75,15 +72,3 @@ def test_encode_ids_equals_the_tokenizers_call(lm):
         assert B.encode_ids(tok, ["a b c d e f"]) == tok(["a b c d e f"])["input_ids"]
     finally:
         tok.backend_tokenizer.no_truncation()
-
-
-def test_importing_models_configures_the_tokenizers_parallelism():
-    """The setting is explicit before any tokenizer runs (the library's fork handler then leaves forked children
-    alone); a user's own choice is kept."""
-    import subprocess
-    import sys
-    probe = [sys.executable, "-c", "import os, models; print(os.environ['TOKENIZERS_PARALLELISM'])"]
-    env = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}
-    assert subprocess.run(probe, env=env, cwd=ROOT, capture_output=True, text=True).stdout.strip() == "true"
-    env["TOKENIZERS_PARALLELISM"] = "false"
-    assert subprocess.run(probe, env=env, cwd=ROOT, capture_output=True, text=True).stdout.strip() == "false"
