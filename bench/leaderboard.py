@@ -2,8 +2,9 @@
 
 Outputs in --out: `standard.{md,csv}` (CR tasks, CR average, MMLU, LAMBADA; one row per model
 configuration, a "gap with full attention" row per backbone), `sniah.{md,csv}` (Table 8 analog:
-S-NIAH by cache budget), `ruler.{md,csv}` (Table 9 analog), `sniah_budget.png` and `index.html` (all
-of it in one self-contained page). Rendering is deterministic: no timestamps, stable sorting, files
+S-NIAH by cache budget), `ruler.{md,csv}` (Table 9 analog), `hybrid.{md,csv}` and `hybrid.png` (Figure 5
+analog: bench/hybrid.py), `sniah_budget.png` and `index.html` (all of it in one self-contained page).
+Rendering is deterministic: no timestamps, stable sorting, files
 rewritten only when their content changes.
 
 The paper's "Gap with Full, %" (Tables 1-3) is full attention minus the best linearized row of the
@@ -21,6 +22,7 @@ import pandas as pd
 
 from bench.cli_args import REFERENCE_DIR
 from bench.families import families, family_of
+from bench.hybrid import hybrid_plot, hybrid_table
 from bench.store import Store
 from models.atomic import atomic_write
 
@@ -301,7 +303,8 @@ def sniah_plot(table: pd.DataFrame) -> bytes | None:
     return buf.getvalue()
 
 
-def to_html(sections: list[tuple[str, str, pd.DataFrame]], png: bytes | None) -> str:
+def to_html(sections: list[tuple[str, str, pd.DataFrame]], pngs: dict[str, bytes | None]) -> str:
+    """One self-contained page; pngs: section title -> its plot (embedded after the table)."""
     parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'><title>golinear leaderboard</title>",
              "<style>body{font-family:sans-serif;margin:2em;max-width:110em}table{border-collapse:collapse;"
              "font-size:13px;margin-bottom:1em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
@@ -322,9 +325,9 @@ def to_html(sections: list[tuple[str, str, pd.DataFrame]], png: bytes | None) ->
             parts.append(f"<tr class='{html.escape(str(r.get('status', '')))}'>"
                          + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>")
         parts.append("</tbody></table>")
-        if title.startswith("S-NIAH") and png:
-            parts.append("<img alt='S-NIAH accuracy vs cache budget' src='data:image/png;base64,"
-                         + base64.b64encode(png).decode() + "'>")
+        if pngs.get(title):
+            parts.append(f"<img alt='{html.escape(title)}' src='data:image/png;base64,"
+                         + base64.b64encode(pngs[title]).decode() + "'>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
@@ -353,6 +356,10 @@ NOTES = {
     "sniah": "Table 8 analog: S-NIAH accuracy by cache budget (sinks + window tokens; inf = full attention).",
     "ruler": "Table 9 analog: extended RULER subsets and their average by cache budget. HQA n is the number of "
              "HotpotQA questions scored (100 at most offline).",
+    "hybrid": "Figure 5 analog: strict GDN with a share of its layers kept as full attention, spread evenly "
+              "(uniform) or the hardest by `golinear diagnose` (hardness); 0 % is the strict model itself, 100 % "
+              "full attention. Full test sets; CR and LAMBADA in %; hybrid.png plots them (recipes: "
+              "scripts/study/recipes.txt, gdn-full*).",
 }
 
 
@@ -373,19 +380,22 @@ def render(store, out_dir, reference_dir=REFERENCE_DIR) -> list[Path]:
         raise ValueError(f"output folder {str(out_dir)!r} is not writable: {e.strerror or e}") from None
     ref = load_reference(reference_dir)
     tables = {"standard": standard_table(df, ref["standard"]),
-              "sniah": sniah_table(df, ref["sniah"]), "ruler": ruler_table(df, ref["ruler"])}
+              "sniah": sniah_table(df, ref["sniah"]), "ruler": ruler_table(df, ref["ruler"]),
+              "hybrid": hybrid_table(df, cells)}
     png = sniah_plot(tables["sniah"])
     titles = {"standard": "Common reasoning, MMLU, LAMBADA", "sniah": "S-NIAH by cache budget",
-              "ruler": "Extended RULER by cache budget"}
+              "ruler": "Extended RULER by cache budget", "hybrid": "Strict GDN hybrids"}
     changed = []
     for name, table in tables.items():
         md = f"# {titles[name]}\n\n{NOTES[name]}\n\n" + to_markdown(table)
         for path, data in ((out_dir / f"{name}.md", md), (out_dir / f"{name}.csv", to_csv(table))):
             if write_if_changed(path, data):
                 changed.append(path)
-    if png and write_if_changed(out_dir / "sniah_budget.png", png):
-        changed.append(out_dir / "sniah_budget.png")
-    page = to_html([(titles[n], NOTES[n], tables[n]) for n in tables], png)
+    images = {"sniah": ("sniah_budget.png", png), "hybrid": ("hybrid.png", hybrid_plot(tables["hybrid"]))}
+    for name, image in images.values():
+        if image and write_if_changed(out_dir / name, image):
+            changed.append(out_dir / name)
+    page = to_html([(titles[n], NOTES[n], tables[n]) for n in tables], {titles[n]: images[n][1] for n in images})
     if write_if_changed(out_dir / "index.html", page):
         changed.append(out_dir / "index.html")
     return changed
