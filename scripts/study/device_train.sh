@@ -9,7 +9,7 @@
 # run, default 540; keep it ~40 s under the call's limit), STARTUP_S (default 200), GGUF_SHA, EXTRA_ARGS (appended to every `golinear train`; a CPU dry run: "--seq-len 64 --steps 20"). BRING (run folders to return, default NAMES). Out: $OUT/ck.tgz.part-?? (cat them; state.pt only
 # where a run is unfinished), logs.tgz, triton-cache.tgz (if < 12 MB).
 set -u
-T0=$(date +%s); ROOT=$PWD; SRC=${SRC:-.device/src}; BUDGET=${BUDGET:-540}; NAMES=${NAMES:-}
+T0=$(date +%s); ROOT=$PWD; SRC=${SRC:-.device/src}; BUDGET=${BUDGET:-540}; NAMES=${NAMES:-}; BRING=${BRING:-}
 cd $SRC || exit 2
 [ "$SRC" = . ] || { ln -sfn $ROOT/.whl .whl; ln -sfn $ROOT/.gguf .gguf; }; mkdir -p .device
 [ "$SRC" = . ] || for d in $ROOT/.device/{train,whl-eval,triton-cache.tgz} $ROOT/.device/resume*; do [ -e $d ] && ln -sfn $d .device/; done
@@ -19,7 +19,7 @@ source scripts/gpu/device_setup.sh || exit $?
 mkdir -p /tmp/ck /tmp/logs
 for d in .device/resume*/*/; do  # .device/resume, .device/resume-<any>: folders of run folders, carried as whole paths [ -d "$d" ] || continue; n=$(basename $d)
   [ -d /tmp/ck/$n ] && echo "$n: already on the machine, the carried copy ignored" || { cp -r $d /tmp/ck/ && echo "resumable: $n"; }; done
-[ -n "$NAMES" ] || { echo "nothing to train (NAMES empty): stashed only"; exit 0; }
+[ -n "$NAMES$BRING" ] || { echo "nothing to train (NAMES empty): stashed only"; exit 0; }  # BRING alone: return run folders
 echo "setup done after $(( $(date +%s) - T0 )) s"
 # MPS=1: the runs' kernels through one CUDA MPS server, so that kernels of different runs overlap instead of
 # taking turns. Measured (docs/study.md "GPU cost"): the same nine recipes made 11.7 steps/s together through MPS
