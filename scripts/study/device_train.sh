@@ -14,11 +14,12 @@ cd $SRC || exit 2
 [ "$SRC" = . ] || { ln -sfn $ROOT/.whl .whl; ln -sfn $ROOT/.gguf .gguf; }; mkdir -p .device
 [ "$SRC" = . ] || for d in $ROOT/.device/{train,whl-eval,triton-cache.tgz} $ROOT/.device/resume*; do [ -e $d ] && ln -sfn $d .device/; done
 source scripts/gpu/device_setup.sh || exit $?
-[ -e .device/train ] || ln -sfn /tmp/golinear-stash/train .device/train  # stashed by an earlier call
-# carried run folders wait in /tmp/ck (the runs' own folders), so a stash call can bring them ahead of training
-mkdir -p /tmp/ck /tmp/logs
-for d in .device/resume*/*/; do  # .device/resume, .device/resume-<any>: folders of run folders, carried as whole paths [ -d "$d" ] || continue; n=$(basename $d)
-  [ -d /tmp/ck/$n ] && echo "$n: already on the machine, the carried copy ignored" || { cp -r $d /tmp/ck/ && echo "resumable: $n"; }; done
+[ -e .device/train ] || ln -sfn $STASH/train .device/train  # stashed by an earlier call
+# carried run folders wait in $DEV/ck (/tmp/ck: the runs' own folders), so a stash call can bring them ahead of training
+mkdir -p $DEV/ck $DEV/logs
+for d in .device/resume*/*/; do  # .device/resume, .device/resume-<any>: folders of run folders, carried whole
+  [ -d "$d" ] || continue; n=$(basename $d)
+  [ -d $DEV/ck/$n ] && echo "$n: already on the machine, the carried copy ignored" || { cp -r $d $DEV/ck/ && echo "resumable: $n"; }; done
 [ -n "$NAMES$BRING" ] || { echo "nothing to train (NAMES empty): stashed only"; exit 0; }  # BRING alone: return run folders
 echo "setup done after $(( $(date +%s) - T0 )) s"
 # MPS=1: the runs' kernels through one CUDA MPS server, so that kernels of different runs overlap instead of
@@ -39,25 +40,25 @@ for name in $NAMES; do
   args=$(awk -v n=$name '$1 == n {$1=""; print}' scripts/study/recipes.txt)
   [ -z "$args" ] && { echo "unknown recipe $name"; continue; }
   left=$(( BUDGET - ($(date +%s) - T0) ))
-  python3 -m bench.cli train --base smollm2-135m --tokens .device/train/books-smollm2-10m.npz --out /tmp/ck/$name \
+  python3 -m bench.cli train --base smollm2-135m --tokens .device/train/books-smollm2-10m.npz --out $DEV/ck/$name \
     --stop-at-s $(( left - ${STARTUP_S:-200} )) --save-every 100 --note "study run (scripts/study/recipes.txt), H200, $(echo $NAMES | wc -w) runs sharing the GPU" \
-    $args ${EXTRA_ARGS:-} > /tmp/logs/$name.log 2>&1 &
+    $args ${EXTRA_ARGS:-} > $DEV/logs/$name.log 2>&1 &
   PIDS+=($!); echo "t=$(( $(date +%s) - T0 ))s launched $name ($left s)"
 done
 # --stop-at-s counts training seconds only (model load, compilation and the first evaluation, ~150 s with 8 runs,
 # come before): runs still going at the deadline are killed and resume from their last state (every 100 steps).
 while [ -n "$(jobs -r)" ] && [ $(( $(date +%s) - T0 )) -lt $BUDGET ]; do
   sleep 30; line="t=$(( $(date +%s) - T0 ))s $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader | tr -d ' ')"
-  for name in $NAMES; do line="$line $name:$(tail -1 /tmp/ck/$name/train_log.jsonl 2>/dev/null | grep -o '"step": [0-9]*' | grep -o '[0-9]*')"; done
+  for name in $NAMES; do line="$line $name:$(tail -1 $DEV/ck/$name/train_log.jsonl 2>/dev/null | grep -o '"step": [0-9]*' | grep -o '[0-9]*')"; done
   echo "$line"
 done
 for p in "${PIDS[@]}"; do kill $p 2>/dev/null && echo "killed pid $p at the deadline"; done; sleep 3
 [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && echo quit | nvidia-cuda-mps-control && echo "MPS server stopped"
-for name in $NAMES; do echo "== $name"; grep -E '^\{"out"|Error|error' /tmp/logs/$name.log | tail -3; done
+for name in $NAMES; do echo "== $name"; grep -E '^\{"out"|Error|error' $DEV/logs/$name.log | tail -3; done
 # every run folder in one archive (state.pt kept only where the run is unfinished), split into <= 15 MiB parts
 BRING=${BRING:-$NAMES}  # what comes back: at most 64 MiB a call (about twelve unfinished runs' state.pt)
-X=(); for name in $BRING; do grep -qs '"finished": true' /tmp/ck/$name/train_config.json && X+=(--exclude=$name/state.pt); done
-tar czf - -C /tmp/ck "${X[@]}" $BRING | split -b 15M - $OUT/ck.tgz.part-
-tar czf $OUT/logs.tgz -C /tmp/logs .
-tar czf /tmp/triton-cache.tgz -C /tmp/triton-cache . && [ $(stat -c %s /tmp/triton-cache.tgz) -lt 12000000 ] && cp /tmp/triton-cache.tgz $OUT/
+X=(); for name in $BRING; do grep -qs '"finished": true' $DEV/ck/$name/train_config.json && X+=(--exclude=$name/state.pt); done
+tar czf - -C $DEV/ck "${X[@]}" $BRING | split -b 15M - $OUT/ck.tgz.part-
+tar czf $OUT/logs.tgz -C $DEV/logs .
+tar czf $DEV/triton-cache.tgz -C $DEV/triton-cache . && [ $(stat -c %s $DEV/triton-cache.tgz) -lt 12000000 ] && cp $DEV/triton-cache.tgz $OUT/
 ls -l $OUT; echo "total $(( $(date +%s) - T0 )) s"

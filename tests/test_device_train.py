@@ -1,0 +1,56 @@
+"""scripts/study/device_train.sh without a GPU: what a stash call keeps on the machine (the token file, carried run
+folders from any .device/resume* folder) and what a later call brings back (BRING: run folders, state.pt only while
+a run is unfinished). The machine's scratch root is a temporary folder (GOLINEAR_DEVICE_TMP)."""
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_folder(path: Path, finished: bool):
+    path.mkdir(parents=True)
+    (path / "train_config.json").write_text(json.dumps({"summary": {"finished": finished}}))
+    (path / "state.pt").write_bytes(b"optimizer state")
+    (path / "new_params.safetensors").write_bytes(b"weights")
+
+
+def call(repo: Path, dev: Path, out: Path, **env) -> str:
+    out.mkdir(exist_ok=True)
+    e = dict(os.environ, GOLINEAR_DEVICE_TMP=str(dev), OUT=str(out), SRC=".") | {"NAMES": "", "BRING": ""} | env
+    r = subprocess.run(["bash", str(ROOT / "scripts/study/device_train.sh")], cwd=repo, env=e, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def test_a_stash_call_keeps_tokens_and_run_folders_and_a_later_call_brings_them_back(tmp_path):
+    repo, dev = tmp_path / "repo", tmp_path / "machine"
+    (repo / ".device" / "train").mkdir(parents=True)
+    (repo / "scripts").symlink_to(ROOT / "scripts")
+    (repo / ".device" / "train" / "tokens.npz").write_bytes(b"tokens")
+    run_folder(repo / ".device" / "resume" / "run-a", finished=True)
+    run_folder(repo / ".device" / "resume-gla" / "run-b", finished=False)
+    text = call(repo, dev, tmp_path / "out1")
+    assert "resumable: run-a" in text and "resumable: run-b" in text and "stashed only" in text
+    assert (dev / "golinear-stash" / "train" / "tokens.npz").read_bytes() == b"tokens"
+    assert (dev / "ck" / "run-b" / "state.pt").exists()
+
+    # the next call carries none of it: the token file is linked from the stash, the folders are already there
+    for d in ("train", "resume", "resume-gla"):
+        subprocess.run(["rm", "-rf", str(repo / ".device" / d)], check=True)
+    run_folder(repo / ".device" / "resume" / "run-b", finished=False)  # a stale copy: the machine's wins
+    (dev / "ck" / "run-b" / "state.pt").write_bytes(b"newer state")
+    text = call(repo, dev, tmp_path / "out2", BRING="run-a run-b")
+    assert "run-b: already on the machine" in text
+    assert (repo / ".device" / "train" / "tokens.npz").read_bytes() == b"tokens"
+    parts = sorted((tmp_path / "out2").glob("ck.tgz.part-*"))
+    assert parts
+    (tmp_path / "ck.tgz").write_bytes(b"".join(p.read_bytes() for p in parts))
+    with tarfile.open(tmp_path / "ck.tgz") as t:
+        names = set(t.getnames())
+        assert t.extractfile("run-b/state.pt").read() == b"newer state"
+    assert {"run-a/train_config.json", "run-a/new_params.safetensors", "run-b/state.pt"} <= names
+    assert "run-a/state.pt" not in names  # finished: the checkpoint without its optimizer state
