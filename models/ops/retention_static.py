@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from models import ops
+from models.ops.window import _runs_unfold
 
 PAIR_BLOCK = 1 << 26  # elements of one [.., rows, T] comparison block in fold_steps (memory bound)
 QUERY_BLOCK = 64  # queries per block of the softmax path
@@ -110,7 +111,15 @@ def softmax_path(q, k, v, fold: torch.Tensor, scale: float, sinks: int, window: 
 
     def keys(x):  # x [B, T, Hkv, *] -> the blocks' keys [B, Hkv * nb, L', *]
         xh = x.transpose(1, 2)
-        return xh.gather(2, at.unsqueeze(-1).expand(*at.shape, xh.shape[-1])).view(B, Hkv * nb, -1, xh.shape[-1])
+        if T < sinks:  # (the sink columns would read past the prompt: gather every column)
+            return xh.gather(2, at.unsqueeze(-1).expand(*at.shape, xh.shape[-1])).view(B, Hkv * nb, -1, xh.shape[-1])
+        # sinks + the window span by pad + unfold (its backward sums overlapping runs without atomic adds, which a
+        # gather's scatter-add backward needs for every key each block repeats); only the slots are gathered
+        runs = _runs_unfold(x, sinks, 0, 0, nb, Q, window + Q).view(B, Hkv, nb, sinks + window + Q, -1)
+        sl = slots.clamp(max=T - 1).flatten(2)  # [B, Hkv, nb * n] (an empty slot reads a masked real key)
+        held_keys = xh.gather(2, sl.unsqueeze(-1).expand(*sl.shape, xh.shape[-1])).view(B, Hkv, nb, n, xh.shape[-1])
+        out = F.pad(torch.cat([runs, held_keys], 3), (0, 0, 0, pad))  # the alignment columns: zeros, masked
+        return out.view(B, Hkv * nb, idx.shape[-1], xh.shape[-1])
     qh = F.pad(q, (0, 0, 0, 0, 0, nb * Q - T)).view(B, nb, Q, Hkv, G, D).permute(0, 3, 1, 4, 2, 5)
     mask = see.unsqueeze(3).expand(B, Hkv, nb, G, Q, -1).reshape(B, Hkv * nb, G * Q, -1)
     o = F.scaled_dot_product_attention(qh.reshape(B, Hkv * nb, G * Q, D), keys(k), keys(v), attn_mask=mask,
