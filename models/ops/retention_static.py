@@ -67,17 +67,37 @@ def fold_steps_of(order: torch.Tensor, window: int) -> torch.Tensor:
     return out.scatter(2, torch.where(order >= 0, order, T + step), step)[..., :T]  # index T + t: a distinct bin
 
 
+def _take(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """x [B, T, H, *] -> row idx[b, t, h] of x at each (b, t, h), zeros where idx < 0 (idx [B, T, H] long)."""
+    B, T, H = idx.shape
+    tail = (1,) * (x.dim() - 3)
+    i = idx.clamp(min=0).view(B, T, H, *tail).expand(B, T, H, *x.shape[3:])
+    return torch.where((idx >= 0).view(B, T, H, *tail), x.gather(1, i), torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+class _AtFold(torch.autograd.Function):
+    """The folding token's row at each step, and its gradient by the inverse map: each token folds at most once
+    and each step takes at most one token, so both directions are gathers. (Autograd's backward of a gather is a
+    scatter-add whose atomics pile onto the one index every step without a fold repeats.)"""
+
+    @staticmethod
+    def forward(ctx, x, idx, inv):
+        ctx.save_for_backward(inv)
+        return _take(x, idx)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (inv,) = ctx.saved_tensors
+        return _take(grad, inv), None, None
+
+
 def linear_path(lin: dict, order: torch.Tensor, lin_scale: float, want_state: bool):
     """GDN over the fold sequence: (y_lin [B, T, H, V], final state or None)."""
     B, T, H = lin["log_a"].shape
-    idx = order.repeat_interleave(H // order.shape[1], 1).transpose(1, 2)  # [B, T, H]
-    ok = idx >= 0
-
-    def at_fold(x):  # x [B, T, H, *] -> the folding token's row at each step, zeros where none folds
-        tail = (1,) * (x.dim() - 3)
-        i = idx.clamp(min=0).view(B, T, H, *tail).expand(B, T, H, *x.shape[3:])
-        return torch.where(ok.view(B, T, H, *tail), x.gather(1, i), torch.zeros((), dtype=x.dtype, device=x.device))
-    k, v, log_a, beta = (at_fold(lin[key]) for key in ("k", "v", "log_a", "beta"))
+    idx = order.repeat_interleave(H // order.shape[1], 1).transpose(1, 2)  # [B, T, H]: the token folding at step t
+    step = torch.arange(T, device=idx.device).view(1, T, 1).expand(B, T, H)
+    inv = idx.new_full((B, 2 * T, H), -1).scatter(1, torch.where(idx >= 0, idx, T + step), step)[:, :T]  # token -> step
+    k, v, log_a, beta = (_AtFold.apply(lin[key], idx, inv) for key in ("k", "v", "log_a", "beta"))
     return ops.gdn_chunk(lin["q"], k, v, log_a, beta, lin_scale, output_final_state=want_state)
 
 
@@ -116,7 +136,8 @@ def softmax_path(q, k, v, fold: torch.Tensor, scale: float, sinks: int, window: 
         # sinks + the window span by pad + unfold (its backward sums overlapping runs without atomic adds, which a
         # gather's scatter-add backward needs for every key each block repeats); only the slots are gathered
         runs = _runs_unfold(x, sinks, 0, 0, nb, Q, window + Q).view(B, Hkv, nb, sinks + window + Q, -1)
-        sl = slots.clamp(max=T - 1).flatten(2)  # [B, Hkv, nb * n] (an empty slot reads a masked real key)
+        col = torch.arange(n, device=dev)  # an empty slot reads key c (masked): distinct keys, so its zero
+        sl = torch.where(slots < T, slots, col).flatten(2)  # gradient adds do not all land on one address
         held_keys = xh.gather(2, sl.unsqueeze(-1).expand(*sl.shape, xh.shape[-1])).view(B, Hkv, nb, n, xh.shape[-1])
         out = F.pad(torch.cat([runs, held_keys], 3), (0, 0, 0, pad))  # the alignment columns: zeros, masked
         return out.view(B, Hkv * nb, idx.shape[-1], xh.shape[-1])
