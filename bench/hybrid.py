@@ -22,8 +22,9 @@ def hybrid_of(model: dict) -> tuple[float, str] | None:
     full attention is (1.0, 'full'), the strict model itself (0.0, 'none')."""
     if model.get("full_attention"):
         return 1.0, "full"
-    lin = (model.get("info") or {}).get("linearize") or {}
-    if any(lin.get(k, v) != v for k, v in STRICT.items()) or not lin or (model.get("info") or {}).get("cache_options"):
+    info = model.get("info") or {}
+    lin = info.get("linearize") or {}
+    if not lin or any(lin.get(k, v) != v for k, v in STRICT.items()) or info.get("cache_options"):
         return None
     if lin.get("full_layers"):  # layers named by hand: no point of either curve
         return None
@@ -34,7 +35,8 @@ def hybrid_of(model: dict) -> tuple[float, str] | None:
 def hybrid_table(df: pd.DataFrame, cells: list[dict]) -> pd.DataFrame:
     """One row per strict-GDN model in the store (full sets only), by share of full-attention layers."""
     from bench.leaderboard import CR_COLS, add_cr  # (leaderboard renders this table: imported at call time)
-    kinds = {c["key"]["model"]: hybrid_of(c["model"]) for c in cells}
+    models = {c["key"]["model"]: c["model"] for c in cells}
+    kinds = {key: hybrid_of(model) for key, model in models.items()}
     cols = ["share of full layers", "selection", "model", "out_norm"] + COLUMNS
     if df.empty:
         return pd.DataFrame(columns=cols)
@@ -43,8 +45,7 @@ def hybrid_table(df: pd.DataFrame, cells: list[dict]) -> pd.DataFrame:
     rows = []
     for key, g in f.groupby("model_key", sort=False):
         share, select = kinds[key]
-        model = next(c["model"] for c in cells if c["key"]["model"] == key)
-        norm = ((model.get("info") or {}).get("linearize") or {}).get("out_norm")
+        norm = ((models[key].get("info") or {}).get("linearize") or {}).get("out_norm")
         row = {"share of full layers": f"{share:.0%}", "selection": select, "model": g["model"].iloc[0],
                "out_norm": "" if share == 1.0 else ("yes" if norm else "no"), "_share": share}
         row |= {c: float(g[g["column"] == c]["value"].mean()) for c in COLUMNS + CR_COLS if (g["column"] == c).any()}
@@ -66,8 +67,7 @@ def hybrid_plot(table: pd.DataFrame) -> bytes | None:
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=100)
     for ax, col in zip(axes, ["CR", "LAMBADA"]):
         for select, colour in (("uniform", "tab:blue"), ("hardness", "tab:orange")):
-            t = pd.concat([table[table["selection"] == select], ends]).dropna(subset=[col]) \
-                if col in table else table.iloc[:0]
+            t = pd.concat([table[table["selection"] == select], ends]).dropna(subset=[col])
             x = t["share of full layers"].str.rstrip("%").astype(float)
             order = x.argsort()
             ax.plot(x.iloc[order], t[col].iloc[order], marker="o", color=colour, label=select)

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from models import ops
-from models.ops.window import _runs_unfold
+from models.ops.window import runs_unfold
 
 PAIR_BLOCK = 1 << 26  # elements of one [.., rows, T] comparison block in fold_steps (memory bound)
 QUERY_BLOCK = 64  # queries per block of the softmax path
@@ -135,7 +135,7 @@ def softmax_path(q, k, v, fold: torch.Tensor, scale: float, sinks: int, window: 
             return xh.gather(2, at.unsqueeze(-1).expand(*at.shape, xh.shape[-1])).view(B, Hkv * nb, -1, xh.shape[-1])
         # sinks + the window span by pad + unfold (its backward sums overlapping runs without atomic adds, which a
         # gather's scatter-add backward needs for every key each block repeats); only the slots are gathered
-        runs = _runs_unfold(x, sinks, 0, 0, nb, Q, window + Q).view(B, Hkv, nb, sinks + window + Q, -1)
+        runs = runs_unfold(x, sinks, 0, 0, nb, Q, window + Q).view(B, Hkv, nb, sinks + window + Q, -1)
         col = torch.arange(n, device=dev)  # an empty slot reads key c (masked): distinct keys, so its zero
         sl = torch.where(slots < T, slots, col).flatten(2)  # gradient adds do not all land on one address
         held_keys = xh.gather(2, sl.unsqueeze(-1).expand(*sl.shape, xh.shape[-1])).view(B, Hkv, nb, n, xh.shape[-1])

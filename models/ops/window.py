@@ -153,7 +153,7 @@ def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_po
     if grad:
         qb = F.pad(q, (0, 0, 0, 0, 0, n * block - Tq)) if n * block != Tq else q
         qb = qb.reshape(B, n, block, Hkv, G, D).permute(0, 3, 1, 2, 4, 5).reshape(B * Hkv, n, block * G, D)
-        kb, vb = (_runs_unfold(x, sinks, base - lo, lo, n, block, Lw) for x in (k, v))
+        kb, vb = (runs_unfold(x, sinks, base - lo, lo, n, block, Lw) for x in (k, v))
     else:
         qb = q.reshape(B, Tq, Hkv, G, D).transpose(1, 2).index_select(2, qidx).view(B * Hkv, n, block * G, D)
         kb, vb = (x.transpose(1, 2).index_select(2, kidx).view(B * Hkv, n, sinks + Lw, x.shape[-1]) for x in (k, v))
@@ -169,7 +169,7 @@ def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_po
     return o if n * block == Tq else o[:, :Tq]  # (a full-range slice still costs a zero-fill + copy in backward)
 
 
-def _runs_unfold(x, s, base, lo, n, block, Lw):
+def runs_unfold(x, s, base, lo, n, block, Lw):
     """[B*Hkv, n, s+Lw, D]: per block the sinks x[:, :s] and the run of Lw keys of x[:, lo:] starting at
     base + b*block - (Lw - block) (zero padding outside), by pad + unfold + one cat."""
     B, _, Hkv, D = x.shape
