@@ -14,10 +14,12 @@
 #       bf16 (~110 s: delta_error's walk is ~80K launches a pass).
 # The 32K retention row is what the issue asks for, so it runs first. Each part is under `timeout` with what is
 # left of BUDGET_S; rows land in $OUT/latency/latency.csv (+ .md, .png), logs in $OUT/*.log.
-# Usage: bash scripts/gpu/retention_check.sh   Env: BUDGET_S (default 560)
+# Usage: bash scripts/gpu/retention_check.sh   Env: BUDGET_S (default 560), PARTS (default "p c1 a c2 b": which parts
+# run, e.g. PARTS="c1 c2" for the issue's latency rows alone)
 set -u
 OUT=${OUT:-/tmp/golinear-out}; mkdir -p "$OUT/latency"
 BUDGET_S=${BUDGET_S:-560}; left() { echo $((BUDGET_S - SECONDS)); }
+PARTS=${PARTS:-p c1 a c2 b}; part() { [[ " $PARTS " == *" $1 "* ]]; }
 cap() { local n=$(( $(left) - $1 )); echo $(( n > 1 ? n : 1 )); }  # seconds left minus a reserve, >= 1 (timeout 0: none)
 source scripts/gpu/device_setup.sh > /dev/null || exit 1  # the carried wheels in /tmp/site, one Triton cache per machine
 RETAIN="gdn-default,window=28,retain=28,retain_score=proj_residual"  # budget 64 = gdn-default's sinks 8 + window 56
@@ -27,7 +29,7 @@ LATENCY="python3 -m bench.latency --model llama-3.1-8b --batch 8 --lengths 1024,
 # (p) why S-NIAH with slots made no progress on the H200 (2026-12-01: four processes beside five others, no batch
 # of 32 4K prompts in 500 s; docs/retention.md): one trained checkpoint's phases alone, compiled step and eager
 CK=${CK:-checkpoints/smollm2-135m/gdn-w248-s8-sc}
-if [ -f $CK/config.json ]; then  # the one-pass prefill, then (auto only) each prompt alone; stacks every 45 s
+if part p && [ -f $CK/config.json ]; then  # the one-pass prefill, then (auto only) each prompt alone; stacks every 45 s
   for fused in auto 0; do
     echo "== (p) retention generate phases, GOLINEAR_FUSED_DECODE=$fused, at ${SECONDS}s"
     GOLINEAR_FUSED_DECODE=$fused timeout $(cap 420) python3 scripts/bench_retention_generate.py --device cuda \
@@ -36,22 +38,31 @@ if [ -f $CK/config.json ]; then  # the one-pass prefill, then (auto only) each p
     echo "rc=$?"; grep -E "batch [12]:|Error|error" $OUT/phases_$fused.log | tail -6
   done
 fi
+if part c1; then
 echo "== (c1) latency, retention at ${SECONDS}s"
 GOLINEAR_FUSED_DECODE=auto timeout $(cap 300) $LATENCY --configs "$RETAIN" > $OUT/latency_retain.log 2>&1
 echo "latency rc=$?"; grep -E "T=|Error|error|Traceback" $OUT/latency_retain.log | tail -8
+fi
+
+if part a; then
 echo "== (a) GPU tests at ${SECONDS}s"
 timeout $(cap 120) python3 -m pytest -q -s -p no:cacheprovider tests/test_retention.py \
   tests/test_retention_generate.py -k gpu > $OUT/tests.log 2>&1
 echo "tests rc=$?"; grep -E "retention_prefill T=|default recipe|passed|failed|error" $OUT/tests.log | tail -8
+fi
 
+if part c2; then
 echo "== (c2) latency, gdn-default at ${SECONDS}s"
 GOLINEAR_FUSED_DECODE=auto timeout $(cap 60) $LATENCY --configs gdn-default > $OUT/latency_default.log 2>&1
 echo "latency rc=$?"; grep -E "T=|Error|error|Traceback" $OUT/latency_default.log | tail -8
+fi
 
+if part b; then
 echo "== (b) bench_retention.py at ${SECONDS}s"
 timeout $(cap 5) python3 scripts/bench_retention.py --device cuda --dtype bfloat16 --T 4096 --window 60 \
   --retain 60 --repeats 2 > $OUT/bench_retention.log 2>&1
 echo "bench rc=$?"; tail -5 $OUT/bench_retention.log
+fi
 
 echo "== summary at ${SECONDS}s"
 python3 - "$OUT/latency/latency.csv" <<'EOF'

@@ -18,7 +18,8 @@
 #   from all; `full` only where a group names it),
 #   CKPT (a carried folder of checkpoints outside the tree; a name not there is looked up in the tracked
 #   checkpoints/smollm2-135m, then in the machine's stash), BATCH (cr/lambada, 64), BATCH_MMLU (4), BATCH_LONG (32),
-#   LONG_ARGS (sniah/ruler: "--context-length 4096 --num-samples 500"), EXTRA_ARGS (every run; a CPU dry run:
+#   LONG_ARGS (sniah/ruler: "--context-length 4096 --num-samples 500"), MPS (1: the workers through one CUDA MPS
+#   server, scripts/gpu/mps.sh, so that their small generation kernels overlap instead of taking turns), EXTRA_ARGS (every run; a CPU dry run:
 #   "--limit 2"), DRY=1 (CPU: no set-up, DEVICE=cpu, DATA from the data folder), GGUF_SHA, GOLINEAR_GIT_COMMIT.
 # Out ($OUT): cells.tgz (the cells this store has and leaderboards/store lacks), partial.tgz (request caches of
 #   unfinished cells, if < 15 MiB), logs.tgz (one log per worker; units-<start>.log: one line per unit and call, with its time; gpu.log).
@@ -110,13 +111,14 @@ worker() {  # worker W: take each free unit in turn until the list or the budget
       | tee -a $WORK/logs/units-$T0.log
   done < $WORK/units.txt
 }
+source scripts/gpu/mps.sh; [ "${MPS:-0}" = 1 ] && [ -z "${DRY:-}" ] && mps_start
 for w in $(seq 1 $K); do worker $w & sleep ${STAGGER_S:-2}; done  # staggered: model loads do not collide
 while [ -n "$(jobs -r)" ] && [ $(( $(date +%s) - T0 )) -lt $(( BUDGET + 15 )) ]; do
   sleep 5; [ -z "${DRY:-}" ] && [ $(( ($(date +%s) - T0) % 60 )) -lt 5 ] && echo "t=$(( $(date +%s) - T0 ))s gpu $(nvidia-smi \
     --query-gpu=utilization.gpu,memory.used --format=csv,noheader | tr -d ' ') cells $(find $STORE/cells -name '*.json' | wc -l)" \
     | tee -a $WORK/logs/gpu.log
 done
-wait
+wait; mps_stop
 # what comes back: the new cells (not in leaderboards/store), the unfinished cells' request caches, the logs
 (cd $STORE && find cells -name '*.json' | sort) > $WORK/now.txt
 comm -13 $WORK/seed.txt $WORK/now.txt > $WORK/new.txt

@@ -22,19 +22,7 @@ for d in .device/resume*/*/; do  # .device/resume, .device/resume-<any>: folders
   [ -d $DEV/ck/$n ] && echo "$n: already on the machine, the carried copy ignored" || { cp -r $d $DEV/ck/ && echo "resumable: $n"; }; done
 [ -n "$NAMES$BRING" ] || { echo "nothing to train (NAMES empty): stashed only"; exit 0; }  # BRING alone: return run folders
 echo "setup done after $(( $(date +%s) - T0 )) s"
-# MPS=1: the runs' kernels through one CUDA MPS server, so that kernels of different runs overlap instead of
-# taking turns. Measured (docs/study.md "GPU cost"): the same nine recipes made 11.7 steps/s together through MPS
-# against 7.8 without (47.8k against 32.1k tokens/s). A server that does not start or serve a probe is left out.
-if [ "${MPS:-0}" = 1 ]; then
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-  if nvidia-cuda-mps-control -d && python3 -c "import torch; torch.ones(1, device='cuda').sum().item()"; then
-    echo "MPS server on"
-  else
-    echo "MPS not available: the runs take turns on the GPU"; echo quit | nvidia-cuda-mps-control 2>/dev/null
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-  fi
-fi
+source scripts/gpu/mps.sh; [ "${MPS:-0}" = 1 ] && mps_start  # kernels of the runs overlap (scripts/gpu/mps.sh)
 PIDS=()
 for name in $NAMES; do
   args=$(awk -v n=$name '$1 == n {$1=""; print}' scripts/study/recipes.txt)
@@ -53,7 +41,7 @@ while [ -n "$(jobs -r)" ] && [ $(( $(date +%s) - T0 )) -lt $BUDGET ]; do
   echo "$line"
 done
 for p in "${PIDS[@]}"; do kill $p 2>/dev/null && echo "killed pid $p at the deadline"; done; sleep 3
-[ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && echo quit | nvidia-cuda-mps-control && echo "MPS server stopped"
+mps_stop
 for name in $NAMES; do echo "== $name"; grep -E '^\{"out"|Error|error' $DEV/logs/$name.log | tail -3; done
 # every run folder in one archive (state.pt kept only where the run is unfinished), split into <= 15 MiB parts
 BRING=${BRING:-$NAMES}  # what comes back: at most 64 MiB a call (about twelve unfinished runs' state.pt)
