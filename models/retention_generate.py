@@ -5,11 +5,11 @@ retention's prefill (models.ops.retention_prefill) cannot do. `RetentionDecoder`
 loop (embedding, per-row RoPE positions, MLPs, the hybrid's full-attention KV buffers, greedy argmax) and
 changes two things:
 
-  - prefill: with scores fixed at arrival (proj_residual), the right-padded batch in one pass
-    (LinearizedAttention.prefill_rows, models.ops.retention_prefill_rows: padding made inert, each row's
-    state gathered at its own length; `prefill_mode` "rows"); with delta_error (its decisions walk the
-    state), each prompt alone (batch 1, unpadded) through the model's own forward on a models.cache.LinearCache,
-    the forward HF generate's first step runs, the rows' states then stacked ("each");
+  - prefill: the right-padded batch in one pass (LinearizedAttention.prefill_rows,
+    models.ops.retention_prefill_rows: padding made inert, each row's state gathered at its own length, for
+    every score: delta_error's decision walk runs over the rows at once; `prefill_mode` "rows"); with
+    `one_pass = False`, each prompt alone (batch 1, unpadded) through the model's own forward on a
+    models.cache.LinearCache, the forward HF generate's first step runs, the rows' states then stacked ("each");
   - the linearized layers' step: once every row is past sinks + window (`steady`),
     models.ops.retention_rows.steady_step_inplace: each row at its own position read from the device tensor
     io["pos"], the state updated in place, fixed work whatever the prompt length, no host sync; so on CUDA
@@ -20,7 +20,8 @@ changes two things:
     (a prompt shorter than sinks + window) the steps run eagerly through retention_rows_step, which replaces the
     state (a short row steps alone).
 
-The "each" prefill is as slow as one prompt at a time; the decode steps are batched. models.batch_generate
+The "each" prefill is as slow as one prompt at a time (scripts/bench_retention_generate.py compares the two);
+the decode steps are batched. models.batch_generate
 drives it like FastDecoder (per-row EOS / stop strings); tests/test_retention_generate.py checks the tokens
 against HF generate one prompt at a time.
 """
@@ -35,7 +36,6 @@ from models.cache import LinearCache, LinearLayerCache
 from models.decode_state import DecodeState
 from models.fast_decode import FastDecoder
 from models.ops import fused_decode
-from models.ops.retention_prefill_rows import ROW_SCORES
 from models.ops.retention_rows import RetentionRows, retention_rows_step, steady_step_inplace
 
 
@@ -65,13 +65,11 @@ class RetentionDecoder(FastDecoder):
 
     @torch.no_grad()
     def prefill(self, input_ids: torch.Tensor, lengths=None) -> torch.Tensor:
-        """The prompts, right-padded in one pass when every retention layer's score is fixed at arrival
-        (`prefill_mode` "rows"), else each alone through the model's forward ("each"); returns each row's first
-        new token [B, 1]. input_ids [B, T] padded on the right; lengths: each row's real length (None: all T)."""
+        """The prompts, right-padded in one pass (`prefill_mode` "rows"), or with `one_pass = False` each alone
+        through the model's forward ("each"); returns each row's first new token [B, 1]. input_ids [B, T] padded
+        on the right; lengths: each row's real length (None: all T)."""
         B, _, lens, max_len = self._prompt_shape(input_ids, lengths)
-        attns = [layer.self_attn for layer, lin in zip(self.layers, self.linear) if lin]
-        rows = self.one_pass and all(a.retain and a.retain_score in ROW_SCORES for a in attns)
-        self.prefill_mode = "rows" if rows else "each"
+        self.prefill_mode = "rows" if self.one_pass else "each"
         if self.prefill_mode == "rows":
             logits = self._prefill_rows(input_ids, lens, max_len)
         else:

@@ -22,13 +22,14 @@ CASES = [  # (lengths, sinks, window, retain)
 ]
 
 
-@pytest.mark.parametrize("score", ["proj_residual", "given"])
+@pytest.mark.parametrize("score", ["proj_residual", "given", "delta_error"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-s{c[1]}w{c[2]}r{c[3]}")
 def test_each_row_is_its_prompt_alone(case, score):
     lengths, s, w, r = case
     T = max(lengths)
     q, k, v, lin, scores = make(T, B=len(lengths), H=4, Hkv=2)
-    y, rows = retention_prefill_rows(q, k, v, lin, SCALE, LIN_SCALE, s, w, r, score, lengths, scores=scores)
+    y, rows = retention_prefill_rows(q, k, v, lin, SCALE, LIN_SCALE, s, w, r, score, lengths, scores=scores,
+                                     chunk_size=16)  # delta_error's walk: chunks shorter than the rows
     assert rows.seen == lengths
     for b, n in enumerate(lengths):
         one = lambda x: x[b:b + 1, :n]  # noqa: E731
@@ -54,22 +55,27 @@ def test_ring_positions_are_the_last_window_positions_by_slot():
             assert ring_positions(torch.tensor([n]), s, w).tolist() == [want], (n, s, w)
 
 
-def test_refuses_a_state_dependent_score_and_bad_lengths():
+def test_refuses_bad_lengths():
     q, k, v, lin, _ = make(10, B=2)
-    with pytest.raises(ValueError, match=r"score fixed at arrival.*got 'delta_error'"):
-        retention_prefill_rows(q, k, v, lin, SCALE, LIN_SCALE, 2, 4, 3, "delta_error", [10, 7])
     for bad in ([10], [10, 0], [11, 3]):
         with pytest.raises(ValueError, match=r"one length per row \(2 rows\), each 1\.\.10"):
             retention_prefill_rows(q, k, v, lin, SCALE, LIN_SCALE, 2, 4, 3, "proj_residual", bad)
 
 
-@pytest.mark.parametrize("score,mode", [("proj_residual", "rows"), ("delta_error", "each")])
-def test_decoder_prefills_in_one_pass_when_the_score_is_fixed_at_arrival(score, mode):
-    """RetentionDecoder takes the one-pass prefill for proj_residual (the model's forward is not called) and
-    each prompt alone for delta_error (tests/test_retention_generate.py checks both against HF generate)."""
+@pytest.mark.parametrize("score", ["proj_residual", "delta_error"])
+@pytest.mark.parametrize("one_pass", [True, False])
+def test_decoder_prefills_in_one_pass_for_every_score(score, one_pass):
+    """RetentionDecoder takes the one-pass prefill for every score (the model's forward is not called), and each
+    prompt alone with one_pass = False; both give the same first tokens (tests/test_retention_generate.py checks
+    the decoded tokens against HF generate)."""
     model = tiny_model("gdn", window=4, sinks=2, short_conv=True, retain=3, retain_score=score)
     calls = []
     model.register_forward_pre_hook(lambda *_: calls.append(1))
     dec = RetentionDecoder(model, max_len=64)
-    dec.prefill(torch.randint(1, 50, (3, 12)), [12, 9, 7])
-    assert dec.prefill_mode == mode and len(calls) == (0 if mode == "rows" else 3)
+    dec.one_pass = one_pass
+    ids = torch.randint(1, 50, (3, 12), generator=torch.Generator().manual_seed(0))
+    first = dec.prefill(ids, [12, 9, 7])
+    assert dec.prefill_mode == ("rows" if one_pass else "each") and len(calls) == (0 if one_pass else 3)
+    if one_pass:
+        dec.one_pass = False
+        assert torch.equal(first, dec.prefill(ids, [12, 9, 7]))

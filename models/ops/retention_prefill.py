@@ -41,30 +41,35 @@ def retention_prefill(q, k, v, lin, scale, lin_scale, sinks, window, retain, sco
     masked attention (models/ops/retention_static.py), whatever the score."""
     _check(q, k, v, lin, sinks, window, retain)
     T, dt = q.shape[1], _compute_dtype(q)
-    with torch.no_grad():
-        if score == "delta_error":
-            _check_chunk_size(chunk_size)
-            static = None
-            order, slot_pos, slot_score, folded, _ = _walk_prompt(q.detach(), k.detach(), v.detach(),
-                                                                  {key: x.detach() for key, x in lin.items()},
-                                                                  scale, lin_scale, sinks, window, retain, score,
-                                                                  None, chunk_size, softmax=False)
-            fold = fold_steps_of(order, window)
-        else:
-            static = entry_scores(k.to(dt), score, scores)
-            fold = fold_steps(static, sinks, window, retain)
-            order = fold_order(fold)
-    y_lin, S = linear_path(lin, order, lin_scale, want_state)
+    fold, static, exits = fold_decisions(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, scores,
+                                         chunk_size)
+    y_lin, S = linear_path(lin, fold_order(fold), lin_scale, want_state)
     y = (y_lin.to(dt) + softmax_path(q, k, v, fold, scale, sinks, window, retain).to(dt)).to(q.dtype)
     if not want_state:
         return y, None
-    if static is not None:
-        slot_pos, slot_score, folded = end_slots(fold, static, sinks, window, retain)
+    slot_pos, slot_score, folded = end_slots(fold, exits, sinks, window, retain)
     Lh = {key: lin[LIN[key]].to(dt).transpose(1, 2) for key in Q_KEYS}
     if S is None or T == 0:
         S = q.new_zeros(q.shape[0], q.shape[2], Lh["lk"].shape[-1], Lh["lv"].shape[-1], dtype=dt)
     return y, _state_after(k.to(dt), v.to(dt), Lh, static, S.to(dt), slot_pos, slot_score.to(dt), folded, sinks,
                            window)
+
+
+@torch.no_grad()
+def fold_decisions(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, scores=None, chunk_size=64):
+    """Which token folds at which step, decided without autograd. Returns (fold [B, Hkv, T]: each token's fold
+    step, T + window never; static [B, T, Hkv]: the arrival-time scores, None for delta_error; exits [B, T, Hkv]:
+    each token's score as the slots compare it, 0 for a token that never left the window). Scores fixed at
+    arrival decide from the scalars (fold_steps); delta_error walks the state (_walk_prompt). A row's decisions
+    up to step t read only its tokens up to t, so right-padded rows decide as each row alone would."""
+    dt = _compute_dtype(q)
+    if score != "delta_error":
+        static = entry_scores(k.to(dt), score, scores)
+        return fold_steps(static, sinks, window, retain), static, static
+    _check_chunk_size(chunk_size)
+    order, *_, exits, _ = _walk_prompt(q.detach(), k.detach(), v.detach(), {key: x.detach() for key, x in lin.items()},
+                                       scale, lin_scale, sinks, window, retain, score, None, chunk_size, softmax=False)
+    return fold_steps_of(order, window), None, exits
 
 
 def retention_prefill_walk(q, k, v, lin, scale, lin_scale, sinks, window, retain, score="delta_error", scores=None,
@@ -74,8 +79,8 @@ def retention_prefill_walk(q, k, v, lin, scale, lin_scale, sinks, window, retain
     _check(q, k, v, lin, sinks, window, retain)
     _check_chunk_size(chunk_size)
     dt = _compute_dtype(q)
-    _, slot_pos, slot_score, folded, (y, S, Lh, static) = _walk_prompt(q, k, v, lin, scale, lin_scale, sinks, window,
-                                                                       retain, score, scores, chunk_size)
+    _, slot_pos, slot_score, folded, _, (y, S, Lh, static) = _walk_prompt(q, k, v, lin, scale, lin_scale, sinks,
+                                                                          window, retain, score, scores, chunk_size)
     if not want_state:
         return y.to(q.dtype), None
     return y.to(q.dtype), _state_after(k.to(dt), v.to(dt), Lh, static, S, slot_pos, slot_score, folded, sinks,
@@ -84,7 +89,8 @@ def retention_prefill_walk(q, k, v, lin, scale, lin_scale, sinks, window, retain
 
 def _walk_prompt(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, scores, chunk_size, softmax=True):
     """Every chunk's walk. Returns (order [B, Hkv, T]: the token folding at each step, -1 none; slot_pos,
-    slot_score, folded after the prompt; (y, S, Lh, static): y None unless softmax)."""
+    slot_score, folded after the prompt; exits [B, T, Hkv]: each token's score when it left the window, 0 if it
+    never did; (y, S, Lh, static): y None unless softmax)."""
     B, T, H, D = q.shape
     Hkv = k.shape[2]
     G = H // Hkv
@@ -97,22 +103,24 @@ def _walk_prompt(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, s
     slot_pos = torch.full((B, Hkv, retain), -1, dtype=torch.long, device=q.device)
     slot_score = q.new_full((B, Hkv, retain), -math.inf)
     folded = torch.zeros(B, Hkv, dtype=torch.long, device=q.device)
-    ys, orders = [], [slot_pos.new_zeros(B, Hkv, 0)]
+    ys, orders, leaving = [], [slot_pos.new_zeros(B, Hkv, 0)], [q.new_zeros(B, Hkv, 0)]
     for c0 in range(0, T, chunk_size):
         c1 = min(T, c0 + chunk_size)
-        y_lin, S, slot_pos, slot_score, folded, members, order = _walk(Lh, lq, static, S, slot_pos, slot_score,
-                                                                      folded, c0, c1, sinks, window, G, lin_scale)
+        y_lin, S, slot_pos, slot_score, folded, members, order, sc = _walk(Lh, lq, static, S, slot_pos, slot_score,
+                                                                          folded, c0, c1, sinks, window, G, lin_scale)
         orders.append(order)
+        leaving.append(sc)
         if softmax:
             ys.append(y_lin + _chunk_softmax(q, k, v, c0, c1, members, sinks, window, scale))
     y = (torch.cat(ys, 1) if ys else q.new_zeros(B, 0, H, Lh["lv"].shape[-1])) if softmax else None
-    return torch.cat(orders, -1), slot_pos, slot_score, folded, (y, S, Lh, static)
+    exits = F.pad(torch.cat(leaving, -1)[..., window:], (0, min(window, T))).transpose(1, 2)  # step j + w -> token j
+    return torch.cat(orders, -1), slot_pos, slot_score, folded, exits, (y, S, Lh, static)
 
 
 def _walk(Lh, lq, static, S, slot_pos, slot_score, folded, c0, c1, s, w, G, lin_scale):
     """The chunk's fold decisions and linear outputs. Returns (y_lin [B, n, H, V], S, slot_pos, slot_score,
     folded, members [B, Hkv, n, r]: the slots' positions after each step, order [B, Hkv, n]: the position
-    folding at each step, -1 none).
+    folding at each step, -1 none; scores [B, Hkv, n]: the leaving token's score at each step, 0 none).
 
     Few ops a step: candidates are r slot holders, n leaving tokens and one all-zero "nothing" candidate
     (an empty slot points at it: folding it is a no-op update); what a fold reads that does not change in the
@@ -133,10 +141,10 @@ def _walk(Lh, lq, static, S, slot_pos, slot_score, folded, c0, c1, s, w, G, lin_
     slot_cand = torch.where(slot_pos >= 0, torch.arange(r, device=dev), none)  # each slot's candidate
     ar, far = torch.arange(r, device=dev), torch.full((), 1 << 62, device=dev)
     zero_u, no_fold = lq.new_zeros(B, H, 1, V), torch.full((B, Hkv), none, device=dev)
-    us, fcs, members = [], [], []
+    us, fcs, members, scs = [], [], [], []
     for i in range(n):
         j = c0 + i - w
-        u, fc = zero_u, no_fold
+        u, fc, sc = zero_u, no_fold, zero_u.new_zeros(B, Hkv)
         if j >= s:
             ci = r + i
             if static is None:
@@ -164,6 +172,7 @@ def _walk(Lh, lq, static, S, slot_pos, slot_score, folded, c0, c1, s, w, G, lin_
         us.append(u)
         fcs.append(fc)
         members.append(slot_pos)
+        scs.append(sc)
     fc = torch.stack(fcs, -1)  # [B, Hkv, n]
     fq = fc.repeat_interleave(G, 1)
     g, u = cand["log_a"].gather(2, fq), torch.cat(us, 2)  # [B, H, n], [B, H, n, V] (0 where nothing folds)
@@ -175,7 +184,8 @@ def _walk(Lh, lq, static, S, slot_pos, slot_score, folded, c0, c1, s, w, G, lin_
     S = torch.exp(g.sum(-1))[..., None, None] * S + (kf * torch.exp(to_end).unsqueeze(-1)).transpose(-1, -2) @ u
     folded = folded + (fc != none).sum(-1)
     order = F.pad(cand_pos, (0, 1), value=-1).gather(2, fc)  # the position folding at each step, -1 none
-    return lin_scale * y.transpose(1, 2), S, slot_pos, slot_score, folded, torch.stack(members, 2), order
+    return (lin_scale * y.transpose(1, 2), S, slot_pos, slot_score, folded, torch.stack(members, 2), order,
+            torch.stack(scs, -1) if scs else zero_u.new_zeros(B, Hkv, 0))
 
 
 def _chunk_softmax(q, k, v, c0, c1, members, s, w, scale):

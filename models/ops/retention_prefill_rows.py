@@ -15,7 +15,10 @@ padding can be made inert instead, so one pass serves every row:
   - the decode state (slots, window ring, sinks, running key sum, fold count) is gathered at each row's own
     length, as models.ops.retention_prefill._state_after gathers it for one length, into the per-row layout
     of models.ops.retention_rows.RetentionRows that batched decoding continues.
-`delta_error` scores depend on the state (the decision walk): its rows are still prefilled one at a time.
+`delta_error` scores depend on the state, so its decisions come from the walk (models.ops.retention_prefill
+.fold_decisions) over the padded rows at once: the walk is sequential in the steps, not in the rows, and a row's
+decisions before its end read only its own tokens, so the rule above then applies unchanged. The walk costs the
+same ~25 small ops a step for one row or many, so one pass of B rows costs what one row alone did.
 tests/test_retention_prefill_rows.py checks every row's output and state against the row prefilled alone.
 """
 from __future__ import annotations
@@ -24,36 +27,29 @@ import torch
 
 from models.diagnostics import normalize_keys
 from models.ops.reference import _compute_dtype
-from models.ops.retention import EPS, LIN, Q_KEYS, SCORES, RetentionState, _check, entry_scores
-from models.ops.retention_prefill import gather_slots, ring_positions
+from models.ops.retention import EPS, LIN, Q_KEYS, RetentionState, _check
+from models.ops.retention_prefill import fold_decisions, gather_slots, ring_positions
 from models.ops.retention_rows import RetentionRows
-from models.ops.retention_static import end_slots, fold_order, fold_steps, linear_path, softmax_path
+from models.ops.retention_static import end_slots, fold_order, linear_path, softmax_path
 
-ROW_SCORES = tuple(s for s in SCORES if s != "delta_error")  # the scores fixed at arrival: padding made inert
-
-
-def retention_prefill_rows(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, lengths, scores=None):
+def retention_prefill_rows(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, lengths, scores=None,
+                           chunk_size=64):
     """Whole prompts of a right-padded batch (row b: its first lengths[b] tokens), inputs as retention_prefill.
     Returns (y [B, T, H, V] in q's dtype, meaningful at each row's real positions; RetentionRows after each
-    row's prompt). No autograd needed (decoding); score in ROW_SCORES."""
+    row's prompt). No autograd needed (decoding)."""
     _check(q, k, v, lin, sinks, window, retain)
-    if score not in ROW_SCORES:
-        raise ValueError(f"a right-padded retention prefill needs a score fixed at arrival, one of {ROW_SCORES}; "
-                         f"got {score!r} (prefill each prompt alone)")
     B, T = q.shape[:2]
     lens = [int(n) for n in lengths]
     if len(lens) != B or any(not 1 <= n <= T for n in lens):
         raise ValueError(f"lengths {lens} must give one length per row ({B} rows), each 1..{T} (the padded width)")
     dt, dev = _compute_dtype(q), q.device
     n = torch.tensor(lens, device=dev).view(B, 1, 1)
-    with torch.no_grad():
-        static = entry_scores(k.to(dt), score, scores)  # [B, T, Hkv]
-        fold = fold_steps(static, sinks, window, retain)  # [B, Hkv, T]
-        fold = torch.where(fold < n, fold, T + window)  # past the row's prompt: not within it
-        order = fold_order(fold)
-    y_lin, S = linear_path(lin, order, lin_scale, want_state=True)
+    fold, static, exits = fold_decisions(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, scores,
+                                         chunk_size)  # fold [B, Hkv, T]; scores [B, T, Hkv]
+    fold = torch.where(fold < n, fold, T + window)  # past the row's prompt: not within it
+    y_lin, S = linear_path(lin, fold_order(fold), lin_scale, want_state=True)
     y = (y_lin.to(dt) + softmax_path(q, k, v, fold, scale, sinks, window, retain).to(dt)).to(q.dtype)
-    slot_pos, slot_score, folded = end_slots(fold, static, sinks, window, retain, lengths=n)
+    slot_pos, slot_score, folded = end_slots(fold, exits, sinks, window, retain, lengths=n)
     Lh = {key: lin[LIN[key]].to(dt).transpose(1, 2) for key in Q_KEYS}
     if S is None:
         S = q.new_zeros(B, q.shape[2], Lh["lk"].shape[-1], Lh["lv"].shape[-1], dtype=dt)
@@ -72,7 +68,8 @@ def _rows_after(k, v, Lh, static, S, slot_pos, slot_score, folded, s, w, lens):
     sink = (torch.arange(ns, device=dev).view(1, ns) < n.view(B, 1)).view(B, 1, ns, 1)  # a short row's padding
     st.sink_k[:, :, :ns] = torch.where(sink, k[:, :ns].transpose(1, 2), 0)
     st.sink_v[:, :, :ns] = torch.where(sink, v[:, :ns].transpose(1, 2), 0)
-    src = {"k": k.transpose(1, 2), "v": v.transpose(1, 2), **Lh, "score": static.transpose(1, 2)}
+    src = {"k": k.transpose(1, 2), "v": v.transpose(1, 2), **Lh,
+           "score": (static if static is not None else k.new_zeros(B, T, Hkv)).transpose(1, 2)}
     win_pos = ring_positions(n, s, w)  # [B, w]
     st.win = gather_slots(src, win_pos.view(B, 1, w).expand(B, Hkv, w), G)
     st.ret = gather_slots(src, slot_pos, G)
