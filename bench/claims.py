@@ -239,15 +239,18 @@ DEFAULT = {"full": ("Full attention", None), "gdn": ("GDN", SC)}
 
 def retention_roles(budgets, cols=None) -> dict:
     """Issue #17's rows at each total budget B (8 sinks): the default recipe (window B - 8) against retention slots
-    added three ways: trained with half the window as slots, trained with a quarter, and the default-recipe
-    checkpoint evaluated with half its window as slots (training-free; scripts/study/recipes.txt names them)."""
+    added four ways: trained with half the window as slots, trained with a quarter (proj_residual), and the
+    default-recipe checkpoint evaluated with half its window as slots, training-free, with either score
+    (scripts/study/recipes.txt names the trained ones)."""
     out = {}
     for b in budgets:
         half, quarter = (b - 8) // 2, (b - 8) // 4
         for variant, target in {"default": BUDGETS[b], "trained, half as slots": f"gdn-w{half}-s8-r{half}-pr-sc",
                                 "trained, a quarter as slots": f"gdn-w{b - 8 - quarter}-s8-r{quarter}-pr-sc",
                                 "training-free, half as slots":
-                                    f"{BUDGETS[b]},window={half},retain={half},retain_score=proj_residual"}.items():
+                                    f"{BUDGETS[b]},window={half},retain={half},retain_score=proj_residual",
+                                "training-free, half as slots, delta_error":
+                                    f"{BUDGETS[b]},window={half},retain={half},retain_score=delta_error"}.items():
             out[f"{variant}@{b}"] = (target, cols) if cols else target
     return out
 
