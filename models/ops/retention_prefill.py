@@ -140,11 +140,11 @@ def _walk(Lh, lq, static, S, slot_pos, slot_score, folded, c0, c1, s, w, G, lin_
     parts = [V, 1, 1, none + 1]
     slot_cand = torch.where(slot_pos >= 0, torch.arange(r, device=dev), none)  # each slot's candidate
     ar, far = torch.arange(r, device=dev), torch.full((), 1 << 62, device=dev)
-    zero_u, no_fold = lq.new_zeros(B, H, 1, V), torch.full((B, Hkv), none, device=dev)
+    zero_u, no_fold, no_score = lq.new_zeros(B, H, 1, V), torch.full((B, Hkv), none, device=dev), lq.new_zeros(B, Hkv)
     us, fcs, members, scs = [], [], [], []
     for i in range(n):
         j = c0 + i - w
-        u, fc, sc = zero_u, no_fold, zero_u.new_zeros(B, Hkv)
+        u, fc, sc = zero_u, no_fold, no_score
         if j >= s:
             ci = r + i
             if static is None:
@@ -185,7 +185,7 @@ def _walk(Lh, lq, static, S, slot_pos, slot_score, folded, c0, c1, s, w, G, lin_
     folded = folded + (fc != none).sum(-1)
     order = F.pad(cand_pos, (0, 1), value=-1).gather(2, fc)  # the position folding at each step, -1 none
     return (lin_scale * y.transpose(1, 2), S, slot_pos, slot_score, folded, torch.stack(members, 2), order,
-            torch.stack(scs, -1) if scs else zero_u.new_zeros(B, Hkv, 0))
+            torch.stack(scs, -1) if scs else no_score[..., :0])
 
 
 def _chunk_softmax(q, k, v, c0, c1, members, s, w, scale):
