@@ -299,6 +299,13 @@ CLAIMS = [
     Claim(f"Without the short conv (`gdn-w56-s8`, our ablation of the default recipe) vs full attention: LAMBADA "
           f"gap <= {ISSUE_TARGETS['LAMBADA']:g} (issue #13 target)", "Table 2 (6)", no_conv("lambada"),
           {"full": "full", "gdn": "gdn-w56-s8"}, issue_target, ("LAMBADA", CE.name), "LAMBADA"),
+    Claim(f"The short conv on the linear path only (`gdn-w56-s8-sc-convlin`, our ablation of the default recipe) vs "
+          f"full attention: CR gap <= {ISSUE_TARGETS['CR']:g} (issue #13 target)", "Tables 7, 10",
+          default_recipe("cr"), {"full": "full", "gdn": "gdn-w56-s8-sc-convlin"}, issue_target),
+    Claim(f"The short conv on the linear path only (`gdn-w56-s8-sc-convlin`, our ablation of the default recipe) vs "
+          f"full attention: LAMBADA gap <= {ISSUE_TARGETS['LAMBADA']:g} (issue #13 target)", "Tables 7, 10",
+          default_recipe("lambada"), {"full": "full", "gdn": "gdn-w56-s8-sc-convlin"}, issue_target,
+          ("LAMBADA", CE.name), "LAMBADA"),
     Claim("Hardness-selected hybrids beat uniform ones at 10 % and 20 % full layers (LAMBADA)", "Figure 5",
           lambda ref: {}, pairs(("10%", "20%"), HYBRIDS, lambda x, v: f"gdn-full{x[:-1]}-{v}"),
           beats_sides(HYBRIDS), ("LAMBADA", CE.name), "LAMBADA",
