@@ -10,6 +10,8 @@ whose needle has left the window; a needle still in the window is counted apart.
 
     .venv/bin/python scripts/retention_slots.py --checkpoint checkpoints/smollm2-135m/gdn-w252-s8-r252-pr-sc \
         --tasks S-NIAH-1,S-NIAH-2,S-NIAH-3 --n 8 --data-dir ../shared/data
+    .venv/bin/python scripts/retention_slots.py --checkpoint checkpoints/smollm2-135m/gdn-w504-s8-sc \
+        --window 252 --retain 252 --score delta_error ...   # slots added training-free, the other score
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.load import load_model  # noqa: E402
 from models.retention_generate import RetentionDecoder  # noqa: E402
+from models.spec import RETAIN_SCORES  # noqa: E402
 from tasks.ruler.api import build_samples, resolve_task  # noqa: E402
 
 
@@ -57,6 +60,8 @@ def main(argv=None):
     p.add_argument("--checkpoint", required=True, help="a checkpoint folder with retention slots (retain > 0)")
     p.add_argument("--window", type=int, help="cache option: window (with --retain: slots added training-free)")
     p.add_argument("--retain", type=int, help="cache option: retention slots per KV head")
+    p.add_argument("--score", choices=RETAIN_SCORES,
+                   help="cache option: the slots' score (default: the checkpoint's; proj_residual for added slots)")
     p.add_argument("--tasks", default="S-NIAH-1,S-NIAH-2,S-NIAH-3", help="RULER tasks with one needle")
     p.add_argument("--n", type=int, default=8, help="samples per task (RULER's first n at this seed)")
     p.add_argument("--length", type=int, default=4096)
@@ -64,8 +69,8 @@ def main(argv=None):
     p.add_argument("--data-dir", default=None)
     p.add_argument("--device", default="cpu")
     a = p.parse_args(argv)
-    cache = {k: v for k, v in (("window", a.window), ("retain", a.retain)) if v is not None}
-    if cache.get("retain"):
+    cache = {k: v for k, v in (("window", a.window), ("retain", a.retain), ("retain_score", a.score)) if v is not None}
+    if cache.get("retain") and not a.score:
         cache["retain_score"] = "proj_residual"
     model, tok, info = load_model(checkpoint=a.checkpoint, device=a.device, **cache)
     lin = info["linearize"]
