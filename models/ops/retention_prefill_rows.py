@@ -17,8 +17,9 @@ padding can be made inert instead, so one pass serves every row:
     of models.ops.retention_rows.RetentionRows that batched decoding continues.
 `delta_error` scores depend on the state, so its decisions come from the walk (models.ops.retention_prefill
 .fold_decisions) over the padded rows at once: the walk is sequential in the steps, not in the rows, and a row's
-decisions before its end read only its own tokens, so the rule above then applies unchanged. The walk costs the
-same ~25 small ops a step for one row or many, so one pass of B rows costs what one row alone did.
+decisions before its end read only its own tokens, so the rule above then applies unchanged. The walk launches
+the same ~25 small ops a step for one row or many, so where launches bound it (a GPU) one pass of B rows should
+cost about what one row alone did (on the CPU, where the ops' work bounds it: 1.6x for 8 rows, docs/retention.md).
 tests/test_retention_prefill_rows.py checks every row's output and state against the row prefilled alone.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ from models.ops.retention import EPS, LIN, Q_KEYS, RetentionState, _check
 from models.ops.retention_prefill import fold_decisions, gather_slots, ring_positions
 from models.ops.retention_rows import RetentionRows
 from models.ops.retention_static import end_slots, fold_order, linear_path, softmax_path
+
 
 def retention_prefill_rows(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, lengths, scores=None,
                            chunk_size=64):
