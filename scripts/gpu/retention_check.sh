@@ -4,9 +4,9 @@
 #   (p) the phases of batched generation with slots on a trained checkpoint at 4K (scripts/bench_retention_generate.py);
 #   (c1) the latency rows at Llama-3.1-8B dims, bf16, batch 8, T 1024..32768, GOLINEAR_FUSED_DECODE=auto, of the
 #       retention config at the default recipe's budget 64 (sinks 8 + window 28 + retain 28, proj_residual;
-#       RetentionDecoder: each prompt prefilled alone, then the in-place step in a CUDA graph, compiled where
-#       GOLINEAR_FUSED_DECODE says so). 2026-12-01 with the eager step: 150 s, of which the timed prefills
-#       1.8 + 2.9 + 17.9 + 72.7 s (the prefill walks each prompt alone; unchanged since);
+#       RetentionDecoder: the prompts prefilled in one pass, then the in-place step in a CUDA graph, compiled where
+#       GOLINEAR_FUSED_DECODE says so). 2026-12-02: ~120 s to 16K on a fresh machine (compilation included), the
+#       32K row ~70 s more (timed prefills 0.7 + 2.0 + 13.3 + 48.2 s);
 #   (a) the GPU tests of the op and of batched decoding (tests/test_retention.py and
 #       tests/test_retention_generate.py, -k gpu; 170 s on 2026-12-01, most of it FLA's first compile);
 #   (c2) gdn-default's rows beside them (~50 s on a warm Triton cache);
@@ -40,7 +40,7 @@ if part p && [ -f $CK/config.json ]; then  # the one-pass prefill, then (auto on
 fi
 if part c1; then
 echo "== (c1) latency, retention at ${SECONDS}s"
-GOLINEAR_FUSED_DECODE=auto timeout $(cap 300) $LATENCY --configs "$RETAIN" > $OUT/latency_retain.log 2>&1
+GOLINEAR_FUSED_DECODE=auto timeout $(cap $(part c2 && echo 120 || echo 5)) $LATENCY --configs "$RETAIN"  # c2 keeps 120 s > $OUT/latency_retain.log 2>&1
 echo "latency rc=$?"; grep -E "T=|Error|error|Traceback" $OUT/latency_retain.log | tail -8
 fi
 
