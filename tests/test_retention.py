@@ -142,13 +142,12 @@ def test_fast_path_is_the_walk(case, score):
 
 
 def test_fast_path_blocks_do_not_matter(monkeypatch):
-    """fold_steps' row blocks and the softmax path's query blocks are memory bounds only: tiny blocks (several
-    rows a block, queries 8 at a time, windows longer than a block) give the walk's result."""
+    """The softmax path's query blocks are a memory bound only: tiny blocks (queries 8 at a time, windows longer
+    than a block) give the walk's result."""
     from models.ops import retention_static
     q, k, v, lin, scores = make(50, seed=14)
     y_walk, st_walk = retention_prefill_walk(q, k, v, lin, SCALE, LIN_SCALE, 2, 11, 4, score="given",
                                              scores=tied(scores))
-    monkeypatch.setattr(retention_static, "PAIR_BLOCK", 2 * 2 * 50 * 3)  # 3 rows a block
     monkeypatch.setattr(retention_static, "QUERY_BLOCK", 8)
     y, st = retention_prefill(q, k, v, lin, SCALE, LIN_SCALE, 2, 11, 4, score="given", scores=tied(scores))
     assert_close(y, y_walk)
@@ -183,6 +182,25 @@ def test_fold_steps_fold_one_token_a_step_in_the_definitions_order():
                 folded = [j for j in range(T) if fold[b, h, j] < T]
                 assert sorted(folded, key=lambda j: fold[b, h, j].item()) == info["folded"][b][h]
                 assert all(fold[b, h, j] >= T for j in range(s))
+
+
+@pytest.mark.parametrize("block_rows", [None, 3])
+def test_fold_steps_is_the_pairwise_rule(monkeypatch, block_rows):
+    """fold_steps (a wavelet matrix, O(T log T)) gives fold_steps_pairwise's steps (every pair compared, in row
+    blocks of any size) for ties, sinks up to the whole prompt, r above the prompt's length, lengths that are and
+    are not powers of two."""
+    from models.ops import retention_static
+    gen = torch.Generator().manual_seed(21)
+    cases = 0
+    for T in (1, 2, 7, 8, 9, 64, 131):
+        if block_rows:
+            monkeypatch.setattr(retention_static, "PAIR_BLOCK", 2 * 3 * T * block_rows)
+        for s, w, r in ((0, 0, 1), (0, 3, 2), (2, 5, 4), (3, 2, 200), (T, 1, 2), (1, 0, T)):
+            for sc in (torch.randn(2, T, 3, generator=gen), torch.randint(0, 3, (2, T, 3), generator=gen).float()):
+                fast = fold_steps(sc, s, w, r)
+                assert torch.equal(fast, retention_static.fold_steps_pairwise(sc, s, w, r)), (T, s, w, r)
+                cases += 1
+    assert cases == 84
 
 
 @pytest.mark.parametrize("score", ["delta_error", "proj_residual"])

@@ -24,13 +24,24 @@ import torch.nn.functional as F
 from models import ops
 from models.ops.window import runs_unfold
 
-PAIR_BLOCK = 1 << 26  # elements of one [.., rows, T] comparison block in fold_steps (memory bound)
+PAIR_BLOCK = 1 << 26  # elements of one [.., rows, T] comparison block in fold_steps_pairwise (memory bound)
 QUERY_BLOCK = 64  # queries per block of the softmax path
 KEY_ALIGN = 16  # the softmax path pads each block's keys to a multiple of this (SDPA kernels' mask alignment)
 
 
 def fold_steps(scores: torch.Tensor, sinks: int, window: int, retain: int) -> torch.Tensor:
-    """scores [B, T, Hkv] -> [B, Hkv, T] long: the step each token folds at (>= T: not within the prompt)."""
+    """scores [B, T, Hkv] -> [B, Hkv, T] long: the step each token folds at (>= T: not within the prompt).
+    O(T log T) a row (_rth_beater); fold_steps_pairwise is the same rule by direct comparison, O(T^2)."""
+    return _fold_steps(scores, sinks, window, retain, _rth_beater)
+
+
+def fold_steps_pairwise(scores: torch.Tensor, sinks: int, window: int, retain: int) -> torch.Tensor:
+    """fold_steps by comparing every pair of tokens (blocks of PAIR_BLOCK elements): the reference it is tested
+    against."""
+    return _fold_steps(scores, sinks, window, retain, _rth_beater_pairwise)
+
+
+def _fold_steps(scores, sinks, window, retain, rth_beater):
     B, T, Hkv = scores.shape
     sc = scores.detach().transpose(1, 2)  # [B, Hkv, T]
     pos = torch.arange(T, device=sc.device)
@@ -39,16 +50,54 @@ def fold_steps(scores: torch.Tensor, sinks: int, window: int, retain: int) -> to
         fold = (pos + window).expand(B, Hkv, T)
     else:  # rank: a strict order, ties to the position (stable sort); sinks never beat anyone
         rank = torch.where(pos >= sinks, sc.sort(dim=-1, stable=True).indices.argsort(-1), -1)
-        parts, rows = [], max(1, PAIR_BLOCK // max(1, B * Hkv * T))
-        small = torch.int16 if T < 1 << 15 else torch.int32  # the counts' type (int16: 2x faster cumsum on CPU)
-        for j0 in range(0, T, rows):
-            beats = rank.unsqueeze(2) > rank[..., j0:j0 + rows, None]  # [B, Hkv, rows(j), T(i)]
-            count = beats.view(torch.uint8).cumsum(-1, dtype=small)  # beaters at positions <= i
-            want = torch.full(count.shape[:-1] + (1,), min(retain, T), dtype=small, device=sc.device)
-            p_r = torch.searchsorted(count, want).squeeze(-1)  # the r-th beater's position; T: fewer beat it
-            parts.append(window + torch.maximum(pos[j0:j0 + rows], p_r))
-        fold = torch.cat(parts, -1)
+        fold = window + torch.maximum(pos, rth_beater(rank, min(retain, T)))
     return torch.where(pos < sinks, never, fold)
+
+
+def _rth_beater(rank: torch.Tensor, r: int) -> torch.Tensor:
+    """rank [..., T] (distinct, except -1 for tokens that beat no one) -> [..., T]: p_r(j), the r-th smallest
+    position among the tokens i with rank[i] > rank[j]; T if fewer than r (r >= 1).
+
+    A wavelet matrix over the positions listed in rank order: the beaters of j are the suffix after j's place in
+    that list, and the r-th smallest value in a range is found one bit of the position at a time, from the top:
+    at each level the list is stably split by the bit (zeros first) and the range follows its zeros or its ones.
+    All T queries walk the levels together: ~log2(T) rounds of a cumsum and a few gathers, no T x T block."""
+    lead, T = rank.shape[:-1], rank.shape[-1]
+    dev = rank.device
+    seq = rank.reshape(-1, T).argsort(dim=-1, stable=True)  # positions by rank; the -1s (sinks) first
+    lo = seq.argsort(-1) + 1  # j's beaters: seq[lo:T]
+    hi = torch.full_like(lo, T)
+    valid = hi - lo >= r
+    k = torch.full_like(lo, r - 1)  # 0-based rank of the wanted value within the range
+    out = torch.zeros_like(lo)
+    idx = torch.arange(T, device=dev)
+    for shift in reversed(range(max(1, (T - 1).bit_length()))):
+        bit = (seq >> shift) & 1
+        zeros = F.pad((1 - bit).cumsum(-1), (1, 0))  # [N, T + 1]: zeros among seq[:i]
+        nz = zeros[:, -1:]
+        z_lo, z_hi = zeros.gather(1, lo), zeros.gather(1, hi)
+        z_in = z_hi - z_lo
+        left = k < z_in  # the wanted value has this bit 0
+        out |= (~left).long() << shift
+        k = torch.where(left, k, k - z_in)
+        lo = torch.where(left, z_lo, nz + lo - z_lo)
+        hi = torch.where(left, z_hi, nz + hi - z_hi)
+        dest = torch.where(bit == 0, zeros[:, :-1], nz + idx - zeros[:, :-1])  # the stable split
+        seq = torch.empty_like(seq).scatter_(1, dest, seq)
+    return torch.where(valid, out, T).view(*lead, T)
+
+
+def _rth_beater_pairwise(rank: torch.Tensor, r: int) -> torch.Tensor:
+    """_rth_beater by counting, for each j, the beaters at positions <= i for every i (O(T^2))."""
+    T = rank.shape[-1]
+    parts, rows = [], max(1, PAIR_BLOCK // max(1, rank.numel()))
+    small = torch.int16 if T < 1 << 15 else torch.int32  # the counts' type (int16: 2x faster cumsum on CPU)
+    for j0 in range(0, T, rows):
+        beats = rank.unsqueeze(-2) > rank[..., j0:j0 + rows, None]  # [..., rows(j), T(i)]
+        count = beats.view(torch.uint8).cumsum(-1, dtype=small)  # beaters at positions <= i
+        want = torch.full(count.shape[:-1] + (1,), r, dtype=small, device=rank.device)
+        parts.append(torch.searchsorted(count, want).squeeze(-1))  # the r-th beater's position; T: fewer beat it
+    return torch.cat(parts, -1)
 
 
 def fold_order(fold: torch.Tensor) -> torch.Tensor:
