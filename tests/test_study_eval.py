@@ -161,6 +161,20 @@ def test_device_eval_plan_groups_list_their_own_names_suites_tasks_and_splits(tm
         ["mechanism=none,window=3,sinks=1", "cr", "PIQA", "1"]]
 
 
+def test_device_eval_says_when_workers_would_stay_idle(tmp_path):
+    """Fewer units than workers (a long suite's tasks not spread with /N) is said before the workers start; a
+    budget under 30 s lets no worker take a unit, so nothing is evaluated here."""
+    def run(plan: str, k: str) -> str:
+        work = tmp_path / f"m{len(list(tmp_path.iterdir()))}"
+        env = {**os.environ, "DRY": "1", "PY": sys.executable, "K": k, "BUDGET": "20", "EXTRA_ARGS": "--limit 1",
+               "EVAL_WORK": str(work), "OUT": str(work / "out"), "STAGGER_S": "0", "PLAN": plan}
+        r = subprocess.run(["bash", "scripts/study/device_eval.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+    assert "only 2 units for 3 workers" in run("sniah: gdn-w64 gdn-w56-s8", "3")
+    assert "units for" not in run("sniah/3: gdn-w64 gdn-w56-s8", "3")
+
+
 def test_run_tasks_selects_tasks_of_the_suites_and_names_the_allowed_ones(tmp_path, capsys):
     from bench.plan import resolve_suites
     assert [e.task for e in resolve_suites("ruler", tasks="mq,MV,golinear_ruler_vt")] == [
