@@ -31,6 +31,16 @@ def with_limit(cell: dict, limit: int) -> dict:
     return {**cell, "key": key, "digest": CellKey.from_dict(key).digest}
 
 
+def dry_eval(tmp_path: Path, **env) -> tuple[str, Path]:
+    """device_eval.sh as a CPU dry run on a fresh "machine" folder under tmp_path: its stdout and that folder."""
+    work = tmp_path / f"m{len(list(tmp_path.iterdir()))}"
+    env = {**os.environ, "DRY": "1", "PY": sys.executable, "EXTRA_ARGS": "--limit 1", "EVAL_WORK": str(work),
+           "OUT": str(work / "out"), **env}
+    r = subprocess.run(["bash", "scripts/study/device_eval.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout, work
+
+
 def test_store_merge_adds_missing_cells_and_keeps_existing_ones(tmp_path, capsys):
     src, dest = Store(tmp_path / "src"), Store(tmp_path / "dest")
     piqa = committed_cell("golinear_piqa")
@@ -140,11 +150,7 @@ def test_device_eval_plan_groups_list_their_own_names_suites_tasks_and_splits(tm
     own SPLIT (copy-major over the whole list), `full` where a group names it; without PLAN, full +
     NAMES/SUITES/SPLIT make one group. K=0: the listing only."""
     def units(**env) -> list[list[str]]:
-        work = tmp_path / f"m{len(list(tmp_path.iterdir()))}"
-        env = {**os.environ, "DRY": "1", "PY": sys.executable, "K": "0", "BUDGET": "60", "EXTRA_ARGS": "--limit 1",
-               "EVAL_WORK": str(work), "OUT": str(work / "out"), **env}
-        r = subprocess.run(["bash", "scripts/study/device_eval.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
-        assert r.returncode == 0, r.stdout + r.stderr
+        work = dry_eval(tmp_path, **{"K": "0", "BUDGET": "60", **env})[1]
         return [[Path(f).name if "/" in f else f for f in line.split("\t")]
                 for line in (work / "units.txt").read_text().splitlines()]
     assert units(PLAN="lambada/2: full gdn-w64; cr[PIQA,arc_easy]: gdn-w56-s8 mechanism=none,window=56,sinks=8") == [
@@ -165,12 +171,7 @@ def test_device_eval_says_when_workers_would_stay_idle(tmp_path):
     """Fewer units than workers (a long suite's tasks not spread with /N) is said before the workers start; a
     budget under 30 s lets no worker take a unit, so nothing is evaluated here."""
     def run(plan: str, k: str) -> str:
-        work = tmp_path / f"m{len(list(tmp_path.iterdir()))}"
-        env = {**os.environ, "DRY": "1", "PY": sys.executable, "K": k, "BUDGET": "20", "EXTRA_ARGS": "--limit 1",
-               "EVAL_WORK": str(work), "OUT": str(work / "out"), "STAGGER_S": "0", "PLAN": plan}
-        r = subprocess.run(["bash", "scripts/study/device_eval.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
-        assert r.returncode == 0, r.stdout + r.stderr
-        return r.stdout
+        return dry_eval(tmp_path, K=k, BUDGET="20", STAGGER_S="0", PLAN=plan)[0]
     assert "only 2 units for 3 workers" in run("sniah: gdn-w64 gdn-w56-s8", "3")
     assert "units for" not in run("sniah/3: gdn-w64 gdn-w56-s8", "3")
 

@@ -96,8 +96,9 @@ done
 # different cell, bench/runner.py); copy-major: every unit's first copy is taken before any second one
 for i in $(seq 1 $(cut -f4 $WORK/units.txt | sort -n | tail -1)); do awk -F'\t' -v i=$i -v OFS='\t' '$4 >= i {print $1, $2, $3, i}' \
   $WORK/units.txt; done > $WORK/units.tmp && mv $WORK/units.tmp $WORK/units.txt
-echo "t=$(( $(date +%s) - T0 ))s $(wc -l < $WORK/units.txt) of $(wc -l < $WORK/all-units.txt) units (model x suite) pending, $K workers, budget ${BUDGET}s"
-[ $(wc -l < $WORK/units.txt) -lt $K ] && echo "only $(wc -l < $WORK/units.txt) units for $K workers: the rest stay idle (a suite's tasks run one after another in a unit; spread them with /N, e.g. PLAN=\"sniah/3: ...\")"
+NU=$(wc -l < $WORK/units.txt)
+echo "t=$(( $(date +%s) - T0 ))s $NU of $(wc -l < $WORK/all-units.txt) units (model x suite) pending, $K workers, budget ${BUDGET}s"
+[ $NU -lt $K ] && echo "only $NU units for $K workers: the rest stay idle (a suite's tasks run one after another in a unit; spread them with /N, e.g. PLAN=\"sniah/3: ...\")"
 worker() {  # worker W: take each free unit in turn until the list or the budget runs out
   local w=$1 spec s tasks lock left bs args t rc n0
   while IFS=$'\t' read -r spec s tasks copy; do
