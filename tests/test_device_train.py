@@ -54,3 +54,21 @@ def test_a_stash_call_keeps_tokens_and_run_folders_and_a_later_call_brings_them_
         assert t.extractfile("run-b/state.pt").read() == b"newer state"
     assert {"run-a/train_config.json", "run-a/new_params.safetensors", "run-b/state.pt"} <= names
     assert "run-a/state.pt" not in names  # finished: the checkpoint without its optimizer state
+
+
+def test_what_comes_back_is_whole_run_folders_within_the_room_finished_first(tmp_path):
+    """An archive over the 64 MiB a call returns loses its tail (a state.pt cut in two): whole folders are chosen."""
+    repo, dev = tmp_path / "repo", tmp_path / "machine"
+    repo.mkdir()
+    (repo / "scripts").symlink_to(ROOT / "scripts")
+    for name, finished in (("run-a", True), ("run-b", False), ("run-c", False)):
+        run_folder(dev / "ck" / name, finished)
+        (dev / "ck" / name / "state.pt").write_bytes(os.urandom(3 << 19))  # 1.5 MiB
+    text = call(repo, dev, tmp_path / "out", BRING="run-c run-a run-b", ROOM_MIB="2")
+    assert 'left on the machine (over the 2 MiB brought back): run-b; bring them with BRING="run-b"' in text
+    parts = sorted((tmp_path / "out").glob("ck.tgz.part-*"))
+    (tmp_path / "ck.tgz").write_bytes(b"".join(p.read_bytes() for p in parts))
+    with tarfile.open(tmp_path / "ck.tgz") as t:
+        names = set(t.getnames())
+    assert "run-a/new_params.safetensors" in names and "run-a/state.pt" not in names  # finished: no state, first
+    assert "run-c/state.pt" in names and not any(n.startswith("run-b") for n in names)

@@ -6,7 +6,7 @@
 # .device/triton-cache.tgz and .device/resume*/<name>/ (an earlier call's unfinished run folder, state.pt included;
 # any call may bring some, e.g. a stash call: they wait in /tmp/ck for the call that trains).
 # Env: NAMES (space-separated recipe names from scripts/study/recipes.txt), MPS (1: through a CUDA MPS server, ~1.5x faster), BUDGET (s from the start for every
-# run, default 540; keep it ~40 s under the call's limit), STARTUP_S (default 200), GGUF_SHA, EXTRA_ARGS (appended to every `golinear train`; a CPU dry run: "--seq-len 64 --steps 20"). BRING (run folders to return, default NAMES). Out: $OUT/ck.tgz.part-?? (cat them; state.pt only
+# run, default 540; keep it ~40 s under the call's limit), STARTUP_S (default 200), GGUF_SHA, EXTRA_ARGS (appended to every `golinear train`; a CPU dry run: "--seq-len 64 --steps 20"). BRING (run folders to return, default NAMES; whole folders up to ROOM_MIB, default 58, finished first). Out: $OUT/ck.tgz.part-?? (cat them; state.pt only
 # where a run is unfinished), logs.tgz, triton-cache.tgz (if < 12 MB).
 set -u
 T0=$(date +%s); ROOT=$PWD; SRC=${SRC:-.device/src}; BUDGET=${BUDGET:-540}; NAMES=${NAMES:-}; BRING=${BRING:-}
@@ -44,9 +44,23 @@ for p in "${PIDS[@]}"; do kill $p 2>/dev/null && echo "killed pid $p at the dead
 mps_stop
 for name in $NAMES; do echo "== $name"; grep -E '^\{"out"|Error|error' $DEV/logs/$name.log | tail -3; done
 # every run folder in one archive (state.pt kept only where the run is unfinished), split into <= 15 MiB parts
-BRING=${BRING:-$NAMES}  # what comes back: at most 64 MiB a call (about twelve unfinished runs' state.pt)
-X=(); for name in $BRING; do grep -qs '"finished": true' $DEV/ck/$name/train_config.json && X+=(--exclude=$name/state.pt); done
-tar czf - -C $DEV/ck "${X[@]}" $BRING | split -b 15M - $OUT/ck.tgz.part-
+# What comes back is at most 64 MiB a call, and an unfinished run's state.pt is 7-18 MB (twelve GLA-family runs:
+# 119 MB, session 21; the parts past the limit were dropped, one state.pt cut in two). So whole run folders are
+# chosen to fit ROOM_MIB: finished runs first (no state.pt), then the unfinished in BRING's order; the rest stay
+# in $DEV/ck on the machine and are named, for a next call on the warm machine (BRING=<them>).
+BRING=${BRING:-$NAMES}; ROOM=$(( ${ROOM_MIB:-58} * 1048576 )); X=(); TAKE=(); LEFT=(); used=0
+for pass in finished unfinished; do
+  for name in $BRING; do
+    [ -d $DEV/ck/$name ] || continue
+    if grep -qs '"finished": true' $DEV/ck/$name/train_config.json; then [ $pass = finished ] || continue
+      size=$(du -sb --exclude=state.pt $DEV/ck/$name | cut -f1)
+    else [ $pass = unfinished ] || continue; size=$(du -sb $DEV/ck/$name | cut -f1); fi
+    if [ $(( used + size )) -le $ROOM ]; then TAKE+=($name); used=$(( used + size )); else LEFT+=($name); fi
+  done
+done
+for name in "${TAKE[@]}"; do grep -qs '"finished": true' $DEV/ck/$name/train_config.json && X+=(--exclude=$name/state.pt); done
+[ ${#LEFT[@]} -gt 0 ] && echo "left on the machine (over the ${ROOM_MIB:-58} MiB brought back): ${LEFT[*]}; bring them with BRING=\"${LEFT[*]}\" in a next call while it is warm"
+[ ${#TAKE[@]} -gt 0 ] && tar czf - -C $DEV/ck "${X[@]}" "${TAKE[@]}" | split -b 15M - $OUT/ck.tgz.part-
 tar czf $OUT/logs.tgz -C $DEV/logs .
 tar czf $DEV/triton-cache.tgz -C $DEV/triton-cache . && [ $(stat -c %s $DEV/triton-cache.tgz) -lt 12000000 ] && cp $DEV/triton-cache.tgz $OUT/
 ls -l $OUT; echo "total $(( $(date +%s) - T0 )) s"
