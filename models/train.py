@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import signal
 import time
 import warnings
 from pathlib import Path
@@ -121,6 +122,7 @@ class Trainer:
         self.deadline = deadline          # perf_counter time by which training must end (time budget)
         self.hard_stop_slack_s = 5.0
         self.stopped_at_deadline = False
+        self.stop_requested = False  # set by SIGTERM once catch_sigterm() is called
         self.elapsed_before = 0.0  # training seconds spent by earlier invocations (resume)
         self.world = self.acc.num_processes
         self.rank = self.acc.process_index
@@ -242,6 +244,12 @@ class Trainer:
             broadcast_object_list(flag, from_process=0)
         return flag[0]
 
+    def catch_sigterm(self) -> None:
+        """From now on SIGTERM stops the loop after the step in flight, with a resumable state (as --stop-at-s
+        does), instead of killing the process: a caller with a wall-clock deadline (scripts/study/device_train.sh)
+        loses no steps, and a run already past its last step still writes its checkpoint. Main thread only."""
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stop_requested", True))
+
     def _past_deadline(self, now: float) -> bool:
         return self._agreed(now > self.deadline + self.hard_stop_slack_s)
 
@@ -334,6 +342,8 @@ class Trainer:
                     last_save = time.perf_counter()
                 if cfg.stop_at_s is not None and self._agreed(self._run_elapsed() > cfg.stop_at_s):
                     break  # the state is saved below: re-running the command resumes
+                if (self.world == 1 or self.step % 10 == 0) and self._agreed(self.stop_requested):
+                    break  # SIGTERM (catch_sigterm): likewise
         finally:
             bar.close()
             if log_f:

@@ -72,3 +72,26 @@ def test_what_comes_back_is_whole_run_folders_within_the_room_finished_first(tmp
         names = set(t.getnames())
     assert "run-a/new_params.safetensors" in names and "run-a/state.pt" not in names  # finished: no state, first
     assert "run-c/state.pt" in names and not any(n.startswith("run-b") for n in names)
+
+
+FAKE_TRAIN = """#!/usr/bin/env bash
+# stands in for `python3 -m bench.cli train`: a run that saves its state on TERM (models/train.py catch_sigterm),
+# or, for a name ending in seed2, one that ignores the TERM
+out=""; while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+mkdir -p $out; echo '{"summary": {"finished": false}}' > $out/train_config.json
+case $out in *seed2) trap '' TERM;; *) trap 'echo saved on TERM > $out/state.pt; exit 0' TERM;; esac
+while true; do sleep 0.2; done
+"""
+
+
+def test_the_runs_get_a_term_before_the_budget_and_a_kill_at_it(tmp_path):
+    repo, dev, bin_ = tmp_path / "repo", tmp_path / "machine", tmp_path / "bin"
+    repo.mkdir(), bin_.mkdir()
+    (repo / "scripts").symlink_to(ROOT / "scripts")
+    (bin_ / "python3").write_text(FAKE_TRAIN)
+    (bin_ / "python3").chmod(0o755)
+    text = call(repo, dev, tmp_path / "out", NAMES="gdn-seed1 gdn-seed2", BUDGET="6", STOP_S="3",
+                PATH=f"{bin_}:{os.environ['PATH']}")
+    assert "deadline: TERM to the runs still going" in text
+    assert (dev / "ck" / "gdn-seed1" / "state.pt").read_text() == "saved on TERM\n"
+    assert text.count("killed pid") == 1 and not (dev / "ck" / "gdn-seed2" / "state.pt").exists()

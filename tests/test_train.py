@@ -263,6 +263,38 @@ def test_stop_at_seconds_keeps_the_schedule_and_resumes_exactly(tmp_path):
         assert torch.equal(p, second.named[name]), name
 
 
+def test_sigterm_stops_after_the_step_in_flight_and_resumes_exactly(tmp_path):
+    """catch_sigterm(): a deadline's TERM (scripts/study/device_train.sh) ends the run with a resumable state
+    instead of killing it between saves; the resumed run ends where an uninterrupted one does."""
+    import os
+    import signal
+    model, tok = _stand_in()
+    seqs, _ = _sequences(tmp_path, tok)
+    full = train_mod.Trainer(model, seqs, _cfg(steps=12), tmp_path / "full")
+    full.train()
+    first = train_mod.Trainer(_stand_in()[0], seqs, _cfg(steps=12, save_every=0), tmp_path / "s")
+    batch, calls = first._batch, []
+
+    def batch_then_term():  # the TERM arrives while step 3 is in flight
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return batch()
+    first._batch = batch_then_term
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        first.catch_sigterm()
+        s1 = first.train()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert not s1["finished"] and s1["step"] == 3 and (tmp_path / "s" / train_mod.STATE_FILE).exists()
+    second = train_mod.Trainer(_stand_in()[0], seqs, _cfg(steps=12), tmp_path / "s")
+    assert second.try_resume() and second.step == 3
+    assert second.train()["finished"]
+    for name, p in full.named.items():
+        assert torch.equal(p, second.named[name]), name
+
+
 # ------------------------------------------------------------------------------------- re-run semantics (#18)
 def test_restart_without_state_drops_the_killed_attempts_log(tmp_path):
     """Killed before the first state save: the re-run starts at step 0 and its log holds each step once."""

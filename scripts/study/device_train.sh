@@ -6,7 +6,8 @@
 # .device/triton-cache.tgz and .device/resume*/<name>/ (an earlier call's unfinished run folder, state.pt included;
 # any call may bring some, e.g. a stash call: they wait in /tmp/ck for the call that trains).
 # Env: NAMES (space-separated recipe names from scripts/study/recipes.txt), MPS (1: through a CUDA MPS server, ~1.5x faster), BUDGET (s from the start for every
-# run, default 540; keep it ~40 s under the call's limit), STARTUP_S (default 200), GGUF_SHA, EXTRA_ARGS (appended to every `golinear train`; a CPU dry run: "--seq-len 64 --steps 20"). BRING (run folders to return, default NAMES; whole folders up to ROOM_MIB, default 58, finished first). Out: $OUT/ck.tgz.part-?? (cat them; state.pt only
+# run, default 540; keep it ~40 s under the call's limit), STOP_S (default 25: the runs get a TERM this long before BUDGET
+# and stop after their step in flight, state saved; models/train.py catch_sigterm), GGUF_SHA, EXTRA_ARGS (appended to every `golinear train`; a CPU dry run: "--seq-len 64 --steps 20"). BRING (run folders to return, default NAMES; whole folders up to ROOM_MIB, default 58, finished first). Out: $OUT/ck.tgz.part-?? (cat them; state.pt only
 # where a run is unfinished), logs.tgz, triton-cache.tgz (if < 12 MB).
 set -u
 T0=$(date +%s); ROOT=$PWD; SRC=${SRC:-.device/src}; BUDGET=${BUDGET:-540}; NAMES=${NAMES:-}; BRING=${BRING:-}
@@ -29,18 +30,27 @@ for name in $NAMES; do
   [ -z "$args" ] && { echo "unknown recipe $name"; continue; }
   left=$(( BUDGET - ($(date +%s) - T0) ))
   python3 -m bench.cli train --base smollm2-135m --tokens .device/train/books-smollm2-10m.npz --out $DEV/ck/$name \
-    --stop-at-s $(( left - ${STARTUP_S:-200} )) --save-every 100 --note "study run (scripts/study/recipes.txt), H200, $(echo $NAMES | wc -w) runs sharing the GPU" \
+    --save-every 100 --note "study run (scripts/study/recipes.txt), H200, $(echo $NAMES | wc -w) runs sharing the GPU" \
     $args ${EXTRA_ARGS:-} > $DEV/logs/$name.log 2>&1 &
   PIDS+=($!); echo "t=$(( $(date +%s) - T0 ))s launched $name ($left s)"
 done
-# --stop-at-s counts training seconds only (model load, compilation and the first evaluation, ~150 s with 8 runs,
-# come before): runs still going at the deadline are killed and resume from their last state (every 100 steps).
+# A wall-clock deadline: model loading and kernel compilation take 30-300 s before the first step (more for the
+# GLA family's first compile), so a per-run --stop-at-s guessed from it stopped session 21's runs 45-70 s early.
+# At BUDGET - STOP_S every run still going gets a TERM, ends after its step in flight and saves its state; one
+# still alive at BUDGET is killed (it resumes from its last save, every 100 steps).
+STOP_AT=$(( BUDGET - ${STOP_S:-25} )); TERMED=0
 while [ -n "$(jobs -r)" ] && [ $(( $(date +%s) - T0 )) -lt $BUDGET ]; do
-  sleep 30; line="t=$(( $(date +%s) - T0 ))s $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader | tr -d ' ')"
+  now=$(( $(date +%s) - T0 ))
+  if [ $now -ge $STOP_AT ]; then
+    [ $TERMED = 1 ] || { echo "t=${now}s deadline: TERM to the runs still going"; kill -TERM "${PIDS[@]}" 2>/dev/null; TERMED=1; }
+    sleep 1; continue
+  fi
+  sleep $(( STOP_AT - now < 30 ? STOP_AT - now : 30 ))
+  line="t=$(( $(date +%s) - T0 ))s $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null | tr -d ' ')"
   for name in $NAMES; do line="$line $name:$(tail -1 $DEV/ck/$name/train_log.jsonl 2>/dev/null | grep -o '"step": [0-9]*' | grep -o '[0-9]*')"; done
   echo "$line"
 done
-for p in "${PIDS[@]}"; do kill $p 2>/dev/null && echo "killed pid $p at the deadline"; done; sleep 3
+for p in "${PIDS[@]}"; do kill -KILL $p 2>/dev/null && echo "killed pid $p at the deadline (no exit after the TERM)"; done; sleep 3
 mps_stop
 for name in $NAMES; do echo "== $name"; grep -E '^\{"out"|Error|error' $DEV/logs/$name.log | tail -3; done
 # every run folder in one archive (state.pt kept only where the run is unfinished), split into <= 15 MiB parts
