@@ -53,7 +53,7 @@ done
 for p in "${PIDS[@]}"; do kill -KILL $p 2>/dev/null && echo "killed pid $p at the deadline (no exit after the TERM)"; done; sleep 3
 mps_stop
 for name in $NAMES; do echo "== $name"; grep -E '^\{"out"|Error|error' $DEV/logs/$name.log | tail -3; done
-# every run folder in one archive (state.pt kept only where the run is unfinished), split into <= 15 MiB parts
+# the run folders in one archive (state.pt kept only where the run is unfinished), split into <= 15 MiB parts.
 # What comes back is at most 64 MiB a call, and an unfinished run's state.pt is 7-18 MB (twelve GLA-family runs:
 # 119 MB, session 21; the parts past the limit were dropped, one state.pt cut in two). So whole run folders are
 # chosen to fit ROOM_MIB: finished runs first (no state.pt), then the unfinished in BRING's order; the rest stay
