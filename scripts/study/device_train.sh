@@ -62,13 +62,14 @@ BRING=${BRING:-$NAMES}; ROOM=$(( ${ROOM_MIB:-58} * 1048576 )); X=(); TAKE=(); LE
 for pass in finished unfinished; do
   for name in $BRING; do
     [ -d $DEV/ck/$name ] || continue
-    if grep -qs '"finished": true' $DEV/ck/$name/train_config.json; then [ $pass = finished ] || continue
-      size=$(du -sb --exclude=state.pt $DEV/ck/$name | cut -f1)
-    else [ $pass = unfinished ] || continue; size=$(du -sb $DEV/ck/$name | cut -f1); fi
-    if [ $(( used + size )) -le $ROOM ]; then TAKE+=($name); used=$(( used + size )); else LEFT+=($name); fi
+    grep -qs '"finished": true' $DEV/ck/$name/train_config.json && kind=finished || kind=unfinished
+    [ $kind = $pass ] || continue
+    ex=(); [ $kind = finished ] && ex=(--exclude=state.pt)  # a finished run comes back without its state.pt
+    size=$(du -sb "${ex[@]}" $DEV/ck/$name | cut -f1)
+    if [ $(( used + size )) -le $ROOM ]; then TAKE+=($name); used=$(( used + size )); [ $kind = finished ] && X+=(--exclude=$name/state.pt)
+    else LEFT+=($name); fi
   done
 done
-for name in "${TAKE[@]}"; do grep -qs '"finished": true' $DEV/ck/$name/train_config.json && X+=(--exclude=$name/state.pt); done
 [ ${#LEFT[@]} -gt 0 ] && echo "left on the machine (over the ${ROOM_MIB:-58} MiB brought back): ${LEFT[*]}; bring them with BRING=\"${LEFT[*]}\" in a next call while it is warm"
 [ ${#TAKE[@]} -gt 0 ] && tar czf - -C $DEV/ck "${X[@]}" "${TAKE[@]}" | split -b 15M - $OUT/ck.tgz.part-
 tar czf $OUT/logs.tgz -C $DEV/logs .

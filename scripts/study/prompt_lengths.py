@@ -15,9 +15,9 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # lm-eval's and datasets' progress b
 
 from bench.execute import build_task_manager
 from models.backbone import load_tokenizer
+from tasks.standard import suite_tasks
 
-TASKS = ["golinear_piqa", "golinear_arc_easy", "golinear_arc_challenge", "golinear_hellaswag",
-         "golinear_winogrande", "golinear_lambada_openai"]
+TASKS = suite_tasks("cr") + suite_tasks("lambada")  # tasks.standard.SUITES: the suites' own task lists
 
 
 def request_lengths(task, tok) -> list[int]:
