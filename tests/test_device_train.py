@@ -95,3 +95,18 @@ def test_the_runs_get_a_term_before_the_budget_and_a_kill_at_it(tmp_path):
     assert "deadline: TERM to the runs still going" in text
     assert (dev / "ck" / "gdn-seed1" / "state.pt").read_text() == "saved on TERM\n"
     assert text.count("killed pid") == 1 and not (dev / "ck" / "gdn-seed2" / "state.pt").exists()
+
+
+def test_a_run_finished_on_the_machine_is_not_relaunched_but_still_comes_back(tmp_path):
+    """A warm call may list every run of the set; one already at its last step must not load and re-evaluate."""
+    repo, dev = tmp_path / "repo", tmp_path / "machine"
+    (repo / ".device").mkdir(parents=True)
+    (repo / "scripts").symlink_to(ROOT / "scripts")
+    run_folder(dev / "ck" / "gdn-onorm", finished=True)
+    text = call(repo, dev, tmp_path / "out", NAMES="gdn-onorm")
+    assert "gdn-onorm: finished on the machine, not relaunched" in text
+    assert "launched gdn-onorm" not in text
+    parts = sorted((tmp_path / "out").glob("ck.tgz.part-*"))
+    (tmp_path / "ck.tgz").write_bytes(b"".join(p.read_bytes() for p in parts))
+    with tarfile.open(tmp_path / "ck.tgz") as t:
+        assert "gdn-onorm/new_params.safetensors" in t.getnames()

@@ -28,6 +28,8 @@ PIDS=()
 for name in $NAMES; do
   args=$(awk -v n=$name '$1 == n {$1=""; print}' scripts/study/recipes.txt)
   [ -z "$args" ] && { echo "unknown recipe $name"; continue; }
+  # a finished run relaunched would load, re-evaluate and rewrite its record: a warm call's NAMES may keep it
+  grep -qs '"finished": true' $DEV/ck/$name/train_config.json && { echo "$name: finished on the machine, not relaunched"; continue; }
   left=$(( BUDGET - ($(date +%s) - T0) ))
   python3 -m bench.cli train --base smollm2-135m --tokens .device/train/books-smollm2-10m.npz --out $DEV/ck/$name \
     --save-every 100 --note "study run (scripts/study/recipes.txt), H200, $(echo $NAMES | wc -w) runs sharing the GPU" \
