@@ -18,6 +18,7 @@ source scripts/gpu/device_setup.sh || exit $?
 [ -e .device/train ] || ln -sfn $STASH/train .device/train  # stashed by an earlier call
 # carried run folders wait in $DEV/ck (/tmp/ck: the runs' own folders), so a stash call can bring them ahead of training
 mkdir -p $DEV/ck $DEV/logs
+finished() { grep -qs '"finished": true' $DEV/ck/$1/train_config.json; }  # a run folder at its last step
 for d in .device/resume*/*/; do  # .device/resume, .device/resume-<any>: folders of run folders, carried whole
   [ -d "$d" ] || continue; n=$(basename $d)
   [ -d $DEV/ck/$n ] && echo "$n: already on the machine, the carried copy ignored" || { cp -r $d $DEV/ck/ && echo "resumable: $n"; }; done
@@ -29,7 +30,7 @@ for name in $NAMES; do
   args=$(awk -v n=$name '$1 == n {$1=""; print}' scripts/study/recipes.txt)
   [ -z "$args" ] && { echo "unknown recipe $name"; continue; }
   # a finished run relaunched would load, re-evaluate and rewrite its record: a warm call's NAMES may keep it
-  grep -qs '"finished": true' $DEV/ck/$name/train_config.json && { echo "$name: finished on the machine, not relaunched"; continue; }
+  finished $name && { echo "$name: finished on the machine, not relaunched"; continue; }
   left=$(( BUDGET - ($(date +%s) - T0) ))
   python3 -m bench.cli train --base smollm2-135m --tokens .device/train/books-smollm2-10m.npz --out $DEV/ck/$name \
     --save-every 100 --note "study run (scripts/study/recipes.txt), H200, $(echo $NAMES | wc -w) runs sharing the GPU" \
@@ -64,7 +65,7 @@ BRING=${BRING:-$NAMES}; ROOM=$(( ${ROOM_MIB:-58} * 1048576 )); X=(); TAKE=(); LE
 for pass in finished unfinished; do
   for name in $BRING; do
     [ -d $DEV/ck/$name ] || continue
-    grep -qs '"finished": true' $DEV/ck/$name/train_config.json && kind=finished || kind=unfinished
+    finished $name && kind=finished || kind=unfinished
     [ $kind = $pass ] || continue
     ex=(); [ $kind = finished ] && ex=(--exclude=state.pt)  # a finished run comes back without its state.pt
     size=$(du -sb "${ex[@]}" $DEV/ck/$name | cut -f1)
