@@ -35,7 +35,7 @@ def dry_eval(tmp_path: Path, **env) -> tuple[str, Path]:
     """device_eval.sh as a CPU dry run on a fresh "machine" folder under tmp_path: its stdout and that folder."""
     work = tmp_path / f"m{len(list(tmp_path.iterdir()))}"
     env = {**os.environ, "DRY": "1", "PY": sys.executable, "EXTRA_ARGS": "--limit 1", "EVAL_WORK": str(work),
-           "OUT": str(work / "out"), **env}
+           "OUT": str(work / "out"), "PARTIAL": str(tmp_path / "none-carried"), **env}
     r = subprocess.run(["bash", "scripts/study/device_eval.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout, work
@@ -69,7 +69,8 @@ def run_call(tmp: Path, budget: int) -> tuple[subprocess.CompletedProcess, float
     out = tmp / f"out-{budget}"
     env = {**os.environ, "DRY": "1", "PY": sys.executable, "OMP_NUM_THREADS": "1", "K": "2", "BUDGET": str(budget),
            "NAMES": "gdn-w56-s8-sc gdn-w64", "SUITES": "lambada", "EXTRA_ARGS": "--limit 2",
-           "EVAL_WORK": str(tmp / "machine"), "OUT": str(out), "STAGGER_S": "1"}
+           "EVAL_WORK": str(tmp / "machine"), "OUT": str(out), "STAGGER_S": "1",
+           "PARTIAL": str(tmp / "none-carried")}
     t = time.time()
     r = subprocess.run(["bash", "scripts/study/device_eval.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
     return r, time.time() - t, out
@@ -103,14 +104,43 @@ def test_device_eval_dry_run_stops_at_its_deadline_and_resumes_without_redoing(t
     assert len(returned(out1)) == len(evaluated(first))
     names = returned(out2)
     assert len(names) == 3 and all("limit2" in n for n in names)  # the second call returns all new cells
-    assert (out2 / "logs.tgz").exists() and (out2 / "partial.tgz").exists()
+    assert (out2 / "logs.tgz").exists() and (out2 / "partial.tgz.part-aa").exists()
     store = tmp_path / "merged"
     shutil.copytree(COMMITTED, store)
     before = len(Store(store).cells())
     r = subprocess.run(["bash", "scripts/study/merge_eval.sh", str(out2), str(store)], cwd=ROOT,
-                       env={**os.environ, "PY": sys.executable}, capture_output=True, text=True)
+                       env={**os.environ, "PY": sys.executable, "PARTIAL": str(tmp_path / "partial")},
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "3 of 3 cells" in r.stdout and len(Store(store).cells()) == before + 3
+
+
+def test_request_caches_come_back_in_parts_and_merge_restores_them(tmp_path):
+    """The unfinished cells' request caches return split into parts under the per-file limit (PART_BYTES), at most
+    PARTS_MAX of them, else not at all (said); merge_eval.sh joins the parts into PARTIAL byte for byte."""
+    cache = os.urandom(250_000)  # random: gzip leaves it ~250 KB, so 3 parts of 100 KB
+
+    def call(name: str, parts_max: int) -> tuple[str, Path]:
+        work = tmp_path / name
+        (work / "store" / "partial" / "m-1").mkdir(parents=True)
+        (work / "store" / "partial" / "m-1" / "hellaswag.db").write_bytes(cache)
+        env = {**os.environ, "DRY": "1", "PY": sys.executable, "K": "0", "BUDGET": "60", "NAMES": "gdn-w64",
+               "SUITES": "lambada", "EVAL_WORK": str(work), "OUT": str(work / "out"), "PART_BYTES": "100000",
+               "PARTIAL": str(tmp_path / "none-carried"),
+               "PARTS_MAX": str(parts_max)}
+        r = subprocess.run(["bash", "scripts/study/device_eval.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout, work / "out"
+    said, out = call("small", parts_max=2)
+    assert "not returned" in said and not list(out.glob("partial*"))
+    said, out = call("fits", parts_max=4)
+    parts = sorted(out.glob("partial.tgz.part-*"))
+    assert len(parts) == 3 and all(p.stat().st_size <= 100_000 for p in parts), parts
+    r = subprocess.run(["bash", "scripts/study/merge_eval.sh", str(out), str(tmp_path / "store")], cwd=ROOT,
+                       env={**os.environ, "PY": sys.executable, "PARTIAL": str(tmp_path / "partial")},
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "partial" / "partial" / "m-1" / "hellaswag.db").read_bytes() == cache
 
 
 def test_pending_units_leaves_out_units_the_store_has(tmp_path):
@@ -133,7 +163,7 @@ def test_device_eval_split_workers_share_one_model_and_names_carry_cache_options
     env = {**os.environ, "DRY": "1", "PY": sys.executable, "OMP_NUM_THREADS": "1", "K": "4", "SPLIT": "2",
            "BUDGET": "400", "NAMES": "gdn-w64,window=32,sinks=8", "SUITES": "cr", "EXTRA_ARGS": "--limit 1",
            "CKPT": str(tmp_path / "ck"), "EVAL_WORK": str(tmp_path / "machine"), "OUT": str(tmp_path / "out"),
-           "STAGGER_S": "1"}
+           "STAGGER_S": "1", "PARTIAL": str(tmp_path / "none-carried")}
     r = subprocess.run(["bash", "scripts/study/device_eval.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     units = [line for line in r.stdout.splitlines() if line.startswith("w") and " rc=" in line]

@@ -19,10 +19,11 @@
 #   CKPT (a carried folder of checkpoints outside the tree; a name not there is looked up in the tracked
 #   checkpoints/smollm2-135m, then in the machine's stash), BATCH (cr/lambada, 64), BATCH_MMLU (4), BATCH_LONG (32),
 #   LONG_ARGS (sniah/ruler: "--context-length 4096 --num-samples 500"), MPS (1: the workers through one CUDA MPS
-#   server, scripts/gpu/mps.sh, so that their small generation kernels overlap instead of taking turns), EXTRA_ARGS (every run; a CPU dry run:
+#   server, scripts/gpu/mps.sh, so that their small generation kernels overlap instead of taking turns), PARTIAL (the
+#   carried request caches, default .device/eval-partial), PART_BYTES, PARTS_MAX (below), EXTRA_ARGS (every run; a CPU dry run:
 #   "--limit 2"), DRY=1 (CPU: no set-up, DEVICE=cpu, DATA from the data folder), GGUF_SHA, GOLINEAR_GIT_COMMIT.
-# Out ($OUT): cells.tgz (the cells this store has and leaderboards/store lacks), partial.tgz (request caches of
-#   unfinished cells, if < 15 MiB), logs.tgz (one log per worker; units-<start>.log: one line per unit and call, with its time; gpu.log).
+# Out ($OUT): cells.tgz (the cells this store has and leaderboards/store lacks), partial.tgz.part-?? (request caches
+#   of unfinished cells, split into <= 15 MiB parts; cat them), logs.tgz (one log per worker; units-<start>.log: one line per unit and call, with its time; gpu.log).
 # Merge here: bash scripts/study/merge_eval.sh <files_at>.
 #
 # K and batch sizes. A 135M model leaves an H200 idle: lm-eval's per-request Python work and the tokenizer
@@ -77,7 +78,7 @@ fi
 export GOLINEAR_GIT_COMMIT=${GOLINEAR_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}
 # the store: committed cells (finished: skipped), carried request caches, then what earlier calls left here
 [ -d leaderboards/store/cells ] && cp -rn leaderboards/store/cells/. $STORE/cells/
-[ -d .device/eval-partial/partial ] && cp -rn .device/eval-partial/partial/. $STORE/partial/
+PARTIAL=${PARTIAL:-.device/eval-partial}; [ -d $PARTIAL/partial ] && cp -rn $PARTIAL/partial/. $STORE/partial/
 (cd leaderboards/store 2>/dev/null && find cells -name '*.json' | sort) > $WORK/seed.txt
 suite_args() { case $1 in sniah|ruler) echo ${LONG_ARGS:---context-length 4096 --num-samples 500};; esac; }
 suite_batch() { case $1 in mmlu) echo ${BATCH_MMLU:-4};; sniah|ruler) echo ${BATCH_LONG:-32};; *) echo ${BATCH:-64};; esac; }
@@ -125,8 +126,13 @@ wait; mps_stop
 (cd $STORE && find cells -name '*.json' | sort) > $WORK/now.txt
 comm -13 $WORK/seed.txt $WORK/now.txt > $WORK/new.txt
 tar czf $OUT/cells.tgz -C $STORE -T $WORK/new.txt
+# the request caches in <= 15 MiB parts (a returned file's limit is 16 MiB; an MMLU cache alone passed 15 MB, session
+# 23), at most PARTS_MAX of them (what comes back is 64 MiB a call, the cells and logs beside them)
 mkdir -p $STORE/partial; tar czf $WORK/partial.tgz -C $STORE partial
-[ $(stat -c %s $WORK/partial.tgz) -lt 15000000 ] && cp $WORK/partial.tgz $OUT/ || echo "partial.tgz over 15 MB: not returned"
+PART_BYTES=${PART_BYTES:-15728640}; PARTS_MAX=${PARTS_MAX:-4}
+if [ $(stat -c %s $WORK/partial.tgz) -le $(( PART_BYTES * PARTS_MAX )) ]; then
+  split -b $PART_BYTES $WORK/partial.tgz $OUT/partial.tgz.part-
+else echo "partial.tgz over $PARTS_MAX parts of $PART_BYTES bytes ($(stat -c %s $WORK/partial.tgz) bytes): not returned"; fi
 tar czf $OUT/logs.tgz -C $WORK/logs .
 echo "$(wc -l < $WORK/new.txt) new cells returned; units finished in this call: $(grep -c 'rc=0' $WORK/logs/units-$T0.log 2>/dev/null) of $(wc -l < $WORK/units.txt)"
 ls -l $OUT; echo "total $(( $(date +%s) - T0 )) s"
