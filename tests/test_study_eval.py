@@ -145,10 +145,10 @@ def test_request_caches_come_back_in_parts_and_merge_restores_them(tmp_path):
 
 def test_pending_units_leaves_out_units_the_store_has(tmp_path):
     """A unit whose cells are all in the store costs no `golinear run` process; a missing one stays."""
-    units = "full\tcr\nfull\tlambada\ncheckpoints/smollm2-135m/gdn-w64\tcr\n"
+    units = "full\tcr\nfull\tlambada\nmechanism=none,window=3,sinks=1\tcr\n"  # (a model the study never evaluates)
     r = subprocess.run([sys.executable, "scripts/study/pending_units.py", "--", "--store", str(COMMITTED)],
                        cwd=ROOT, input=units, capture_output=True, text=True)
-    assert r.returncode == 0 and r.stdout == "checkpoints/smollm2-135m/gdn-w64\tcr\n", r.stderr
+    assert r.returncode == 0 and r.stdout == "mechanism=none,window=3,sinks=1\tcr\n", r.stderr
     r = subprocess.run([sys.executable, "scripts/study/pending_units.py", "--", "--store", str(COMMITTED),
                         "--limit", "2"], cwd=ROOT, input=units, capture_output=True, text=True)
     assert r.stdout == units  # another configuration: nothing is in the store
