@@ -555,7 +555,7 @@ def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = Non
     for name in ("standard", "sniah", "ruler"):
         if not (Path(reference_dir) / f"paper_{name}.csv").is_file():
             raise FileNotFoundError(f"reference file {str(Path(reference_dir) / f'paper_{name}.csv')!r} is missing")
-    from bench import seeds  # here: bench.seeds imports this module
+    from bench import paper_tables, seeds  # here: both import this module
     ev = evidence(store, Path(checkpoints))
     table = claims_table(store, Path(checkpoints), reference_dir, ev)
     values = seeds.table_values(ev)
@@ -564,6 +564,8 @@ def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = Non
     files = ((out_dir / "claims.md", to_markdown(table)), (out_dir / "claims.csv", to_csv(table)),
              (out_dir / "seeds.md", seeds.to_markdown(ev, values)),
              (out_dir / "seeds.csv", to_csv(seeds.long_table(ev, values))))
+    tables = paper_tables.frame(ev, load_reference(reference_dir))
+    files += ((out_dir / "tables.md", paper_tables.to_markdown(tables)), (out_dir / "tables.csv", to_csv(tables)))
     if readme is not None and Path(readme).is_file():
         files += ((Path(readme), readme_with_table(Path(readme).read_text(), table)),)
     return [p for p, data in files if write_if_changed(p, data)]
@@ -571,6 +573,6 @@ def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = Non
 
 def main(args) -> int:
     changed = render(args.store, args.checkpoints, args.out, args.reference_dir, args.readme or None)
-    print(f"golinear claims: {len(changed)} file(s) changed ({args.out}: claims.md/.csv, seeds.md/.csv; "
+    print(f"golinear claims: {len(changed)} file(s) changed ({args.out}: claims.md/.csv, seeds.md/.csv, tables.md/.csv; "
           f"the table in {args.readme or 'no README'})")
     return 0

@@ -201,6 +201,39 @@ def test_seeds_table_is_mean_and_std_of_each_columns_seeds(tmp_path):
     assert csv.loc[("gdn-w56-s8-sc", "held-out CE"), "n"] == 3
 
 
+def test_paper_tables_put_each_recipe_beside_the_papers_row(tmp_path):
+    """tables.md/.csv: full attention, then every mechanism x recipe of the paper's Tables 1-3 (Hedgehog only
+    strict), ours as mean ± std over the finished seeds (store cells; held-out CE from the folders), the paper's CR
+    and LAMBADA of the same row from the reference CSV; a recipe without cells has empty cells."""
+    from bench import paper_tables
+    from bench.leaderboard import load_reference
+    ck, store = tmp_path / "ck", Store(tmp_path / "store")
+    for name, loss, seed in (("gdn-w56-s8-sc-10m", 3.0, 0), ("gdn-w56-s8-sc-seed1", 3.2, 1),
+                             ("gdn-w56-s8-sc-seed2", 3.4, 2)):
+        checkpoint(ck, name, loss, seed=seed)
+    checkpoint(ck, "kgla-w64", 4.07)
+    put_cr(store, "full", 0.50, full=True)
+    put_cr(store, "gdn-w56-s8-sc-10m", 0.40, folder=ck / "gdn-w56-s8-sc-10m")
+    put_cr(store, "gdn-w56-s8-sc-seed1", 0.44, folder=ck / "gdn-w56-s8-sc-seed1")  # seed 2: no cells yet
+    put_cr(store, "kgla-w64", 0.45, folder=ck / "kgla-w64")
+    t = paper_tables.frame(C.evidence(store, ck), load_reference(REFERENCE_DIR))
+    assert len(t) == 1 + 4 + 4 * 3
+    by = t.set_index(["recipe", "mechanism"])
+    conv = by.loc[("SWA 56 + 8 sinks + short conv", "GDN")]
+    assert (conv["CR mean"], conv["CR n"]) == (pytest.approx(42.0), 2)
+    assert conv["CR std"] == pytest.approx(statistics.stdev([40.0, 44.0]))
+    assert (conv["held-out CE mean"], conv["held-out CE n"]) == (pytest.approx(3.2), 3)
+    assert conv["paper CR Llama-3.1-8B"] == pytest.approx(73.77)  # Table 7's GDN + short conv
+    swa64 = by.loc[("SWA 64", "kGLA")]
+    assert swa64["CR mean"] == pytest.approx(45.0) and swa64["paper CR Llama-3.1-8B"] == pytest.approx(68.36)
+    assert by.loc[("full attention", "-")]["CR mean"] == pytest.approx(50.0)
+    strict = by.loc[("strict (no window, frozen q/k/v)", "GLA")]
+    assert strict["CR n"] == 0 and strict["paper CR Llama-3.1-8B"] == pytest.approx(61.81)
+    md = paper_tables.to_markdown(t)
+    assert "| 42.00 ± 2.83 (2) |" in md and "| 45.00 |" in md
+    assert md.count("| Hedgehog |") == 1 and md.count("\n| ") == len(t) + 1
+
+
 def test_the_rule_is_applied_to_the_papers_numbers(tmp_path):
     (tmp_path / "ck").mkdir()
     t = table(tmp_path)
@@ -213,7 +246,7 @@ def test_the_rule_is_applied_to_the_papers_numbers(tmp_path):
 def test_renders_from_the_repository_files(tmp_path):
     changed = C.render(REPO_ROOT / "leaderboards" / "store", REPO_ROOT / "checkpoints" / "smollm2-135m", tmp_path,
                        REFERENCE_DIR)
-    assert {p.name for p in changed} == {"claims.md", "claims.csv", "seeds.md", "seeds.csv"}
+    assert {p.name for p in changed} == {"claims.md", "claims.csv", "seeds.md", "seeds.csv", "tables.md", "tables.csv"}
     md = (tmp_path / "claims.md").read_text()
     assert all(c.text in md for c in C.CLAIMS) and md.count("\n| ") == len(C.CLAIMS) + 1
     assert C.render(REPO_ROOT / "leaderboards" / "store", REPO_ROOT / "checkpoints" / "smollm2-135m", tmp_path,
