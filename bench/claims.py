@@ -492,9 +492,10 @@ def evidence(store: Store, checkpoints: Path) -> Evidence:
     return Evidence(load_runs(checkpoints), measured_frame(store.cells()))
 
 
-def claims_table(store: Store, checkpoints: Path, reference_dir, ev: Evidence | None = None) -> pd.DataFrame:
+def claims_table(store: Store, checkpoints: Path, reference_dir, ev: Evidence | None = None,
+                 ref: dict | None = None) -> pd.DataFrame:
     ev = ev or evidence(store, checkpoints)
-    ref = load_reference(reference_dir)
+    ref = ref or load_reference(reference_dir)
     return pd.DataFrame([judge(c, ref, ev) for c in CLAIMS])
 
 
@@ -556,15 +557,15 @@ def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = Non
         if not (Path(reference_dir) / f"paper_{name}.csv").is_file():
             raise FileNotFoundError(f"reference file {str(Path(reference_dir) / f'paper_{name}.csv')!r} is missing")
     from bench import paper_tables, seeds  # here: both import this module
-    ev = evidence(store, Path(checkpoints))
-    table = claims_table(store, Path(checkpoints), reference_dir, ev)
+    ev, ref = evidence(store, Path(checkpoints)), load_reference(reference_dir)  # read once for all three outputs
+    table = claims_table(store, Path(checkpoints), reference_dir, ev, ref)
     values = seeds.table_values(ev)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = ((out_dir / "claims.md", to_markdown(table)), (out_dir / "claims.csv", to_csv(table)),
              (out_dir / "seeds.md", seeds.to_markdown(ev, values)),
              (out_dir / "seeds.csv", to_csv(seeds.long_table(ev, values))))
-    tables = paper_tables.frame(ev, load_reference(reference_dir))
+    tables = paper_tables.frame(ev, ref)
     files += ((out_dir / "tables.md", paper_tables.to_markdown(tables)), (out_dir / "tables.csv", to_csv(tables)))
     if readme is not None and Path(readme).is_file():
         files += ((Path(readme), readme_with_table(Path(readme).read_text(), table)),)

@@ -41,6 +41,7 @@ set -u
 T0=$(date +%s); ROOT=$PWD
 BUDGET=${BUDGET:-540}; K=${K:-8}; SUITES=${SUITES:-cr lambada}; CKPT=${CKPT:-checkpoints/smollm2-135m}
 WORK=${EVAL_WORK:-/tmp/study-eval}; STORE=$WORK/store; STASH_CK=$WORK/ckpt; OUT=${OUT:-$WORK/out}
+PARTIAL=${PARTIAL:-.device/eval-partial}
 LOCKS=$WORK/lock-$T0  # one lock folder a call: a warm machine's next call retries unfinished units
 mkdir -p $LOCKS $WORK/logs $STORE/cells $STORE/partial $STASH_CK $OUT
 # checkpoints: carried ones are stashed (also by a stash call), so a warm machine keeps them for the next call.
@@ -78,7 +79,7 @@ fi
 export GOLINEAR_GIT_COMMIT=${GOLINEAR_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}
 # the store: committed cells (finished: skipped), carried request caches, then what earlier calls left here
 [ -d leaderboards/store/cells ] && cp -rn leaderboards/store/cells/. $STORE/cells/
-PARTIAL=${PARTIAL:-.device/eval-partial}; [ -d $PARTIAL/partial ] && cp -rn $PARTIAL/partial/. $STORE/partial/
+[ -d $PARTIAL/partial ] && cp -rn $PARTIAL/partial/. $STORE/partial/
 (cd leaderboards/store 2>/dev/null && find cells -name '*.json' | sort) > $WORK/seed.txt
 suite_args() { case $1 in sniah|ruler) echo ${LONG_ARGS:---context-length 4096 --num-samples 500};; esac; }
 suite_batch() { case $1 in mmlu) echo ${BATCH_MMLU:-4};; sniah|ruler) echo ${BATCH_LONG:-32};; *) echo ${BATCH:-64};; esac; }
