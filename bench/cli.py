@@ -23,8 +23,9 @@ COMMANDS = {  # name: (module that runs it, module of its options, help)
     "leaderboard": ("bench.leaderboard", "bench.cli_args", "render leaderboards/*.md|csv|html from the result store"),
     "claims": ("bench.claims", "bench.cli_args",
                "render leaderboards/claims.md|csv: each claim of the paper, ours at 135M, a verdict by a rule"),
-    "store": ("bench.store_merge", "bench.cli_args",
-              "store merge SRC...: add the cells of other result stores to --store (kept cells never change)"),
+    "store": ("bench.store_cli", "bench.cli_args",
+              "store merge SRC...: add the cells of other result stores to --store (kept cells never change); "
+              "store stale: list (--drop: delete) the cells of checkpoints retrained in place"),
     "check": ("bench.check", "bench.cli_args", "regression check against a committed baseline"),
     "latency": ("bench.latency", "bench.cli_args", "latency/memory sweep over prompt lengths against full attention"),
     "generation": ("bench.generation", "bench.cli_args",

@@ -291,9 +291,9 @@ class Store:
         atomic_write(path, text)
         return path
 
-    def cells(self) -> list[dict]:
-        """Every finished cell, in a stable order (by key digest). Half-written temp files are ignored;
-        an invalid cell file is an error naming it (a leaderboard never silently drops a row)."""
+    def cell_files(self) -> list[tuple[Path, dict]]:
+        """(file, cell) of every finished cell, in a stable order (by key digest). Half-written temp files are
+        ignored; an invalid cell file is an error naming it (a leaderboard never silently drops a row)."""
         if not self.cells_dir.exists():
             return []
         out = []
@@ -304,8 +304,12 @@ class Store:
             if problem:
                 raise ValueError(f"corrupt cell file {p}: {problem}; `golinear run` moves it aside and "
                                  "re-evaluates it, or delete it")
-            out.append(cell)
-        return sorted(out, key=lambda c: c.get("digest", ""))
+            out.append((p, cell))
+        return sorted(out, key=lambda pc: pc[1].get("digest", ""))
+
+    def cells(self) -> list[dict]:
+        """Every finished cell, in a stable order (by key digest); see cell_files."""
+        return [cell for _, cell in self.cell_files()]
 
     def merge_from(self, other: "Store") -> int:
         """Copy the cells of another store that this one lacks; returns how many were added."""

@@ -10,7 +10,9 @@ from __future__ import annotations
 from bench.store import Store
 
 
-def main(args) -> int:
+def merge(args) -> int:
+    if not args.src:
+        raise ValueError("golinear store merge needs at least one SRC store folder")
     dest = Store(args.store)
     sources = [Store(s) for s in args.src]
     for src in sources:
@@ -24,7 +26,3 @@ def main(args) -> int:
         print(f"golinear store merge: {added} of {total} cells from {src.root} added to {dest.root} "
               f"({total - added} already there)")
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit("use: golinear store merge SRC... --store DEST")

@@ -1,0 +1,14 @@
+"""`golinear store merge|stale`: maintenance of a result store (bench.store_merge, bench.store_stale)."""
+from __future__ import annotations
+
+
+def main(args) -> int:
+    if args.action == "merge":
+        from bench.store_merge import merge
+        return merge(args)
+    from bench.store_stale import stale
+    return stale(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit("use: golinear store merge|stale ...")
