@@ -12,6 +12,12 @@ whose needle has left the window; a needle still in the window is counted apart.
         --tasks S-NIAH-1,S-NIAH-2,S-NIAH-3 --n 8 --data-dir ../shared/data
     .venv/bin/python scripts/retention_slots.py --checkpoint checkpoints/smollm2-135m/gdn-w504-s8-sc \
         --window 252 --retain 252 --score delta_error ...   # slots added training-free, the other score
+    .venv/bin/python scripts/retention_slots.py ... --span 3   # probe: arrival scores max-pooled over +-3 tokens
+
+`--span W` is a probe of a score the op does not have (a needle is a run of tokens, and `proj_residual` judges each
+token alone): it max-pools the arrival scores over the W tokens either side before the prefill's slot decisions,
+by replacing `models.ops.retention_prefill.entry_scores` in this process. Only the prefill decides here, so the
+census is exact for that rule; decoding with it is not built.
 """
 from __future__ import annotations
 
@@ -26,6 +32,20 @@ from models.load import load_model  # noqa: E402
 from models.retention_generate import RetentionDecoder  # noqa: E402
 from models.spec import RETAIN_SCORES  # noqa: E402
 from tasks.ruler.api import build_samples, resolve_task  # noqa: E402
+
+
+def pool_scores(width: int) -> None:
+    """Probe (--span): every arrival score becomes the max over the `width` tokens either side of it."""
+    import models.ops.retention_prefill as prefill
+    base = prefill.entry_scores
+
+    def pooled(k, score, scores=None):
+        s = base(k, score, scores)
+        if s is None:  # delta_error: scored at window exit, not pooled
+            raise ValueError("--span pools arrival scores (proj_residual, given), not delta_error")
+        x = torch.nn.functional.max_pool1d(s.transpose(1, 2).float(), 2 * width + 1, stride=1, padding=width)
+        return x.to(s.dtype).transpose(1, 2)
+    prefill.entry_scores = pooled
 
 
 def value_tokens(tok, prompt: str, needle: str, value: str) -> tuple[list[int], list[int]]:
@@ -68,14 +88,19 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--span", type=int, default=0, help="probe: max-pool the arrival scores over +-SPAN tokens")
     a = p.parse_args(argv)
+    if a.span < 0:
+        p.error(f"--span must be >= 0, got {a.span}")
+    if a.span:
+        pool_scores(a.span)
     cache = {k: v for k, v in (("window", a.window), ("retain", a.retain), ("retain_score", a.score)) if v is not None}
     if cache.get("retain") and not a.score:
         cache["retain_score"] = "proj_residual"
     model, tok, info = load_model(checkpoint=a.checkpoint, device=a.device, **cache)
     lin = info["linearize"]
     print(f"{Path(a.checkpoint).name} {cache or ''}: sinks {lin.get('sinks')} window {lin.get('window')} "
-          f"retain {lin.get('retain')} ({lin.get('retain_score')})")
+          f"retain {lin.get('retain')} ({lin.get('retain_score')})" + (f", max-pooled over +-{a.span}" if a.span else ""))
     decoder = RetentionDecoder(model, use_graph=False)
     print("| task | samples | needle in the window | needle outside: (layer, head) pairs with every value token "
           "in a slot | with at least one | value tokens |")

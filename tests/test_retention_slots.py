@@ -47,3 +47,17 @@ def test_census_places_each_token_once():
     # 20 tokens, 2 slots: 16 tokens left the window, at most 2 of them held per (layer, head)
     out = census(20, list(range(1, 17)), retain=2)
     assert all(held == 2 and win == 0 for held, win in out)
+
+
+def test_span_probe_pools_each_arrival_score_over_its_neighbours(monkeypatch):
+    import models.ops.retention_prefill as prefill
+    monkeypatch.setattr(prefill, "entry_scores", prefill.entry_scores)  # restored after the test
+    k = torch.randn(1, 12, 2, 8, generator=torch.Generator().manual_seed(0))
+    plain = prefill.entry_scores(k, "proj_residual")
+    retention_slots.pool_scores(2)
+    pooled = prefill.entry_scores(k, "proj_residual")
+    want = torch.stack([plain[:, max(0, j - 2):j + 3].amax(1) for j in range(12)], 1)
+    torch.testing.assert_close(pooled, want)
+    assert not torch.equal(pooled, plain)
+    with pytest.raises(ValueError, match="not delta_error"):
+        prefill.entry_scores(k, "delta_error")
