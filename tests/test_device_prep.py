@@ -41,6 +41,25 @@ def test_pack_checkpoints_copies_the_three_files(tmp_path):
     assert (tmp_path / "ck" / "a" / "config.json").read_text() == "a/config.json"
     bad = sh("scripts/study/pack_checkpoints.sh", tmp_path / "ck2", "a", "zzz", SRC=src)
     assert bad.returncode == 2 and "no checkpoint" in bad.stdout and "zzz" in bad.stdout
+    assert not (tmp_path / "ck2" / "zzz").exists()
+
+
+def test_pack_checkpoints_reads_a_folder_the_sparse_tree_left_out_from_head(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "ck" / "a").mkdir(parents=True)
+    for f in ("config.json", "new_params.safetensors", "train_config.json"):
+        (repo / "ck" / "a" / f).write_text(f"committed {f}")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "a checkpoint"]):
+        subprocess.run(git + args, check=True, capture_output=True)
+    for f in (repo / "ck" / "a").iterdir():
+        f.unlink()  # what `git sparse-checkout set ... '!/ck/*/'` leaves
+    out = subprocess.run(["bash", str(ROOT / "scripts/study/pack_checkpoints.sh"), str(tmp_path / "out"), "a"],
+                         cwd=repo, capture_output=True, text=True, env={**os.environ, "SRC": "ck"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (tmp_path / "out" / "a" / "new_params.safetensors").read_text() == "committed new_params.safetensors"
+    assert sorted(p.name for p in (tmp_path / "out" / "a").iterdir()) == ["config.json", "new_params.safetensors",
+                                                                         "train_config.json"]
 
 
 def test_device_setup_leaves_the_callers_variables(tmp_path):
