@@ -10,6 +10,7 @@ PY=${PY:-.venv/bin/python}; [ -x $PY ] || PY=python3
 TMP=$(mktemp -d); trap 'rm -rf $TMP' EXIT
 mkdir -p $TMP/store/cells && tar xzf $AT/cells.tgz -C $TMP/store
 $PY -m bench.cli store merge $TMP/store --store $STORE
+$PY -m bench.cli store stale --store $STORE || true  # lists the cells of a checkpoint retrained in place (drop: --drop)
 PARTS=$(ls $AT/partial.tgz.part-* 2>/dev/null || ls $AT/partial.tgz 2>/dev/null || true)  # (calls before session 23: one file)
 if [ -n "$PARTS" ]; then  # laid over the kept caches: a call that was not carried them returns none of them
   mkdir -p $PARTIAL && cat $PARTS | tar xzf - -C $PARTIAL
