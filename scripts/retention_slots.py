@@ -89,9 +89,14 @@ def main(argv=None):
     p.add_argument("--data-dir", default=None)
     p.add_argument("--device", default="cpu")
     p.add_argument("--span", type=int, default=0, help="probe: max-pool the arrival scores over +-SPAN tokens")
+    p.add_argument("--scorer", help="probe: arrival scores from a fitted far-attention-mass scorer "
+                                    "(scripts/retention_scorer_probe.py fit)")
     a = p.parse_args(argv)
     if a.span < 0:
         p.error(f"--span must be >= 0, got {a.span}")
+    if a.scorer:
+        from retention_scorer_probe import use_scorer
+        use_scorer(a.scorer)
     if a.span:
         pool_scores(a.span)
     cache = {k: v for k, v in (("window", a.window), ("retain", a.retain), ("retain_score", a.score)) if v is not None}
@@ -100,7 +105,8 @@ def main(argv=None):
     model, tok, info = load_model(checkpoint=a.checkpoint, device=a.device, **cache)
     lin = info["linearize"]
     print(f"{Path(a.checkpoint).name} {cache or ''}: sinks {lin.get('sinks')} window {lin.get('window')} "
-          f"retain {lin.get('retain')} ({lin.get('retain_score')})" + (f", max-pooled over +-{a.span}" if a.span else ""))
+          f"retain {lin.get('retain')} ({lin.get('retain_score')})" + (f", max-pooled over +-{a.span}" if a.span else "")
+          + (f", scores from {a.scorer}" if a.scorer else ""))
     decoder = RetentionDecoder(model, use_graph=False)
     print("| task | samples | needle in the window | needle outside: (layer, head) pairs with every value token "
           "in a slot | with at least one | value tokens |")

@@ -1,0 +1,145 @@
+"""Probe for issue #17's third score: a scorer fitted to full attention's far attention mass (not an op option).
+
+A retention slot is worth a token that queries far ahead will read. This fits, per layer and KV head, a ridge
+regression from a key to log(mean attention weight it receives from the queries more than `--gap` tokens later),
+measured on the frozen backbone (full attention, eager) over passages of the books corpus. The features are the 32
+magnitudes of the key's RoPE pairs (i, i + 32), which RoPE leaves unchanged, so the fit on the backbone's keys
+before RoPE applies to the op's keys after it.
+
+    .venv/bin/python scripts/retention_scorer_probe.py fit --out /tmp/scorer.pt --data-dir ../shared/data
+    .venv/bin/python scripts/retention_slots.py --checkpoint checkpoints/smollm2-135m/gdn-w504-s8-sc \
+        --window 252 --retain 252 --scorer /tmp/scorer.pt ...     # the slot census with these scores
+
+`use_scorer` replaces `models.ops.retention_prefill.entry_scores` in the calling process (as `--span` does): the
+prefill's arrival scores become the fitted ones, layer by layer in call order.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from models.backbone import load_backbone  # noqa: E402
+from models.data import book_files, read_jsonl_docs  # noqa: E402
+
+
+def pair_magnitudes(k: torch.Tensor) -> torch.Tensor:
+    """[..., D] keys -> [..., D/2] norms of the rotate-half RoPE pairs (i, i + D/2): invariant under RoPE."""
+    half = k.shape[-1] // 2
+    return torch.sqrt(k[..., :half].float() ** 2 + k[..., half:].float() ** 2)
+
+
+def far_mass(weights: torch.Tensor, group: int, gap: int, min_queries: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """weights [H, T, T] (query, key) -> (mean weight each key gets from queries > gap tokens later, averaged over
+    the query heads of each KV head: [Hkv, T]; mask [T] of keys with at least min_queries such queries)."""
+    H, T, _ = weights.shape
+    t = torch.arange(T)
+    far = (t.view(T, 1) > t.view(1, T) + gap).float()  # [query, key]
+    count = far.sum(0)
+    mean = (weights.float() * far).sum(1) / count.clamp(min=1)  # [H, T]
+    return mean.view(H // group, group, T).mean(1), count >= min_queries
+
+
+def collect(model, tok, texts: list[str], seq_len: int, gap: int, min_queries: int, sinks: int):
+    """Per layer: (features [N, Hkv, P], targets [N, Hkv]) over the passages, from hooks on k_proj and attention."""
+    cfg = model.config
+    hkv, group = cfg.num_key_value_heads, cfg.num_attention_heads // cfg.num_key_value_heads
+    dim = cfg.hidden_size // cfg.num_attention_heads
+    layers = model.model.layers
+    feats, targets = [[] for _ in layers], [[] for _ in layers]
+    keys = {}
+
+    def on_k(i):
+        return lambda mod, inp, out: keys.__setitem__(i, out[0].view(-1, hkv, dim))
+
+    def on_attn(i):
+        def hook(mod, inp, out):
+            mass, ok = far_mass(out[1][0], group, gap, min_queries)
+            ok[:sinks] = False
+            feats[i].append(pair_magnitudes(keys[i][ok]))
+            targets[i].append(torch.log(mass[:, ok].T + 1e-7))
+        return hook
+    handles = [layer.self_attn.k_proj.register_forward_hook(on_k(i)) for i, layer in enumerate(layers)]
+    handles += [layer.self_attn.register_forward_hook(on_attn(i)) for i, layer in enumerate(layers)]
+    try:
+        for text in texts:
+            ids = tok(text, return_tensors="pt").input_ids[:, :seq_len]
+            with torch.no_grad():
+                model(ids, output_attentions=True)
+    finally:
+        for h in handles:
+            h.remove()
+    return [torch.cat(f) for f in feats], [torch.cat(t) for t in targets]
+
+
+def ridge(x: torch.Tensor, y: torch.Tensor, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Least squares with an L2 penalty on standardised features: (weights [P], bias) in the raw feature scale."""
+    mu, sd = x.mean(0), x.std(0).clamp(min=1e-6)
+    z = (x - mu) / sd
+    a = z.T @ z + lam * len(z) * torch.eye(z.shape[1], dtype=z.dtype)
+    w = torch.linalg.solve(a, z.T @ (y - y.mean()))
+    return w / sd, y.mean() - (mu / sd) @ w
+
+
+def r2(x, y, w, b) -> float:
+    return float(1 - ((x @ w + b - y) ** 2).mean() / y.var(unbiased=False))
+
+
+def fit(argv=None):
+    p = argparse.ArgumentParser(prog="retention_scorer_probe.py fit", description=fit.__doc__)
+    p.add_argument("--out", required=True)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--passages", type=int, default=6, help="books passages fitted on (one more is held out)")
+    p.add_argument("--seq-len", type=int, default=1536)
+    p.add_argument("--gap", type=int, default=252, help="only queries more than GAP tokens later count")
+    p.add_argument("--min-queries", type=int, default=64)
+    p.add_argument("--sinks", type=int, default=8, help="leading tokens left out (the sinks keep them anyway)")
+    p.add_argument("--lam", type=float, default=1e-3)
+    a = p.parse_args(argv)
+    if a.seq_len <= a.gap + a.min_queries:
+        p.error(f"--seq-len {a.seq_len} must exceed --gap + --min-queries ({a.gap + a.min_queries})")
+    model, tok = load_backbone(attn_implementation="eager")
+    texts = []
+    for _, text in read_jsonl_docs(book_files(a.data_dir)):  # passages from the middle of the first books
+        ids = tok(text[:200_000]).input_ids
+        if len(ids) >= 3 * a.seq_len:
+            texts.append(tok.decode(ids[len(ids) // 2:len(ids) // 2 + a.seq_len]))
+        if len(texts) == a.passages + 1:
+            break
+    fx, fy = collect(model, tok, texts[:-1], a.seq_len, a.gap, a.min_queries, a.sinks)
+    hx, hy = collect(model, tok, texts[-1:], a.seq_len, a.gap, a.min_queries, a.sinks)
+    L, hkv = len(fx), fx[0].shape[1]
+    W, B = torch.zeros(L, hkv, fx[0].shape[2]), torch.zeros(L, hkv)
+    fits = []
+    for i in range(L):
+        for h in range(hkv):
+            W[i, h], B[i, h] = ridge(fx[i][:, h].double(), fy[i][:, h].double(), a.lam)
+            fits.append(r2(hx[i][:, h].double(), hy[i][:, h].double(), W[i, h].double(), B[i, h].double()))
+    torch.save({"weight": W, "bias": B, "args": vars(a), "heldout_r2": fits}, a.out)
+    q = torch.tensor(fits).quantile(torch.tensor([0.1, 0.5, 0.9]))
+    print(f"fitted {L} layers x {hkv} KV heads on {len(fy[0])} keys; held-out R^2 "
+          f"p10 / median / p90 {q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f} -> {a.out}")
+
+
+def use_scorer(path: str) -> None:
+    """Make the prefill's arrival scores the fitted far-mass predictions, layer by layer in call order."""
+    import models.ops.retention_prefill as prefill
+    s = torch.load(path)
+    W, B = s["weight"], s["bias"]
+    calls = [0]
+
+    def fitted(k, score, scores=None):
+        i = calls[0] % W.shape[0]
+        calls[0] += 1
+        out = (pair_magnitudes(k) * W[i].to(k.device)).sum(-1) + B[i].to(k.device)  # [B, T, Hkv]
+        return out.to(k.dtype)
+    prefill.entry_scores = fitted
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["fit"]:
+        sys.exit("usage: retention_scorer_probe.py fit --out FILE [--data-dir DIR] (see the docstring)")
+    fit(sys.argv[2:])

@@ -1,0 +1,77 @@
+"""scripts/retention_scorer_probe.py: its features are RoPE-invariant, its target is the mean weight from queries
+beyond the gap, its ridge fit recovers a linear rule, and its scores replace the prefill's layer by layer."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+_path = Path(__file__).resolve().parents[1] / "scripts" / "retention_scorer_probe.py"
+_spec = importlib.util.spec_from_file_location("retention_scorer_probe", _path)
+probe = importlib.util.module_from_spec(_spec)
+sys.modules["retention_scorer_probe"] = probe
+_spec.loader.exec_module(probe)
+
+
+def _rope(k: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """Llama's rotate-half RoPE on [T, D] keys."""
+    half = k.shape[-1] // 2
+    inv = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float64) / half))
+    ang = pos.view(-1, 1).double() * inv
+    cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
+    rot = torch.cat([-k[:, half:], k[:, :half]], -1)
+    return k * cos + rot * sin
+
+
+def test_pair_magnitudes_do_not_see_rope():
+    k = torch.randn(10, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    rotated = _rope(k, torch.arange(10) * 37)
+    assert not torch.allclose(rotated, k)
+    torch.testing.assert_close(probe.pair_magnitudes(rotated), probe.pair_magnitudes(k))
+    # a rule on the raw coordinates would see it: mixing the halves differently changes the features
+    assert not torch.allclose(probe.pair_magnitudes(k.roll(1, -1)), probe.pair_magnitudes(k))
+
+
+def test_far_mass_is_the_mean_weight_from_queries_beyond_the_gap():
+    g = torch.Generator().manual_seed(1)
+    H, T, gap = 4, 9, 3
+    w = torch.rand(H, T, T, generator=g).tril()
+    w = w / w.sum(-1, keepdim=True)
+    mass, ok = probe.far_mass(w, group=2, gap=gap, min_queries=2)
+    for h in range(2):
+        for j in range(T):
+            queries = [t for t in range(T) if t > j + gap]
+            assert bool(ok[j]) == (len(queries) >= 2)
+            if queries:
+                want = torch.stack([w[q, queries, j].mean() for q in (2 * h, 2 * h + 1)]).mean()
+                torch.testing.assert_close(mass[h, j], want)
+
+
+def test_ridge_recovers_a_linear_rule():
+    g = torch.Generator().manual_seed(2)
+    x = torch.rand(500, 6, dtype=torch.float64, generator=g) * torch.tensor([1, 10, 0.1, 3, 5, 2], dtype=torch.float64)
+    w_true = torch.tensor([0.5, -0.2, 3.0, 0.0, 1.0, -1.5], dtype=torch.float64)
+    y = x @ w_true + 0.7
+    w, b = probe.ridge(x, y, lam=1e-9)
+    torch.testing.assert_close(w, w_true, atol=1e-5, rtol=1e-5)
+    assert abs(float(b) - 0.7) < 1e-5
+    assert probe.r2(x, y, w, b) > 0.999999
+    assert probe.r2(x, y, torch.zeros(6, dtype=torch.float64), y.mean()) < 1e-9  # a constant explains nothing
+
+
+def test_use_scorer_scores_each_layer_with_its_own_weights(tmp_path, monkeypatch):
+    import models.ops.retention_prefill as prefill
+    monkeypatch.setattr(prefill, "entry_scores", prefill.entry_scores)  # restored after the test
+    L, hkv, D = 3, 2, 8
+    weight = torch.randn(L, hkv, D // 2, generator=torch.Generator().manual_seed(3))
+    bias = torch.arange(L * hkv, dtype=torch.float32).view(L, hkv)
+    torch.save({"weight": weight, "bias": bias}, tmp_path / "s.pt")
+    probe.use_scorer(str(tmp_path / "s.pt"))
+    k = torch.randn(1, 5, hkv, D, generator=torch.Generator().manual_seed(4))
+    feats = probe.pair_magnitudes(k)
+    for call in range(2 * L):  # the prefill scores the layers in order, prompt after prompt
+        got = prefill.entry_scores(k, "proj_residual")
+        i = call % L
+        torch.testing.assert_close(got, (feats * weight[i]).sum(-1) + bias[i])
