@@ -1,12 +1,15 @@
-"""Probe for issue #17's third score: a scorer fitted to full attention's far attention mass (not an op option).
+"""Probe for issue #17's third score: a scorer fitted on the frozen backbone (not an op option yet).
 
-A retention slot is worth a token that queries far ahead will read. This fits, per layer and KV head, a ridge
-regression from a key to log(mean attention weight it receives from the queries more than `--gap` tokens later),
-measured on the frozen backbone (full attention, eager) over passages of the books corpus. The features are the 32
-magnitudes of the key's RoPE pairs (i, i + 32), which RoPE leaves unchanged, so the fit on the backbone's keys
+A retention slot is worth a token a later query will need. This fits, per layer and KV head, a ridge regression
+from a key to a per-token target measured on the frozen backbone (full attention, eager) over passages of the books
+corpus (`--target`): `far`, log(mean attention weight the key receives from the queries more than `--gap` tokens
+later); `retrieval`, log(mean weight from the last tokens of a question about a sentence inserted in the passage,
+`retrieval_texts`); `value`, 1 on the tokens of the inserted sentences' values, 0 elsewhere. The features are the
+32 magnitudes of the key's RoPE pairs (i, i + 32), which RoPE leaves unchanged, so the fit on the backbone's keys
 before RoPE applies to the op's keys after it.
 
-    .venv/bin/python scripts/retention_scorer_probe.py fit --out /tmp/scorer.pt --data-dir ../shared/data
+    .venv/bin/python scripts/retention_scorer_probe.py fit [--target value --passages 24] --out /tmp/scorer.pt \
+        --data-dir ../shared/data
     .venv/bin/python scripts/retention_slots.py --checkpoint checkpoints/smollm2-135m/gdn-w504-s8-sc \
         --window 252 --retain 252 --scorer /tmp/scorer.pt ...     # the slot census with these scores
 
@@ -16,6 +19,8 @@ prefill's arrival scores become the fitted ones, layer by layer in call order.
 from __future__ import annotations
 
 import argparse
+import random
+import re
 import sys
 from pathlib import Path
 
@@ -43,30 +48,70 @@ def far_mass(weights: torch.Tensor, group: int, gap: int, min_queries: int) -> t
     return mean.view(H // group, group, T).mean(1), count >= min_queries
 
 
-def collect(model, tok, texts: list[str], seq_len: int, gap: int, min_queries: int, sinks: int):
-    """Per layer: (features [N, Hkv, P], targets [N, Hkv]) over the passages, from hooks on k_proj and attention."""
+def question_mass(weights: torch.Tensor, group: int, queries: int, tail: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """weights [H, T, T] -> (mean weight each key gets from the last `queries` tokens, the question's end, averaged
+    over the query heads of each KV head: [Hkv, T]; mask [T] of the keys before the prompt's last `tail` tokens)."""
+    H, T, _ = weights.shape
+    mean = weights[:, T - queries:, :].float().mean(1)
+    ok = torch.arange(T) < T - tail
+    return mean.view(H // group, group, T).mean(1), ok
+
+
+WORDS = ("harbor violet lantern copper meadow falcon granite velvet orchard thistle ember quarry saddle willow "
+         "cobalt pilgrim marble juniper beacon hollow tundra saffron anchor bramble").split()
+ADJ = "red blue green silver golden iron wooden glass narrow tall old hidden".split()
+NOUN = "door tower chest garden bridge river carriage window gate lamp".split()
+
+
+def retrieval_texts(passages: list[str], seed: int) -> list[str]:
+    """Each passage with two sentences 'The secret word for the <adj> <noun> is <word>.' at random sentence
+    boundaries and, at the end, the question for one of them: retrieval on the books, apart from RULER's data,
+    templates and values (words, not numbers)."""
+    rng = random.Random(seed)
+    out = []
+    for text in passages:
+        parts = text.split(". ")
+        keys = rng.sample([(a, n) for a in ADJ for n in NOUN], 2)
+        for (a, n), at in zip(keys, sorted(rng.sample(range(1, len(parts)), 2), reverse=True)):
+            parts.insert(at, f"The secret word for the {a} {n} is {rng.choice(WORDS)}")
+        a, n = rng.choice(keys)
+        out.append(". ".join(parts) + f"\nWhat is the secret word for the {a} {n}? The secret word for the {a} {n} is")
+    return out
+
+
+def value_labels(text: str, offsets: list[tuple[int, int]]) -> torch.Tensor:
+    """[T] 1.0 on the tokens of the inserted sentences' values (retrieval_texts), 0.0 elsewhere."""
+    spans = [m.span(1) for m in re.finditer(r"The secret word for the \w+ \w+ is (\w+)", text)]
+    return torch.tensor([float(any(a < e and b > s for s, e in spans)) for a, b in offsets])
+
+
+def collect(model, tok, texts: list[str], seq_len: int, target, sinks: int):
+    """Per layer: (features [N, Hkv, P], targets [N, Hkv]) over the passages, from hooks on k_proj and attention;
+    target(weights [H, T, T], group, labels [T]) -> (per-key target [Hkv, T], mask [T])."""
     cfg = model.config
     hkv, group = cfg.num_key_value_heads, cfg.num_attention_heads // cfg.num_key_value_heads
     dim = cfg.hidden_size // cfg.num_attention_heads
     layers = model.model.layers
     feats, targets = [[] for _ in layers], [[] for _ in layers]
-    keys = {}
+    keys, labels = {}, [None]
 
     def on_k(i):
         return lambda mod, inp, out: keys.__setitem__(i, out[0].view(-1, hkv, dim))
 
     def on_attn(i):
         def hook(mod, inp, out):
-            mass, ok = far_mass(out[1][0], group, gap, min_queries)
+            y, ok = target(out[1][0], group, labels[0])
             ok[:sinks] = False
             feats[i].append(pair_magnitudes(keys[i][ok]))
-            targets[i].append(torch.log(mass[:, ok].T + 1e-7))
+            targets[i].append(y[:, ok].T)
         return hook
     handles = [layer.self_attn.k_proj.register_forward_hook(on_k(i)) for i, layer in enumerate(layers)]
     handles += [layer.self_attn.register_forward_hook(on_attn(i)) for i, layer in enumerate(layers)]
     try:
         for text in texts:
-            ids = tok(text, return_tensors="pt").input_ids[:, :seq_len]
+            enc = tok(text, return_offsets_mapping=True)
+            ids = torch.tensor([enc["input_ids"][-seq_len:]])  # the end kept: a question sits there
+            labels[0] = value_labels(text, enc["offset_mapping"][-seq_len:])
             with torch.no_grad():
                 model(ids, output_attentions=True)
     finally:
@@ -98,6 +143,10 @@ def fit(argv=None):
     p.add_argument("--min-queries", type=int, default=64)
     p.add_argument("--sinks", type=int, default=8, help="leading tokens left out (the sinks keep them anyway)")
     p.add_argument("--lam", type=float, default=1e-3)
+    p.add_argument("--target", choices=("far", "retrieval", "value"), default="far",
+                   help="far: log mass from queries beyond --gap; retrieval: log mass from the end of a question "
+                        "about a sentence inserted in the passage (retrieval_texts); value: 1 on the inserted "
+                        "values' tokens, 0 elsewhere")
     a = p.parse_args(argv)
     if a.seq_len <= a.gap + a.min_queries:
         p.error(f"--seq-len {a.seq_len} must exceed --gap + --min-queries ({a.gap + a.min_queries})")
@@ -109,8 +158,18 @@ def fit(argv=None):
             texts.append(tok.decode(ids[len(ids) // 2:len(ids) // 2 + a.seq_len]))
         if len(texts) == a.passages + 1:
             break
-    fx, fy = collect(model, tok, texts[:-1], a.seq_len, a.gap, a.min_queries, a.sinks)
-    hx, hy = collect(model, tok, texts[-1:], a.seq_len, a.gap, a.min_queries, a.sinks)
+    def target(w, group, labels):
+        if a.target == "far":
+            mass, ok = far_mass(w, group, a.gap, a.min_queries)
+        elif a.target == "retrieval":
+            mass, ok = question_mass(w, group, queries=6, tail=32)
+        else:
+            return labels.expand(w.shape[0] // group, -1), torch.arange(w.shape[-1]) < w.shape[-1] - 32
+        return torch.log(mass + 1e-7), ok
+    if a.target != "far":
+        texts = retrieval_texts(texts, seed=0)
+    fx, fy = collect(model, tok, texts[:-1], a.seq_len, target, a.sinks)
+    hx, hy = collect(model, tok, texts[-1:], a.seq_len, target, a.sinks)
     L, hkv = len(fx), fx[0].shape[1]
     W, B = torch.zeros(L, hkv, fx[0].shape[2]), torch.zeros(L, hkv)
     fits = []

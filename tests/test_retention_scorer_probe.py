@@ -75,3 +75,23 @@ def test_use_scorer_scores_each_layer_with_its_own_weights(tmp_path, monkeypatch
         got = prefill.entry_scores(k, "proj_residual")
         i = call % L
         torch.testing.assert_close(got, (feats * weight[i]).sum(-1) + bias[i])
+
+
+def test_question_mass_reads_the_last_queries_and_masks_the_question():
+    g = torch.Generator().manual_seed(5)
+    w = torch.rand(4, 10, 10, generator=g)
+    mass, ok = probe.question_mass(w, group=2, queries=3, tail=4)
+    torch.testing.assert_close(mass[1], w[2:4, 7:, :].mean(1).mean(0))
+    assert ok.tolist() == [True] * 6 + [False] * 4
+
+
+def test_retrieval_texts_ask_about_one_inserted_sentence():
+    text = ". ".join(f"Sentence number {i} of a book" for i in range(20))
+    for seed in range(5):
+        out = probe.retrieval_texts([text], seed)[0]
+        body, question = out.rsplit("\n", 1)
+        inserted = [s for s in body.split(". ") if s.startswith("The secret word for the ")]
+        assert len(inserted) == 2 and body.count("Sentence number") == 20
+        asked = question.split("secret word for the ")[1].split("?")[0]
+        assert [s for s in inserted if s.startswith(f"The secret word for the {asked} is ")]
+        assert question.endswith(f"The secret word for the {asked} is")
