@@ -95,3 +95,14 @@ def test_retrieval_texts_ask_about_one_inserted_sentence():
         asked = question.split("secret word for the ")[1].split("?")[0]
         assert [s for s in inserted if s.startswith(f"The secret word for the {asked} is ")]
         assert question.endswith(f"The secret word for the {asked} is")
+
+
+def test_value_labels_mark_the_inserted_values_tokens_only():
+    from models.backbone import load_tokenizer
+    tok = load_tokenizer()
+    text = probe.retrieval_texts([". ".join(f"Line {i} of the story" for i in range(12))], 3)[0]
+    enc = tok(text, return_offsets_mapping=True)
+    labels = probe.value_labels(text, enc["offset_mapping"])
+    marked = tok.decode([t for t, y in zip(enc["input_ids"], labels) if y]).split()
+    values = [s.split(" is ")[1] for s in text.rsplit("\n", 1)[0].split(". ") if s.startswith("The secret word")]
+    assert marked == values and len(values) == 2  # the question's trailing "is" marks nothing
