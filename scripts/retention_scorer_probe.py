@@ -10,6 +10,8 @@ before RoPE applies to the op's keys after it.
 
     .venv/bin/python scripts/retention_scorer_probe.py fit [--target value --passages 24] --out /tmp/scorer.pt \
         --data-dir ../shared/data
+    .venv/bin/python scripts/retention_scorer_probe.py rank --scorer /tmp/scorer.pt --task S-NIAH-2 --n 2 \
+        --data-dir ../shared/data       # what the scorer ranks first, and where the needle's tokens rank
     .venv/bin/python scripts/retention_slots.py --checkpoint checkpoints/smollm2-135m/gdn-w504-s8-sc \
         --window 252 --retain 252 --scorer /tmp/scorer.pt ...     # the slot census with these scores
 
@@ -46,6 +48,9 @@ def far_mass(weights: torch.Tensor, group: int, gap: int, min_queries: int) -> t
     count = far.sum(0)
     mean = (weights.float() * far).sum(1) / count.clamp(min=1)  # [H, T]
     return mean.view(H // group, group, T).mean(1), count >= min_queries
+
+
+QUESTION_QUERIES, QUESTION_TAIL = 6, 32  # the question's last tokens that read; the prompt's tail left out of the keys
 
 
 def question_mass(weights: torch.Tensor, group: int, queries: int, tail: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,13 +163,14 @@ def fit(argv=None):
             texts.append(tok.decode(ids[len(ids) // 2:len(ids) // 2 + a.seq_len]))
         if len(texts) == a.passages + 1:
             break
+
     def target(w, group, labels):
         if a.target == "far":
             mass, ok = far_mass(w, group, a.gap, a.min_queries)
         elif a.target == "retrieval":
-            mass, ok = question_mass(w, group, queries=6, tail=32)
+            mass, ok = question_mass(w, group, QUESTION_QUERIES, QUESTION_TAIL)
         else:
-            return labels.expand(w.shape[0] // group, -1), torch.arange(w.shape[-1]) < w.shape[-1] - 32
+            return labels.expand(w.shape[0] // group, -1), torch.arange(w.shape[-1]) < w.shape[-1] - QUESTION_TAIL
         return torch.log(mass + 1e-7), ok
     if a.target != "far":
         texts = retrieval_texts(texts, seed=0)
@@ -184,21 +190,64 @@ def fit(argv=None):
 
 
 def use_scorer(path: str) -> None:
-    """Make the prefill's arrival scores the fitted far-mass predictions, layer by layer in call order."""
+    """Make the prefill's arrival scores the fitted scorer's predictions, layer by layer in call order."""
     import models.ops.retention_prefill as prefill
     s = torch.load(path)
-    W, B = s["weight"], s["bias"]
     calls = [0]
 
     def fitted(k, score, scores=None):
-        i = calls[0] % W.shape[0]
         calls[0] += 1
-        out = (pair_magnitudes(k) * W[i].to(k.device)).sum(-1) + B[i].to(k.device)  # [B, T, Hkv]
-        return out.to(k.dtype)
+        return predict(s, (calls[0] - 1) % s["weight"].shape[0], k).to(k.dtype)
     prefill.entry_scores = fitted
 
 
+def predict(scorer: dict, layer: int, k: torch.Tensor) -> torch.Tensor:
+    """[..., Hkv, D] keys of one layer -> [..., Hkv] fitted scores."""
+    w, b = scorer["weight"][layer].to(k.device), scorer["bias"][layer].to(k.device)
+    return (pair_magnitudes(k) * w).sum(-1) + b
+
+
+def rank(argv=None):
+    """Per prompt of a RULER task, on the frozen backbone's keys: the tokens most often among the `--top` best
+    scored of a (layer, KV head), and the share of the prompt's tokens scored above the needle's value tokens."""
+    from collections import Counter
+
+    from retention_slots import value_tokens
+    from tasks.ruler.api import build_samples, resolve_task
+    p = argparse.ArgumentParser(prog="retention_scorer_probe.py rank", description=rank.__doc__)
+    p.add_argument("--scorer", required=True)
+    p.add_argument("--task", default="S-NIAH-2")
+    p.add_argument("--n", type=int, default=2)
+    p.add_argument("--top", type=int, default=40)
+    p.add_argument("--sinks", type=int, default=8, help="leading tokens left out (the sinks keep them anyway)")
+    p.add_argument("--length", type=int, default=4096)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--data-dir", default=None)
+    a = p.parse_args(argv)
+    scorer, (model, tok) = torch.load(a.scorer), load_backbone()
+    cfg = model.config
+    hkv, dim = cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads
+    keys = {}
+    for i, layer in enumerate(model.model.layers):
+        layer.self_attn.k_proj.register_forward_hook(
+            lambda mod, inp, out, i=i: keys.__setitem__(i, out[0].view(-1, hkv, dim)))
+    for row in build_samples(resolve_task(a.task).name, tok, a.length, a.n, a.seed, a.data_dir):
+        ids, where = value_tokens(tok, row["prompt"], row["needles"][0], row["outputs"][0])
+        with torch.no_grad():
+            model(torch.tensor([ids]))
+        top, above = Counter(), []
+        for i in range(len(keys)):
+            sc = predict(scorer, i, keys[i])[a.sinks:]  # [T - sinks, Hkv]
+            needle = predict(scorer, i, keys[i][where])  # [n_value, Hkv]
+            for h in range(hkv):
+                top.update(tok.decode([ids[a.sinks + j]]) for j in sc[:, h].topk(a.top).indices.tolist())
+                above.append(float((sc[:, h].unsqueeze(0) > needle[:, h].unsqueeze(1)).float().mean()))
+        print(f"{a.task} prompt of {len(ids)} tokens, value {row['outputs'][0]!r}: share of tokens scored above the "
+              f"value's {sum(above) / len(above):.3f}; most often in a top {a.top}: {top.most_common(12)}")
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["fit"]:
-        sys.exit("usage: retention_scorer_probe.py fit --out FILE [--data-dir DIR] (see the docstring)")
-    fit(sys.argv[2:])
+    commands = {"fit": fit, "rank": rank}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        sys.exit("usage: retention_scorer_probe.py fit|rank ... (see the docstring)")
+    commands[sys.argv[1]](sys.argv[2:])

@@ -89,8 +89,7 @@ def main(argv=None):
     p.add_argument("--data-dir", default=None)
     p.add_argument("--device", default="cpu")
     p.add_argument("--span", type=int, default=0, help="probe: max-pool the arrival scores over +-SPAN tokens")
-    p.add_argument("--scorer", help="probe: arrival scores from a fitted far-attention-mass scorer "
-                                    "(scripts/retention_scorer_probe.py fit)")
+    p.add_argument("--scorer", help="probe: arrival scores from a fitted scorer (scripts/retention_scorer_probe.py fit)")
     a = p.parse_args(argv)
     if a.span < 0:
         p.error(f"--span must be >= 0, got {a.span}")

@@ -106,3 +106,12 @@ def test_value_labels_mark_the_inserted_values_tokens_only():
     marked = tok.decode([t for t, y in zip(enc["input_ids"], labels) if y]).split()
     values = [s.split(" is ")[1] for s in text.rsplit("\n", 1)[0].split(". ") if s.startswith("The secret word")]
     assert marked == values and len(values) == 2  # the question's trailing "is" marks nothing
+
+
+def test_predict_is_the_fitted_linear_rule_on_the_pair_magnitudes():
+    g = torch.Generator().manual_seed(6)
+    scorer = {"weight": torch.randn(2, 3, 4, generator=g), "bias": torch.randn(2, 3, generator=g)}
+    k = torch.randn(5, 3, 8, generator=g)
+    want = torch.stack([(probe.pair_magnitudes(k[:, h]) * scorer["weight"][1, h]).sum(-1) + scorer["bias"][1, h]
+                        for h in range(3)], -1)
+    torch.testing.assert_close(probe.predict(scorer, 1, k), want)
