@@ -233,24 +233,28 @@ SINKS_VS_WINDOW = {"56+8": (SWA, "-w56-s8"), "64": (SW64, "-w64")}
 CONV_VS_LORA = {"conv": (SC, "-w56-s8-sc"), "LoRA": (LORA, "-w56-s8-lora")}
 HYBRIDS = {"hardness": "hardness", "uniform": "uniform"}
 TRAINED_VS_WINDOW = {"GDN": "GDN (paper)", "window": "Sliding-window attention (no linear state)"}
+FITTED_SCORER = "value.safetensors"  # checkpoints/smollm2-135m/scorers/ (docs/retention.md "A fitted scorer")
 BUDGETS = {128: "gdn-w120-s8-sc", 256: "gdn-w248-s8-sc", 512: "gdn-w504-s8-sc", 1024: "gdn-w1016-s8-sc"}
 DEFAULT = {"full": ("Full attention", None), "gdn": ("GDN", SC)}
 
 
 def retention_roles(budgets, cols=None) -> dict:
     """Issue #17's rows at each total budget B (8 sinks): the default recipe (window B - 8) against retention slots
-    added four ways: trained with half the window as slots, trained with a quarter (proj_residual), and the
-    default-recipe checkpoint evaluated with half its window as slots, training-free, with either score
-    (scripts/study/recipes.txt names the trained ones)."""
+    added six ways: trained with half the window as slots, trained with a quarter (proj_residual), trained with
+    half chosen by the fitted scorer, and the default-recipe checkpoint evaluated with half its window as slots,
+    training-free, with each score (scripts/study/recipes.txt names the trained ones; a scorer file by its name,
+    as bench.specs.label_of writes it)."""
     out = {}
     for b in budgets:
         half, quarter = (b - 8) // 2, (b - 8) // 4
+        free = f"{BUDGETS[b]},window={half},retain={half},retain_score="
         for variant, target in {"default": BUDGETS[b], "trained, half as slots": f"gdn-w{half}-s8-r{half}-pr-sc",
                                 "trained, a quarter as slots": f"gdn-w{b - 8 - quarter}-s8-r{quarter}-pr-sc",
-                                "training-free, half as slots":
-                                    f"{BUDGETS[b]},window={half},retain={half},retain_score=proj_residual",
-                                "training-free, half as slots, delta_error":
-                                    f"{BUDGETS[b]},window={half},retain={half},retain_score=delta_error"}.items():
+                                "trained, half as slots, fitted scorer": f"gdn-w{half}-s8-r{half}-fit-sc",
+                                "training-free, half as slots": free + "proj_residual",
+                                "training-free, half as slots, delta_error": free + "delta_error",
+                                "training-free, half as slots, fitted scorer":
+                                    free + f"fitted,scorer={FITTED_SCORER}"}.items():
             out[f"{variant}@{b}"] = (target, cols) if cols else target
     return out
 

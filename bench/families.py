@@ -10,6 +10,7 @@ learning rates), which would otherwise share a table cell.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 
@@ -27,6 +28,8 @@ def family_of(model: dict) -> tuple[str, str]:
         return "label:" + label, label
     window = lin.pop("window", None) or 0
     retain = lin.pop("retain", None) or 0
+    if lin.get("scorer"):  # a path that differs by machine: the file's name (the store keys its contents)
+        lin["scorer"] = Path(lin["scorer"]).name
     # retention slots: a sweep keeps their share of window + slots (the budget changes the absolute number),
     # and slots given as cache options to a checkpoint trained without them are added training-free
     share = round(retain / (window + retain), 3) if retain else 0

@@ -1,4 +1,5 @@
-"""Checkpoints hold only the new parameters: `new_params.safetensors` + `config.json`.
+"""Checkpoints hold only the new parameters: `new_params.safetensors` + `config.json` (+ `scorer.safetensors`,
+a copy of the retention scorer file, with retain_score=fitted).
 
 `config.json` names the base model and a fingerprint of its weights, so loading onto another base
 fails with a clear error instead of silently producing garbage.
@@ -8,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -17,7 +19,7 @@ from models.atomic import atomic_path, atomic_write
 from models.backbone import fingerprint, load_backbone, stored_fingerprint
 from models.linearize import (LinearizeConfig, count_new_parameters, linearize, match_new_parameters_to_backbone,
                               new_parameters)
-from models.spec import (CONFIG, WEIGHTS, ModelSpec, read_checkpoint_config,  # the one schema of config.json
+from models.spec import (CONFIG, SCORER, WEIGHTS, ModelSpec, read_checkpoint_config,  # the one schema of config.json
                          with_cache_options)
 
 FORMAT_VERSION = 1
@@ -43,6 +45,12 @@ def save_checkpoint(model, folder: str | os.PathLike, extra: dict | None = None,
               "base_fingerprint": info["base_fingerprint"], "new_parameters": count_new_parameters(model),
               **(extra or {})}
     folder.mkdir(exist_ok=True)  # a run folder also holds the training log: replace our two files only
+    scorer = config["linearize"].get("scorer")
+    if scorer:  # retain_score=fitted: the scorer file travels with the checkpoint, named relative to it
+        if Path(scorer).resolve() != (folder / SCORER).resolve():
+            with atomic_path(folder / SCORER) as tmp:
+                shutil.copyfile(scorer, tmp)
+        config["linearize"]["scorer"] = SCORER
     with atomic_path(folder / WEIGHTS) as tmp:
         save_file(tensors, str(tmp))
     atomic_write(folder / CONFIG, json.dumps(config, indent=2, sort_keys=True) + "\n")
@@ -69,7 +77,7 @@ def apply_checkpoint(model, folder: str | os.PathLike, base_fingerprint: str | N
                          f"{config['base_fingerprint']}), but the given base model has fingerprint {fp}; load it "
                          f"onto the base it was trained on")
     spec = ModelSpec.from_checkpoint_config(config, folder)
-    linearize(model, LinearizeConfig.from_dict(spec.linearize_options()), base_name=spec.base)
+    linearize(model, LinearizeConfig.from_dict(spec.linearize_options()), base_name=spec.base, stored_fingerprint=fp)
     tensors = load_file(str(Path(folder) / WEIGHTS))
     params = new_parameters(model)
     missing, unexpected = sorted(set(params) - set(tensors)), sorted(set(tensors) - set(params))

@@ -30,6 +30,8 @@ def train(p) -> None:
                    "(gdn with a window; docs/retention.md; default 0)")
     g.add_argument("--retain-score", default=RETAIN_SCORES[0],
                    help=" | ".join(RETAIN_SCORES) + f": what earns a slot (default {RETAIN_SCORES[0]})")
+    g.add_argument("--scorer", default=None, help="retention scorer file for --retain-score fitted "
+                   "(scripts/retention_scorer_probe.py fit writes one; docs/retention.md)")
     g.add_argument("--out-norm", action="store_true", help="per-head output RMSNorm after the op (gla, kgla, gdn), "
                    "its weight calibrated to the attention output's rms on the first batch (docs/models.md)")
     g = p.add_argument_group("data")

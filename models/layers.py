@@ -46,6 +46,7 @@ from models.ops.retention_prefill import retention_prefill
 from models.ops.retention_prefill_rows import retention_prefill_rows
 from models.prefill import prefill_chunk
 from models.projection import fused_qkv, matmul_dtype, project_qkv
+from models.retention_scorer import arrival_scores
 from models.projection import _rope_formula, rope as _rope  # noqa: F401  (the names tests/test_overhead.py uses)
 from models.spec import CONV_ON, check_conv_on, parse_value
 
@@ -75,7 +76,7 @@ class LinearizedAttention(nn.Module):
     def __init__(self, attn: nn.Module, config, layer_idx: int, mechanism: str, window: int = 0,
                  sinks: int = 0, short_conv: bool = False, conv_size: int = 4, gate_rank: int = 16,
                  feature_dim: int = 64, retain: int = 0, retain_score: str = "delta_error", out_norm: bool = False,
-                 conv_on: str = CONV_ON[0]):
+                 conv_on: str = CONV_ON[0], scorer: tuple | None = None):
         super().__init__()
         self.layer_idx = layer_idx
         self.head_dim = attn.head_dim
@@ -85,6 +86,8 @@ class LinearizedAttention(nn.Module):
         self.scaling = attn.scaling
         self.mechanism, self.window, self.sinks = mechanism, window, sinks
         self.retain, self.retain_score = retain, retain_score  # retention slots (models.ops.retention)
+        if (retain_score == "fitted") != (scorer is not None):
+            raise ValueError("retain_score=fitted needs a scorer (weight [Hkv, D/2], bias [Hkv]), and only it")
         self.conv_on = parse_value("conv_on", conv_on)
         check_conv_on(mechanism, short_conv, self.conv_on, retain)
         # frozen modules, same attribute names as the original attention => same state-dict keys
@@ -94,6 +97,9 @@ class LinearizedAttention(nn.Module):
         hidden = config.hidden_size
         q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         dev = self.q_proj.weight.device
+        if scorer is not None:  # not parameters: a checkpoint keeps the scorer file itself (models.checkpoint)
+            self.register_buffer("score_weight", scorer[0].to(dev, torch.float32), persistent=False)
+            self.register_buffer("score_bias", scorer[1].to(dev, torch.float32), persistent=False)
         with torch.device(dev):
             self.conv = ShortConvs(q_dim, kv_dim, conv_size) if short_conv else None
             self.lin = None
@@ -297,7 +303,7 @@ class LinearizedAttention(nn.Module):
         selection (argmin of the scores) and gets no gradient."""
         lin = self.linear_inputs(x, q, k, v, qk=qk)
         y, kept = retention_prefill(q, k, v, lin, self.scaling, self.lin.scale, self.sinks, self.window,
-                                    self.retain, self.retain_score, want_state=state is not None)
+                                    self.retain, *self.op_score(k), want_state=state is not None)
         if state is not None:
             state.conv = None if conv is None else conv.clone(memory_format=torch.contiguous_format)
             state.retention = kept
@@ -312,8 +318,9 @@ class LinearizedAttention(nn.Module):
         x, weight = x.to(matmul_dtype(x)), self.conv_weight()
         qk, q, k, v, _ = project_qkv(self, x, position_embeddings, weight, want_conv_state=False)
         lin = self.linear_inputs(x, q, k, v, qk=qk)
+        score, scores = self.op_score(k)
         y, rows = retention_prefill_rows(q, k, v, lin, self.scaling, self.lin.scale, self.sinks, self.window,
-                                         self.retain, self.retain_score, lengths)
+                                         self.retain, score, lengths, scores)
         conv = None
         if weight is not None:  # the conv's inputs [q|k|v] of each row's last W - 1 tokens
             W1 = weight.shape[-1] - 1
@@ -329,8 +336,15 @@ class LinearizedAttention(nn.Module):
         if new_conv is not None:
             state.conv.copy_(new_conv)
         lin = self.linear_inputs(x, q, k, v, qk=qk)
-        y, state.retention = step(state.retention, q, k, v, lin, self.scaling, self.lin.scale, self.retain_score)
+        y, state.retention = step(state.retention, q, k, v, lin, self.scaling, self.lin.scale, *self.op_score(k))
         return self.o_proj(y.reshape(x.shape[0], 1, -1).to(matmul_dtype(x)))
+
+    def op_score(self, k: torch.Tensor) -> tuple[str, torch.Tensor | None]:
+        """The retention op's (score, scores): a fitted scorer's arrival scores go in as "given" (computed here,
+        from the same keys, by the prompt's pass and by each decode step alike)."""
+        if self.retain_score != "fitted":
+            return self.retain_score, None
+        return "given", arrival_scores(k, self.score_weight, self.score_bias)
 
     def _fill(self, state: DecodeState, k, v, lin, lin_state, conv):
         """The decode state after a whole prompt (every row of length T) from the parallel pass's tensors (k, v:

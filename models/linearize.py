@@ -15,6 +15,7 @@ import torch
 from models.backbone import check_architecture, fingerprint
 from models.cache import LinearCache
 from models.layers import LinearizedAttention
+from models.retention_scorer import scorer_for_model
 from models.projection import decoder_layers as _decoder_layers  # one definition (train*.py use this name)
 from models.spec import (CONV_ON, RETAIN_SCORES, check_conv_on, check_out_norm, check_retention,  # checked there
                          check_window_only, linearize_values, without_unused_retention)
@@ -40,6 +41,7 @@ class LinearizeConfig:
     retain_score: str = RETAIN_SCORES[0]  # what earns a slot when a token leaves the window
     out_norm: bool = False          # per-head output RMSNorm after the op (gla/kgla/gdn); its weight starts at 1
     conv_on: str = CONV_ON[0]       # the short conv feeds both paths, or the linear path only (models.spec.CONV_ON)
+    scorer: str | None = None       # retain_score=fitted: the scorer file (models.retention_scorer)
 
     @property
     def cache_budget(self) -> int:
@@ -70,7 +72,7 @@ def validate(cfg: LinearizeConfig, config) -> list[int]:
     if cfg.cache_budget > max_len:
         raise ValueError(f"cache budget sinks+window+retain={cfg.cache_budget} exceeds max_position_embeddings={max_len}")
     check_window_only(cfg.mechanism, cfg.window, cfg.sinks)
-    check_retention(cfg.mechanism, cfg.window, cfg.retain, cfg.retain_score)
+    check_retention(cfg.mechanism, cfg.window, cfg.retain, cfg.retain_score, cfg.scorer)
     check_out_norm(cfg.mechanism, cfg.out_norm, cfg.retain)
     check_conv_on(cfg.mechanism, cfg.short_conv, cfg.conv_on, cfg.retain)
     if cfg.full_layers is not None:
@@ -105,8 +107,11 @@ class LinearGenerationMixin:
         return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 
 
-def linearize(model, cfg: LinearizeConfig, base_name: str | None = None):
+def linearize(model, cfg: LinearizeConfig, base_name: str | None = None, stored_fingerprint: str | None = None):
     """Linearize `model` in place and return it. Only the new parameters require grad afterwards.
+
+    stored_fingerprint: the backbone's float32 fingerprint (models.backbone.stored_fingerprint) when the caller
+    knows it; a fitted retention scorer is checked against it (or the model's own, when float32).
 
     With out_norm the norm's weight starts at 1 here (no data); `golinear train` calibrates it to the attention
     output's per-head rms on its first batch before step 0 (models.out_norm_calibration)."""
@@ -115,6 +120,9 @@ def linearize(model, cfg: LinearizeConfig, base_name: str | None = None):
     if any(isinstance(layer.self_attn, LinearizedAttention) for layer in _decoder_layers(model)):
         raise ValueError("model is already linearized")
     base_fp = None if model.device.type == "meta" else fingerprint(model)
+    if stored_fingerprint is None and base_fp and next(model.parameters()).dtype == torch.float32:
+        stored_fingerprint = base_fp
+    scorer = scorer_for_model(cfg.scorer, model.config, stored_fingerprint) if cfg.scorer else None
     model.requires_grad_(False)
     for idx, layer in enumerate(_decoder_layers(model)):
         if idx in full:
@@ -122,7 +130,7 @@ def linearize(model, cfg: LinearizeConfig, base_name: str | None = None):
         layer.self_attn = LinearizedAttention(layer.self_attn, model.config, idx, cfg.mechanism, cfg.window,
                                               cfg.sinks, cfg.short_conv, cfg.conv_size, cfg.gate_rank,
                                               cfg.feature_dim, cfg.retain, cfg.retain_score, cfg.out_norm,
-                                              cfg.conv_on)
+                                              cfg.conv_on, None if scorer is None else (scorer[0][idx], scorer[1][idx]))
         for name in ("lin", "conv"):  # new parameters stay fp32 (they are tiny); frozen ones keep their dtype
             sub = getattr(layer.self_attn, name)
             if sub is not None:

@@ -37,7 +37,7 @@ def load_model(base: str | None = None, checkpoint: str | None = None, mechanism
     cfg = LinearizeConfig.from_dict({"mechanism": mechanism, **options})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        linearize(model, cfg, base_name=base)
+        linearize(model, cfg, base_name=base, stored_fingerprint=info["base_fingerprint"])
     info.update(linearize=cfg.to_dict(), new_parameters=count_new_parameters(model),
                 cache_budget=cfg.cache_budget, init_seed=seed)
     match_new_parameters_to_backbone(model)

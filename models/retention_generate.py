@@ -41,8 +41,8 @@ from models.ops.retention_rows import RetentionRows, retention_rows_step, steady
 
 def _layer_step(attn, x, pe, state: DecodeState, pos: torch.Tensor) -> torch.Tensor:
     """LinearizedAttention._retention_step with the in-place steady step, each row at its position pos [B]."""
-    def step(rows, q, k, v, lin, scale, lin_scale, score):
-        return steady_step_inplace(rows, q, k, v, lin, pos, scale, lin_scale, score), rows
+    def step(rows, q, k, v, lin, scale, lin_scale, score, scores):
+        return steady_step_inplace(rows, q, k, v, lin, pos, scale, lin_scale, score, scores), rows
     return attn._retention_step(x, pe, state, step=step)
 
 

@@ -21,12 +21,13 @@ DEFAULT_BASE = "smollm2-135m"  # models.backbone.DEFAULT_BACKBONE (that module i
 MECHANISMS = ("gla", "kgla", "gdn", "hedgehog", "none")  # "none": window+sink softmax alone, no linear state
 SELECTIONS = ("uniform", "hardness")  # how keep_full picks its full-attention layers
 # retention slots (issue #17, models.ops.retention): the scores a layer computes itself (the op adds "given",
-# a caller's tensor); retain=0 (no slots) is the default recipe, and its keys are then left out of config.json
-RETAIN_SCORES = ("delta_error", "proj_residual")
-RETENTION_KEYS = ("retain", "retain_score")
+# a caller's tensor); retain=0 (no slots) is the default recipe, and its keys are then left out of config.json.
+# "fitted" reads a scorer file (models.retention_scorer), named by the option `scorer` (only with it)
+RETAIN_SCORES = ("delta_error", "proj_residual", "fitted")
+RETENTION_KEYS = ("retain", "retain_score", "scorer")
 # the options that choose only which tokens the softmax sees and own no parameters: a checkpoint may be evaluated
 # under other values of these (training-free; issue #17 puts retention slots into a default-recipe checkpoint)
-CACHE_KEYS = ("window", "sinks", "retain", "retain_score")
+CACHE_KEYS = ("window", "sinks", "retain", "retain_score", "scorer")
 # the opt-in output RMSNorm after the op (models.mechanisms.OutputNorm; docs/study.md "Strict GDN at 135M"): the
 # mechanisms that take it (Hedgehog normalises by construction; none has no op); left out of config.json when off
 OUT_NORM_MECHANISMS = ("gla", "kgla", "gdn")
@@ -37,17 +38,18 @@ CONV_ON = ("both", "linear")
 DTYPES = ("bf16", "bfloat16", "float16", "float32", "fp16", "fp32")
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 WEIGHTS, CONFIG = "new_params.safetensors", "config.json"  # a checkpoint's two files (models.checkpoint)
+SCORER = "scorer.safetensors"  # and, with retain_score=fitted, its copy of the scorer file (config.json names it)
 # integer options and their least allowed value
 MINIMUM = {"window": 0, "sinks": 0, "retain": 0, "conv_size": 1, "lora_rank": 1, "lora_alpha": 1, "gate_rank": 1,
            "feature_dim": 1}
 # the keys of the CLI/store string and of lm-eval's model_args (the other linearize options keep their defaults)
 STRING_KEYS = ("base", "checkpoint", "mechanism", "window", "sinks", "short_conv", "lora", "full_layers",
-               "keep_full", "select", "retain", "retain_score", "out_norm", "conv_on", "dtype")
+               "keep_full", "select", "retain", "retain_score", "out_norm", "conv_on", "scorer", "dtype")
 LINEAR_KEYS = STRING_KEYS[1:-1]  # the linearization keys of model_args
 # LinearizeConfig's fields, in its order (tests/test_spec.py checks that they agree)
 LINEARIZE_KEYS = ("mechanism", "window", "sinks", "short_conv", "conv_size", "lora", "lora_rank", "lora_alpha",
                   "full_layers", "keep_full", "select", "layer_scores", "gate_rank", "feature_dim", "retain",
-                  "retain_score", "out_norm", "conv_on")
+                  "retain_score", "out_norm", "conv_on", "scorer")
 PRESETS = {
     "full": {},
     # The paper's final recipe (Sec. 5): GDN + SWA 56 + 8 sinks + short convolutions (cache 64).
@@ -134,12 +136,21 @@ def _checkpoint(key, value) -> str:
     return str(path.resolve())
 
 
+def _scorer_file(value) -> str:
+    """A retention scorer file (retain_score=fitted), as an absolute path; its contents are checked when a model
+    loads it (models.retention_scorer)."""
+    path = Path(str(value)).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"retention scorer file {str(value)!r} does not exist")
+    return str(path.resolve())
+
+
 PARSERS = {"base": lambda k, v: str(v).strip(), "checkpoint": _checkpoint, "mechanism": _mechanism,
            **{k: _integer for k in MINIMUM}, "short_conv": _boolean, "lora": _boolean, "out_norm": _boolean,
            "full_layers": lambda k, v: parse_full_layers(v), "keep_full": _fraction,
            "select": lambda k, v: _choice(k, v, SELECTIONS, "layer selection"), "layer_scores": _scores,
            "retain_score": lambda k, v: _choice(k, v, RETAIN_SCORES, "retention score"),
-           "conv_on": lambda k, v: _choice(k, v, CONV_ON, "conv_on"),
+           "conv_on": lambda k, v: _choice(k, v, CONV_ON, "conv_on"), "scorer": lambda k, v: _scorer_file(v),
            "dtype": lambda k, v: _choice(k, v, DTYPES, "dtype")}
 
 
@@ -147,7 +158,7 @@ def parse_value(key: str, value):
     """The one check of one value (text from a string or model_args, or already typed): its normal form,
     or a one-line ValueError (FileNotFoundError for a missing checkpoint) naming the value and what is allowed.
     None means "not given" for the keys whose default is None."""
-    if value is None and key in ("base", "checkpoint", "mechanism", "full_layers", "layer_scores"):
+    if value is None and key in ("base", "checkpoint", "mechanism", "full_layers", "layer_scores", "scorer"):
         return None
     return PARSERS[key](key, value)
 
@@ -157,13 +168,18 @@ def check_window_only(mechanism, window: int, sinks: int) -> None:
         raise ValueError("mechanism=none (window+sink softmax, no linear state) needs a window and/or sinks")
 
 
-def check_retention(mechanism, window: int, retain: int, retain_score: str) -> None:
-    """Retention slots are built for GDN with a window (models.ops.retention); a score only with slots."""
+def check_retention(mechanism, window: int, retain: int, retain_score: str, scorer: str | None = None) -> None:
+    """Retention slots are built for GDN with a window (models.ops.retention); a score only with slots; a scorer
+    file with retain_score=fitted and only there."""
     if retain and (mechanism != "gdn" or not window):
         raise ValueError(f"retain={retain} needs mechanism=gdn and window > 0; got mechanism={mechanism}, "
                          f"window={window}")
-    if not retain and retain_score != RETAIN_SCORES[0]:
-        raise ValueError(f"retain_score={retain_score!r} needs retain > 0 (retention slots)")
+    if not retain and (retain_score != RETAIN_SCORES[0] or scorer):
+        named = f"retain_score={retain_score!r}" if retain_score != RETAIN_SCORES[0] else f"scorer={scorer!r}"
+        raise ValueError(f"{named} needs retain > 0 (retention slots)")
+    if (retain_score == "fitted") != bool(scorer):
+        raise ValueError("retain_score=fitted needs scorer=<a scorer file> (models.retention_scorer)" if not scorer
+                         else f"scorer={scorer!r} is read only with retain_score=fitted, got {retain_score!r}")
 
 
 def check_out_norm(mechanism, out_norm: bool, retain: int) -> None:
@@ -199,7 +215,8 @@ def with_cache_options(lin: dict, cache: dict, where: str) -> dict:
     out = {**lin, **{k: parse_value(k, v) for k, v in cache.items()}}
     mech = out.get("mechanism", "gdn")
     check_window_only(mech, out.get("window", 0), out.get("sinks", 0))
-    check_retention(mech, out.get("window", 0), out.get("retain", 0), out.get("retain_score", RETAIN_SCORES[0]))
+    check_retention(mech, out.get("window", 0), out.get("retain", 0), out.get("retain_score", RETAIN_SCORES[0]),
+                    out.get("scorer"))
     check_out_norm(mech, out.get("out_norm", False), out.get("retain", 0))
     check_conv_on(mech, out.get("short_conv", False), out.get("conv_on", CONV_ON[0]), out.get("retain", 0))
     return without_unused_retention(out)
@@ -209,6 +226,7 @@ def without_unused_retention(options: dict) -> dict:
     """Linearize options without the retention keys when retain is 0, without out_norm when off and without
     conv_on when the default: checkpoints and run records written before these options existed stay byte-identical."""
     drop = (() if options.get("retain") else RETENTION_KEYS) + (() if options.get("out_norm") else ("out_norm",))
+    drop += ("scorer",) if options.get("scorer") is None else ()
     drop += ("conv_on",) if options.get("conv_on", CONV_ON[0]) == CONV_ON[0] else ()
     return {k: v for k, v in options.items() if k not in drop}
 
@@ -224,6 +242,9 @@ def read_checkpoint_config(folder) -> dict:
         raise ValueError(f"checkpoint config {str(folder / CONFIG)!r} is not valid JSON: {e}") from None
     if not isinstance(config, dict):
         raise ValueError(f"checkpoint config {str(folder / CONFIG)!r} is not a JSON object")
+    lin = config.get("linearize")
+    if isinstance(lin, dict) and isinstance(lin.get("scorer"), str):  # saved relative to the folder: it travels
+        lin["scorer"] = str((folder / lin["scorer"]).resolve())
     return config
 
 
@@ -281,13 +302,14 @@ class ModelSpec:
     retain_score: str = RETAIN_SCORES[0]
     out_norm: bool = False         # output RMSNorm after the op (gla, kgla, gdn; models.mechanisms.OutputNorm)
     conv_on: str = CONV_ON[0]      # the path(s) the short conv feeds: both | linear
+    scorer: str | None = None      # absolute path of a scorer file (retain_score=fitted; models.retention_scorer)
     dtype: str = "float32"
 
     def __post_init__(self):
         for key in PARSERS:
             object.__setattr__(self, key, parse_value(key, getattr(self, key)))
         if self.checkpoint is None:  # (a checkpoint's own options are checked when it is linearized)
-            check_retention(self.mechanism, self.window, self.retain, self.retain_score)
+            check_retention(self.mechanism, self.window, self.retain, self.retain_score, self.scorer)
             check_out_norm(self.mechanism, self.out_norm, self.retain)
             check_conv_on(self.mechanism, self.short_conv, self.conv_on, self.retain)
 
@@ -334,13 +356,15 @@ class ModelSpec:
 
     def store_key(self) -> str:
         """The model's identity in the result store: its keys (base always, by name; a checkpoint by its folder's
-        name) plus a hash of the local files it names, so a retrained checkpoint or edited backbone is another model."""
+        name) plus a hash of the local files it names, so a retrained checkpoint or edited backbone is another model; a scorer file (retain_score=fitted) by its name and a hash of its contents."""
         a = {**self.given(), "base": self.base_name}
-        parts = [f"{k}={Path(v).name if k == 'checkpoint' else _text(v)}" for k, v in sorted(a.items())]
+        parts = [f"{k}={Path(v).name if k in ('checkpoint', 'scorer') else _text(v)}" for k, v in sorted(a.items())]
         for k in ("base", "checkpoint"):
             ident = checkpoint_identity(a.get(k)) if k == "checkpoint" else local_files_identity(a.get(k))
             if ident:
                 parts.append(f"{k}_files={ident}")
+        if a.get("scorer"):
+            parts.append(f"scorer_file={file_identity(a['scorer'])}")
         return ",".join(parts)
 
     # ------------------------------------------------------------------ lm-eval model_args
@@ -364,7 +388,7 @@ class ModelSpec:
                    short_conv=args.short_conv, lora=args.lora, full_layers=args.full_layers or None,
                    keep_full=args.keep_full, select=args.select, layer_scores=read_layer_scores(args.layer_scores),
                    retain=args.retain, retain_score=args.retain_score, out_norm=args.out_norm,
-                   conv_on=args.conv_on)
+                   conv_on=args.conv_on, scorer=args.scorer)
 
     # ------------------------------------------------------------------ checkpoint config.json
     @classmethod
@@ -495,4 +519,10 @@ def checkpoint_identity(folder) -> str | None:
     log, plot and train_config.json beside them change nothing the model computes, so a log line appended
     or a copy of the folder without them (what a device call carries) keys the same cells; a retrained
     checkpoint (new weights or config) keys new ones."""
-    return local_files_identity(folder, (CONFIG, WEIGHTS))
+    return local_files_identity(folder, (CONFIG, WEIGHTS, SCORER))
+
+
+def file_identity(path) -> str | None:
+    """A short hash of one file's contents (a retention scorer's), None when there is no such file."""
+    p = Path(str(path)).expanduser()
+    return hashlib.sha256(p.read_bytes()).hexdigest()[:10] if p.is_file() else None

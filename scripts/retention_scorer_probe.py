@@ -1,4 +1,4 @@
-"""Probe for issue #17's third score: a scorer fitted on the frozen backbone (not an op option yet).
+"""Fit issue #17's third score (`retain_score=fitted`, models.retention_scorer) on the frozen backbone, and probe it.
 
 A retention slot is worth a token a later query will need. This fits, per layer and KV head, a ridge regression
 from a key to a per-token target measured on the frozen backbone (full attention, eager) over passages of the books
@@ -6,17 +6,15 @@ corpus (`--target`): `far`, log(mean attention weight the key receives from the 
 later); `retrieval`, log(mean weight from the last tokens of a question about a sentence inserted in the passage,
 `retrieval_texts`); `value`, 1 on the tokens of the inserted sentences' values, 0 elsewhere. The features are the
 32 magnitudes of the key's RoPE pairs (i, i + 32), which RoPE leaves unchanged, so the fit on the backbone's keys
-before RoPE applies to the op's keys after it.
+before RoPE applies to the op's keys after it. The file `fit` writes is a scorer file (models.retention_scorer):
+a model option (`retain_score=fitted,scorer=FILE`).
 
-    .venv/bin/python scripts/retention_scorer_probe.py fit [--target value --passages 24] --out /tmp/scorer.pt \
-        --data-dir ../shared/data
-    .venv/bin/python scripts/retention_scorer_probe.py rank --scorer /tmp/scorer.pt --task S-NIAH-2 --n 2 \
+    .venv/bin/python scripts/retention_scorer_probe.py fit --target value --passages 24 \
+        --out checkpoints/smollm2-135m/scorers/value.safetensors --data-dir ../shared/data   # the committed one
+    .venv/bin/python scripts/retention_scorer_probe.py rank --scorer <file> --task S-NIAH-2 --n 2 \
         --data-dir ../shared/data       # what the scorer ranks first, and where the needle's tokens rank
     .venv/bin/python scripts/retention_slots.py --checkpoint checkpoints/smollm2-135m/gdn-w504-s8-sc \
-        --window 252 --retain 252 --scorer /tmp/scorer.pt ...     # the slot census with these scores
-
-`use_scorer` replaces `models.ops.retention_prefill.entry_scores` in the calling process (as `--span` does): the
-prefill's arrival scores become the fitted ones, layer by layer in call order.
+        --window 252 --retain 252 --scorer <file> ...     # the slot census with these scores
 """
 from __future__ import annotations
 
@@ -29,14 +27,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models.backbone import load_backbone  # noqa: E402
+from models.backbone import fingerprint, load_backbone  # noqa: E402
 from models.data import book_files, read_jsonl_docs  # noqa: E402
-
-
-def pair_magnitudes(k: torch.Tensor) -> torch.Tensor:
-    """[..., D] keys -> [..., D/2] norms of the rotate-half RoPE pairs (i, i + D/2): invariant under RoPE."""
-    half = k.shape[-1] // 2
-    return torch.sqrt(k[..., :half].float() ** 2 + k[..., half:].float() ** 2)
+from models.retention_scorer import arrival_scores, load_scorer, pair_magnitudes, save_scorer  # noqa: E402
 
 
 def far_mass(weights: torch.Tensor, group: int, gap: int, min_queries: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -183,28 +176,11 @@ def fit(argv=None):
         for h in range(hkv):
             W[i, h], B[i, h] = ridge(fx[i][:, h].double(), fy[i][:, h].double(), a.lam)
             fits.append(r2(hx[i][:, h].double(), hy[i][:, h].double(), W[i, h].double(), B[i, h].double()))
-    torch.save({"weight": W, "bias": B, "args": vars(a), "heldout_r2": fits}, a.out)
     q = torch.tensor(fits).quantile(torch.tensor([0.1, 0.5, 0.9]))
+    save_scorer(a.out, W, B, {"fit": vars(a), "base": "smollm2-135m", "base_fingerprint": fingerprint(model),
+                              "keys": len(fy[0]), "heldout_r2_p10_p50_p90": [round(float(x), 4) for x in q]})
     print(f"fitted {L} layers x {hkv} KV heads on {len(fy[0])} keys; held-out R^2 "
           f"p10 / median / p90 {q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f} -> {a.out}")
-
-
-def use_scorer(path: str) -> None:
-    """Make the prefill's arrival scores the fitted scorer's predictions, layer by layer in call order."""
-    import models.ops.retention_prefill as prefill
-    s = torch.load(path)
-    calls = [0]
-
-    def fitted(k, score, scores=None):
-        calls[0] += 1
-        return predict(s, (calls[0] - 1) % s["weight"].shape[0], k).to(k.dtype)
-    prefill.entry_scores = fitted
-
-
-def predict(scorer: dict, layer: int, k: torch.Tensor) -> torch.Tensor:
-    """[..., Hkv, D] keys of one layer -> [..., Hkv] fitted scores."""
-    w, b = scorer["weight"][layer].to(k.device), scorer["bias"][layer].to(k.device)
-    return (pair_magnitudes(k) * w).sum(-1) + b
 
 
 def rank(argv=None):
@@ -224,7 +200,7 @@ def rank(argv=None):
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--data-dir", default=None)
     a = p.parse_args(argv)
-    scorer, (model, tok) = torch.load(a.scorer), load_backbone()
+    (weight, bias, _), (model, tok) = load_scorer(a.scorer), load_backbone()
     cfg = model.config
     hkv, dim = cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads
     keys = {}
@@ -237,8 +213,8 @@ def rank(argv=None):
             model(torch.tensor([ids]))
         top, above = Counter(), []
         for i in range(len(keys)):
-            sc = predict(scorer, i, keys[i])[a.sinks:]  # [T - sinks, Hkv]
-            needle = predict(scorer, i, keys[i][where])  # [n_value, Hkv]
+            sc = arrival_scores(keys[i], weight[i], bias[i])[a.sinks:]  # [T - sinks, Hkv]
+            needle = arrival_scores(keys[i][where], weight[i], bias[i])  # [n_value, Hkv]
             for h in range(hkv):
                 top.update(tok.decode([ids[a.sinks + j]]) for j in sc[:, h].topk(a.top).indices.tolist())
                 above.append(float((sc[:, h].unsqueeze(0) > needle[:, h].unsqueeze(1)).float().mean()))

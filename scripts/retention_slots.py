@@ -12,6 +12,7 @@ whose needle has left the window; a needle still in the window is counted apart.
         --tasks S-NIAH-1,S-NIAH-2,S-NIAH-3 --n 8 --data-dir ../shared/data
     .venv/bin/python scripts/retention_slots.py --checkpoint checkpoints/smollm2-135m/gdn-w504-s8-sc \
         --window 252 --retain 252 --score delta_error ...   # slots added training-free, the other score
+    ... --window 252 --retain 252 --scorer checkpoints/smollm2-135m/scorers/value.safetensors   # a fitted scorer
     .venv/bin/python scripts/retention_slots.py ... --span 3   # probe: arrival scores max-pooled over +-3 tokens
 
 `--span W` is a probe of a score the op does not have (a needle is a run of tokens, and `proj_residual` judges each
@@ -89,23 +90,21 @@ def main(argv=None):
     p.add_argument("--data-dir", default=None)
     p.add_argument("--device", default="cpu")
     p.add_argument("--span", type=int, default=0, help="probe: max-pool the arrival scores over +-SPAN tokens")
-    p.add_argument("--scorer", help="probe: arrival scores from a fitted scorer (scripts/retention_scorer_probe.py fit)")
+    p.add_argument("--scorer", help="cache option: a scorer file, with --score fitted (the default with it)")
     a = p.parse_args(argv)
     if a.span < 0:
         p.error(f"--span must be >= 0, got {a.span}")
-    if a.scorer:
-        from retention_scorer_probe import use_scorer
-        use_scorer(a.scorer)
     if a.span:
         pool_scores(a.span)
-    cache = {k: v for k, v in (("window", a.window), ("retain", a.retain), ("retain_score", a.score)) if v is not None}
-    if cache.get("retain") and not a.score:
-        cache["retain_score"] = "proj_residual"
+    cache = {k: v for k, v in (("window", a.window), ("retain", a.retain), ("retain_score", a.score),
+                                ("scorer", a.scorer)) if v is not None}
+    if (cache.get("retain") or a.scorer) and not a.score:
+        cache["retain_score"] = "fitted" if a.scorer else "proj_residual"
     model, tok, info = load_model(checkpoint=a.checkpoint, device=a.device, **cache)
     lin = info["linearize"]
     print(f"{Path(a.checkpoint).name} {cache or ''}: sinks {lin.get('sinks')} window {lin.get('window')} "
           f"retain {lin.get('retain')} ({lin.get('retain_score')})" + (f", max-pooled over +-{a.span}" if a.span else "")
-          + (f", scores from {a.scorer}" if a.scorer else ""))
+          + (f", scores from {Path(a.scorer).name}" if a.scorer else ""))
     decoder = RetentionDecoder(model, use_graph=False)
     print("| task | samples | needle in the window | needle outside: (layer, head) pairs with every value token "
           "in a slot | with at least one | value tokens |")

@@ -523,7 +523,7 @@ def test_checkpoint_keeps_the_option(tmp_path):
     (dict(mechanism="gla", window=4, retain=2), "retain=2 needs mechanism=gdn and window > 0; got mechanism=gla, window=4"),
     (dict(mechanism="gdn", sinks=2, retain=2), "retain=2 needs mechanism=gdn and window > 0; got mechanism=gdn, window=0"),
     (dict(mechanism="gdn", window=4, retain_score="attention"),
-     "unknown retention score 'attention'; allowed: ['delta_error', 'proj_residual']"),
+     "unknown retention score 'attention'; allowed: ['delta_error', 'proj_residual', 'fitted']"),
 ])
 def test_linearize_refuses_bad_retention(options, message):
     from models.linearize import LinearizeConfig, linearize

@@ -142,7 +142,7 @@ BAD = [  # (key, value, the whole message)
     ("layer_scores", ["a"], "layer_scores=['a']: expected a list of numbers, one per layer"),
     ("retain", -1, "retain=-1: expected a non-negative integer"),
     ("retain_score", "attention_mass",
-     "unknown retention score 'attention_mass'; allowed: ['delta_error', 'proj_residual']"),
+     "unknown retention score 'attention_mass'; allowed: ['delta_error', 'proj_residual', 'fitted']"),
     ("out_norm", "maybe", "out_norm='maybe': expected true or false"),
 ]
 
