@@ -213,6 +213,8 @@ def with_cache_options(lin: dict, cache: dict, where: str) -> dict:
         raise ValueError(f"{where} already says how the model is linearized; of its options only the cache "
                          f"options {list(CACHE_KEYS)} may be changed (training-free), drop {other}")
     out = {**lin, **{k: parse_value(k, v) for k, v in cache.items()}}
+    if out.get("retain_score") != "fitted" and "scorer" not in cache:  # another score replaces the fitted one
+        out.pop("scorer", None)
     mech = out.get("mechanism", "gdn")
     check_window_only(mech, out.get("window", 0), out.get("sinks", 0))
     check_retention(mech, out.get("window", 0), out.get("retain", 0), out.get("retain_score", RETAIN_SCORES[0]),
@@ -356,7 +358,8 @@ class ModelSpec:
 
     def store_key(self) -> str:
         """The model's identity in the result store: its keys (base always, by name; a checkpoint by its folder's
-        name) plus a hash of the local files it names, so a retrained checkpoint or edited backbone is another model; a scorer file (retain_score=fitted) by its name and a hash of its contents."""
+        name) plus a hash of the local files it names, so a retrained checkpoint or edited backbone is another model;
+        a scorer file (retain_score=fitted) by its name and a hash of its contents."""
         a = {**self.given(), "base": self.base_name}
         parts = [f"{k}={Path(v).name if k in ('checkpoint', 'scorer') else _text(v)}" for k, v in sorted(a.items())]
         for k in ("base", "checkpoint"):

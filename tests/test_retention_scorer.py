@@ -113,6 +113,8 @@ def test_checkpoint_carries_the_scorer_file(scorer, tmp_path):
     save_checkpoint(model, tmp_path / "ck")
     lin = json.loads((tmp_path / "ck" / "config.json").read_text())["linearize"]
     assert (lin["retain_score"], lin["scorer"]) == ("fitted", "scorer.safetensors")
+    other = apply_checkpoint(tiny_model(), tmp_path / "ck", cache={"retain_score": "proj_residual"})  # its file left
+    assert {layer.self_attn.retain_score for layer in other.model.layers} == {"proj_residual"}
     shutil.copytree(tmp_path / "ck", tmp_path / "moved")
     ident = checkpoint_identity(tmp_path / "moved")
     (tmp_path / "scorer.safetensors").unlink()
@@ -188,3 +190,16 @@ def test_the_committed_scorer_fits_smollm2():
     assert meta["fit"]["target"] == "value" and meta["base"] == "smollm2-135m"
     reference = json.loads((path.parents[1] / "gdn-w504-s8-sc" / "config.json").read_text())["base_fingerprint"]
     assert meta["base_fingerprint"] == reference
+
+
+def test_labels_and_families_name_the_scorer_by_its_file_name(scorer, tmp_path):
+    """Table rows must not depend on where the scorer file sat (an H200's working tree or this one)."""
+    from bench.families import family_of
+    from bench.specs import label_of
+    save_checkpoint(tiny_model(**RECIPE), tmp_path / "plain")
+    label = label_of(f"{tmp_path / 'plain'},window=2,retain=2,retain_score=fitted,scorer={scorer}")
+    assert label == "plain,window=2,retain=2,retain_score=fitted,scorer=scorer.safetensors"
+    lin = {"mechanism": "gdn", "window": 2, "sinks": 2, "retain": 2, "retain_score": "fitted"}
+    here, there = ({"label": "x", "backbone": "b", "info": {"trained": True, "linearize": {**lin, "scorer": p}}}
+                   for p in (scorer, "/elsewhere/scorer.safetensors"))
+    assert family_of(here) == family_of(there)
