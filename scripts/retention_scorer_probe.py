@@ -15,6 +15,8 @@ a model option (`retain_score=fitted,scorer=FILE`).
         --data-dir ../shared/data       # what the scorer ranks first, and where the needle's tokens rank
     .venv/bin/python scripts/retention_slots.py --checkpoint checkpoints/smollm2-135m/gdn-w504-s8-sc \
         --window 252 --retain 252 --scorer <file> ...     # the slot census with these scores
+    .venv/bin/python scripts/retention_scorer_probe.py random --model llama-3.1-8b --out /tmp/s8b.safetensors
+        # random weights of a named configuration's shape: for `golinear latency` (the cost), never for results
 """
 from __future__ import annotations
 
@@ -222,8 +224,30 @@ def rank(argv=None):
               f"value's {sum(above) / len(above):.3f}; most often in a top {a.top}: {top.most_common(12)}")
 
 
+def random_scorer(argv=None):
+    """A scorer file of random weights in a named configuration's shape (random-weight backbones have nothing to fit
+    on): what `golinear latency` needs to time retain_score=fitted. Its metadata says it is random."""
+    from models.backbone import named_config
+    p = argparse.ArgumentParser(prog="retention_scorer_probe.py random", description=random_scorer.__doc__)
+    p.add_argument("--model", required=True, help="a named configuration (models.backbone.NAMED_CONFIGS)")
+    p.add_argument("--layers", type=int, default=None, help="the first N layers only (golinear latency --layers)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    cfg = named_config(a.model)
+    layers = a.layers or cfg.num_hidden_layers
+    if not 1 <= layers <= cfg.num_hidden_layers:
+        p.error(f"--layers {layers}: {a.model} has {cfg.num_hidden_layers} layers (allowed 1..{cfg.num_hidden_layers})")
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    g = torch.Generator().manual_seed(a.seed)
+    shape = (layers, cfg.num_key_value_heads, head_dim // 2)
+    save_scorer(a.out, torch.randn(*shape, generator=g), torch.randn(*shape[:2], generator=g),
+                {"fit": "random weights: for cost measurements only", "model": a.model, "seed": a.seed})
+    print(f"random scorer {list(shape)} for {a.model} -> {a.out}")
+
+
 if __name__ == "__main__":
-    commands = {"fit": fit, "rank": rank}
+    commands = {"fit": fit, "rank": rank, "random": random_scorer}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
-        sys.exit("usage: retention_scorer_probe.py fit|rank ... (see the docstring)")
+        sys.exit("usage: retention_scorer_probe.py fit|rank|random ... (see the docstring)")
     commands[sys.argv[1]](sys.argv[2:])

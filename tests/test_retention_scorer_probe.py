@@ -7,6 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 _path = Path(__file__).resolve().parents[1] / "scripts" / "retention_scorer_probe.py"
@@ -72,3 +73,13 @@ def test_value_labels_mark_the_inserted_values_tokens_only():
     marked = tok.decode([t for t, y in zip(enc["input_ids"], labels) if y]).split()
     values = [s.split(" is ")[1] for s in text.rsplit("\n", 1)[0].split(". ") if s.startswith("The secret word")]
     assert marked == values and len(values) == 2  # the question's trailing "is" marks nothing
+
+
+def test_random_scorer_has_the_named_configurations_shape(tmp_path):
+    from models.backbone import named_config
+    from models.retention_scorer import load_scorer, scorer_for_model
+    probe.random_scorer(["--model", "smollm2-135m", "--layers", "2", "--out", str(tmp_path / "r.safetensors")])
+    weight, bias, meta = load_scorer(tmp_path / "r.safetensors")
+    assert tuple(weight.shape) == (2, 3, 32) and tuple(bias.shape) == (2, 3) and "cost" in meta["fit"]
+    with pytest.raises(ValueError, match=r"this backbone needs \[layers, KV heads, head_dim/2\] = \[30, 3, 32\]"):
+        scorer_for_model(tmp_path / "r.safetensors", named_config("smollm2-135m"), None)
