@@ -63,17 +63,23 @@ ADJ = "red blue green silver golden iron wooden glass narrow tall old hidden".sp
 NOUN = "door tower chest garden bridge river carriage window gate lamp".split()
 
 
-def retrieval_texts(passages: list[str], seed: int) -> list[str]:
-    """Each passage with two sentences 'The secret word for the <adj> <noun> is <word>.' at random sentence
-    boundaries and, at the end, the question for one of them: retrieval on the books, apart from RULER's data,
-    templates and values (words, not numbers)."""
+VALUES = ("words", "numbers")  # what the inserted sentences' values are: WORDS, or 7-digit numbers
+
+
+def retrieval_texts(passages: list[str], seed: int, values: str = VALUES[0]) -> list[str]:
+    """Each passage with two sentences 'The secret word for the <adj> <noun> is <value>.' at random sentence
+    boundaries and, at the end, the question for one of them: retrieval on the books, apart from RULER's data and
+    templates; the values are words or 7-digit numbers (`values`)."""
+    if values not in VALUES:
+        raise ValueError(f"values must be one of {list(VALUES)}, got {values!r}")
     rng = random.Random(seed)
+    pick = (lambda: rng.choice(WORDS)) if values == "words" else (lambda: str(rng.randrange(10 ** 6, 10 ** 7)))
     out = []
     for text in passages:
         parts = text.split(". ")
         keys = rng.sample([(a, n) for a in ADJ for n in NOUN], 2)
         for (a, n), at in zip(keys, sorted(rng.sample(range(1, len(parts)), 2), reverse=True)):
-            parts.insert(at, f"The secret word for the {a} {n} is {rng.choice(WORDS)}")
+            parts.insert(at, f"The secret word for the {a} {n} is {pick()}")
         a, n = rng.choice(keys)
         out.append(". ".join(parts) + f"\nWhat is the secret word for the {a} {n}? The secret word for the {a} {n} is")
     return out
@@ -143,6 +149,8 @@ def fit(argv=None):
     p.add_argument("--min-queries", type=int, default=64)
     p.add_argument("--sinks", type=int, default=8, help="leading tokens left out (the sinks keep them anyway)")
     p.add_argument("--lam", type=float, default=1e-3)
+    p.add_argument("--values", choices=VALUES, default=VALUES[0],
+                   help="retrieval/value targets: the inserted sentences' values (default words)")
     p.add_argument("--target", choices=("far", "retrieval", "value"), default="far",
                    help="far: log mass from queries beyond --gap; retrieval: log mass from the end of a question "
                         "about a sentence inserted in the passage (retrieval_texts); value: 1 on the inserted "
@@ -168,7 +176,7 @@ def fit(argv=None):
             return labels.expand(w.shape[0] // group, -1), torch.arange(w.shape[-1]) < w.shape[-1] - QUESTION_TAIL
         return torch.log(mass + 1e-7), ok
     if a.target != "far":
-        texts = retrieval_texts(texts, seed=0)
+        texts = retrieval_texts(texts, seed=0, values=a.values)
     fx, fy = collect(model, tok, texts[:-1], a.seq_len, target, a.sinks)
     hx, hy = collect(model, tok, texts[-1:], a.seq_len, target, a.sinks)
     L, hkv = len(fx), fx[0].shape[1]

@@ -83,3 +83,16 @@ def test_random_scorer_has_the_named_configurations_shape(tmp_path):
     assert tuple(weight.shape) == (2, 3, 32) and tuple(bias.shape) == (2, 3) and "cost" in meta["fit"]
     with pytest.raises(ValueError, match=r"this backbone needs \[layers, KV heads, head_dim/2\] = \[30, 3, 32\]"):
         scorer_for_model(tmp_path / "r.safetensors", named_config("smollm2-135m"), None)
+
+
+def test_retrieval_texts_with_numbers_label_the_whole_number():
+    from models.backbone import load_tokenizer
+    tok = load_tokenizer()
+    text = probe.retrieval_texts([". ".join(f"Line {i} of the story" for i in range(12))], 4, values="numbers")[0]
+    values = [s.split(" is ")[1] for s in text.rsplit("\n", 1)[0].split(". ") if s.startswith("The secret word")]
+    assert len(values) == 2 and all(v.isdigit() and len(v) == 7 for v in values)
+    enc = tok(text, return_offsets_mapping=True)
+    marked = tok.decode([t for t, y in zip(enc["input_ids"], probe.value_labels(text, enc["offset_mapping"])) if y])
+    assert marked.replace(" ", "") == "".join(values)
+    with pytest.raises(ValueError, match=r"^values must be one of \['words', 'numbers'\], got 'uuids'$"):
+        probe.retrieval_texts([text], 0, values="uuids")
