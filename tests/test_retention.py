@@ -270,14 +270,13 @@ def test_retain0_is_the_default_recipe(s, w):
     assert (y_r - y_def).abs().max() > 1e-3 or 30 - w - s <= 0
 
 
-def test_retain0_is_linearized_attention():
-    """The same tie through the layer itself: LinearizedAttention (gdn, window 5, sinks 2) on a tiny Llama
-    attention, o_proj set to the identity, equals the retention op with retain=0 on its own q/k/v/lin
-    (fp32: the layer's l2norm sums in fp32)."""
+def tiny_layer(**options):
+    """A LinearizedAttention (gdn) on a tiny Llama attention with o_proj the identity, run on random x:
+    (layer, its output [2, 26, 4, 6], and the q, k, v, lin it computed them from)."""
     cfg = transformers.LlamaConfig(hidden_size=24, num_attention_heads=4, num_key_value_heads=2,
                                    intermediate_size=32, num_hidden_layers=1, vocab_size=10)
     torch.manual_seed(0)
-    layer = LinearizedAttention(LlamaAttention(cfg, layer_idx=0), cfg, 0, "gdn", window=5, sinks=2)
+    layer = LinearizedAttention(LlamaAttention(cfg, layer_idx=0), cfg, 0, "gdn", **options)
     with torch.no_grad():
         layer.o_proj.weight.copy_(torch.eye(24))
         x = torch.randn(2, 26, 24)
@@ -285,6 +284,15 @@ def test_retain0_is_linearized_attention():
         y_layer = layer(x, position_embeddings=pe)[0].view(2, 26, 4, 6)
         q, k, v, _ = layer.project(x, pe)
         lin = layer.linear_inputs(x, q, k, v)
+    return layer, y_layer, (q, k, v, lin), (x, pe)
+
+
+def test_retain0_is_linearized_attention():
+    """The same tie through the layer itself: LinearizedAttention (gdn, window 5, sinks 2) on a tiny Llama
+    attention, o_proj set to the identity, equals the retention op with retain=0 on its own q/k/v/lin
+    (fp32: the layer's l2norm sums in fp32)."""
+    layer, y_layer, (q, k, v, lin), _ = tiny_layer(window=5, sinks=2)
+    with torch.no_grad():
         y, _ = retention_recurrent(q, k, v, lin, layer.scaling, layer.lin.scale, 2, 5, 0)
         y_pre, _ = retention_prefill(q, k, v, lin, layer.scaling, layer.lin.scale, 2, 5, 0, chunk_size=8)
     assert_close(y, y_layer, 1e-5)
@@ -419,18 +427,8 @@ def rel_err(a, b):
 def test_layer_with_slots_is_the_definition(score):
     """LinearizedAttention(retain=3) on a tiny Llama attention (o_proj = identity) = retention_recurrent on its
     own q/k/v/lin, and differs from the same layer without slots."""
-    cfg = transformers.LlamaConfig(hidden_size=24, num_attention_heads=4, num_key_value_heads=2,
-                                   intermediate_size=32, num_hidden_layers=1, vocab_size=10)
-    torch.manual_seed(0)
-    layer = LinearizedAttention(LlamaAttention(cfg, layer_idx=0), cfg, 0, "gdn", window=4, sinks=2, retain=3,
-                                retain_score=score)
+    layer, y_layer, (q, k, v, lin), (x, pe) = tiny_layer(window=4, sinks=2, retain=3, retain_score=score)
     with torch.no_grad():
-        layer.o_proj.weight.copy_(torch.eye(24))
-        x = torch.randn(2, 26, 24)
-        pe = LlamaRotaryEmbedding(cfg)(x, torch.arange(26).unsqueeze(0))
-        y_layer = layer(x, position_embeddings=pe)[0].view(2, 26, 4, 6)
-        q, k, v, _ = layer.project(x, pe)
-        lin = layer.linear_inputs(x, q, k, v)
         y, _ = retention_recurrent(q, k, v, lin, layer.scaling, layer.lin.scale, 2, 4, 3, score=score)
         layer.retain = 0
         y_plain = layer(x, position_embeddings=pe)[0].view(2, 26, 4, 6)

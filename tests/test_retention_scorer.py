@@ -8,16 +8,13 @@ import shutil
 
 import pytest
 import torch
-import transformers
-from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
 
 from models.checkpoint import apply_checkpoint, save_checkpoint
-from models.layers import LinearizedAttention
 from models.linearize import LinearizeConfig, linearize
 from models.ops.retention import retention_recurrent
 from models.retention_scorer import arrival_scores, load_scorer, pair_magnitudes, save_scorer, scorer_for_model
 from models.spec import ModelSpec, checkpoint_identity
-from test_retention import RECIPE, rel_err, tiny_model
+from test_retention import RECIPE, rel_err, tiny_layer, tiny_model
 
 SHAPE = (3, 2, 8)  # tiny_model's (and test_batched_generate's) layers, KV heads, head_dim / 2
 
@@ -60,19 +57,9 @@ def test_arrival_scores_are_the_linear_rule_per_kv_head():
 def test_layer_with_a_fitted_scorer_is_the_definition():
     """LinearizedAttention(retain_score=fitted) = retention_recurrent with the scorer's scores as "given", and its
     slots differ from proj_residual's on the same inputs."""
-    cfg = transformers.LlamaConfig(hidden_size=24, num_attention_heads=4, num_key_value_heads=2,
-                                   intermediate_size=32, num_hidden_layers=1, vocab_size=10)
-    torch.manual_seed(0)
-    w, b = torch.randn(2, 3) * 3, torch.randn(2)
-    layer = LinearizedAttention(LlamaAttention(cfg, layer_idx=0), cfg, 0, "gdn", window=4, sinks=2, retain=3,
-                                retain_score="fitted", scorer=(w, b))
+    w, b = torch.randn(2, 3, generator=torch.Generator().manual_seed(1)) * 3, torch.zeros(2)
+    layer, y_layer, (q, k, v, lin), _ = tiny_layer(window=4, sinks=2, retain=3, retain_score="fitted", scorer=(w, b))
     with torch.no_grad():
-        layer.o_proj.weight.copy_(torch.eye(24))
-        x = torch.randn(2, 26, 24)
-        pe = LlamaRotaryEmbedding(cfg)(x, torch.arange(26).unsqueeze(0))
-        y_layer = layer(x, position_embeddings=pe)[0].view(2, 26, 4, 6)
-        q, k, v, _ = layer.project(x, pe)
-        lin = layer.linear_inputs(x, q, k, v)
         args = (q, k, v, lin, layer.scaling, layer.lin.scale, 2, 4, 3)
         y, info = retention_recurrent(*args, score="given", scores=arrival_scores(k, w, b))
         _, other = retention_recurrent(*args, score="proj_residual")
