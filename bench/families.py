@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.specs import WINDOW_ONLY_LABEL
+from models.spec import SCORER  # a checkpoint's own copy: named by its folder, not by this
 
 
 def family_of(model: dict) -> tuple[str, str]:
@@ -42,6 +43,7 @@ def family_of(model: dict) -> tuple[str, str]:
              (lin.get("short_conv"), "short conv" + (" (linear path)" if lin.get("conv_on") == "linear" else "")),
              (lin.get("lora"), "LoRA"), (lin.get("out_norm"), "output norm"),
              (share, f"{share:.0%} of window + slots retained ({lin.get('retain_score')}"
+                     + (f" {Path(lin['scorer']).stem}" if lin.get("scorer", SCORER) != SCORER else "")
                      + (", slots added training-free)" if free else ")")),
              (lin.get("full_layers") or lin.get("keep_full"), "some layers full")]
     parts = [lin["mechanism"], "window"] + [text for given, text in named if given]

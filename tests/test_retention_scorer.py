@@ -190,3 +190,6 @@ def test_labels_and_families_name_the_scorer_by_its_file_name(scorer, tmp_path):
     here, there = ({"label": "x", "backbone": "b", "info": {"trained": True, "linearize": {**lin, "scorer": p}}}
                    for p in (scorer, "/elsewhere/scorer.safetensors"))
     assert family_of(here) == family_of(there)
+    named = {family_of({**here, "info": {"trained": True, "linearize": {**lin, "scorer": f}}})[1]
+             for f in ("/a/value.safetensors", "/b/numbers.safetensors", "/c/ck/scorer.safetensors")}
+    assert sorted(n.split("retained (")[1].split(")")[0] for n in named) == ["fitted", "fitted numbers", "fitted value"]
