@@ -27,7 +27,8 @@ one place every path (parallel pass, chunked prefill, decode step) gets the op's
 Retention slots (retain > 0, GDN with a window; docs/retention.md): the prompt runs models.ops.retention_prefill
 (`prefill_rows`: a right-padded batch, models.ops.retention_prefill_rows) and decoding
 models.ops.retention.retention_step on the fixed-size RetentionState held in DecodeState.retention (HF generate,
-or models.retention_generate.RetentionDecoder: FastDecoder refuses such models).
+or models.retention_generate.RetentionDecoder: FastDecoder refuses such models). With retain_score=fitted the layer
+scores each key itself (`op_score`, models.retention_scorer) and hands the op the scores as "given".
 """
 from __future__ import annotations
 
@@ -46,8 +47,8 @@ from models.ops.retention_prefill import retention_prefill
 from models.ops.retention_prefill_rows import retention_prefill_rows
 from models.prefill import prefill_chunk
 from models.projection import fused_qkv, matmul_dtype, project_qkv
-from models.retention_scorer import arrival_scores
 from models.projection import _rope_formula, rope as _rope  # noqa: F401  (the names tests/test_overhead.py uses)
+from models.retention_scorer import arrival_scores
 from models.spec import CONV_ON, check_conv_on, parse_value
 
 __all__ = ["LIN_KEYS", "LinearizedAttention", "step_attention"]
