@@ -234,15 +234,16 @@ CONV_VS_LORA = {"conv": (SC, "-w56-s8-sc"), "LoRA": (LORA, "-w56-s8-lora")}
 HYBRIDS = {"hardness": "hardness", "uniform": "uniform"}
 TRAINED_VS_WINDOW = {"GDN": "GDN (paper)", "window": "Sliding-window attention (no linear state)"}
 FITTED_SCORER = "value.safetensors"  # checkpoints/smollm2-135m/scorers/ (docs/retention.md "A fitted scorer")
+NUMBERS_SCORER = "numbers.safetensors"  # the same fit on number-valued tokens (matched to RULER's number needles)
 BUDGETS = {128: "gdn-w120-s8-sc", 256: "gdn-w248-s8-sc", 512: "gdn-w504-s8-sc", 1024: "gdn-w1016-s8-sc"}
 DEFAULT = {"full": ("Full attention", None), "gdn": ("GDN", SC)}
 
 
 def retention_roles(budgets, cols=None) -> dict:
     """Issue #17's rows at each total budget B (8 sinks): the default recipe (window B - 8) against retention slots
-    added six ways: trained with half the window as slots, trained with a quarter (proj_residual), trained with
+    added seven ways: trained with half the window as slots, trained with a quarter (proj_residual), trained with
     half chosen by the fitted scorer, and the default-recipe checkpoint evaluated with half its window as slots,
-    training-free, with each score (scripts/study/recipes.txt names the trained ones; a scorer file by its name,
+    training-free, with each score and both scorer files (scripts/study/recipes.txt names the trained ones; a scorer file by its name,
     as bench.specs.label_of writes it)."""
     out = {}
     for b in budgets:
@@ -254,7 +255,9 @@ def retention_roles(budgets, cols=None) -> dict:
                                 "training-free, half as slots": free + "proj_residual",
                                 "training-free, half as slots, delta_error": free + "delta_error",
                                 "training-free, half as slots, fitted scorer":
-                                    free + f"fitted,scorer={FITTED_SCORER}"}.items():
+                                    free + f"fitted,scorer={FITTED_SCORER}",
+                                "training-free, half as slots, numbers scorer":
+                                    free + f"fitted,scorer={NUMBERS_SCORER}"}.items():
             out[f"{variant}@{b}"] = (target, cols) if cols else target
     return out
 
