@@ -96,6 +96,21 @@ def test_retention_rules_judge_each_variant_at_every_budget():
     assert "0.5 points" in C.rule_text(C.CLAIMS[-1].rule) and "128, 256, 512, 1024" in C.rule_text(C.CLAIMS[-1].rule)
 
 
+def test_retention_ahead_must_clear_the_seeds_spread():
+    """Issue #17 asks for a margin beyond the seeds' spread: with `spreads` a variant meets the target only where it
+    and the default recipe both have seeds and the margin exceeds their stds added; a one-seed row is not met."""
+    ahead = lambda s, sp: C.retention_ahead(s, CR, budgets="256", spreads=sp)  # noqa: E731
+    s = {"default@256": 5.0, "half@256": 8.0}
+    ok, why = ahead(s, {"default@256": 0.5, "half@256": 2.0})
+    assert ok is True and "ahead by 3.00 (seeds' spread 2.50)" in why
+    assert ahead(s, {"default@256": 0.5, "half@256": 2.6})[0] is False  # 3.0 is not beyond 3.1
+    ok, why = ahead(s, {"default@256": 0.5})
+    assert ok is False and "(one seed: no spread)" in why
+    assert ahead(s, None)[0] is True  # the paper's rows: no seeds, 'ahead' alone
+    claims = [c for c in C.CLAIMS if c.seeded]
+    assert len(claims) == 2 and all("seeds' spread" in C.rule_text(c.rule) for c in claims)
+
+
 def test_a_training_free_role_reads_its_own_cells_and_no_held_out_ce(tmp_path):
     """A role '<recipe>,<cache options>' is the recipe's folder evaluated with those options: its cells are the
     ones keyed by the folder's files under that family name; the folder's held-out CE is not its own."""
