@@ -18,6 +18,14 @@ RECIPE = dict(window=4, sinks=2, short_conv=True, retain=3)  # steady from sinks
 LONG = [7, 6, 19, 11]  # all past the steady point, different lengths
 
 
+def retention_model(score, tmp_path):
+    """tiny_model with slots chosen by `score`; "fitted" gets a random scorer file of the model's shape."""
+    if score != "fitted":
+        return tiny_model("gdn", **RECIPE, retain_score=score)
+    from test_retention_scorer import write_scorer
+    return tiny_model("gdn", **RECIPE, retain_score=score, scorer=str(write_scorer(tmp_path / "scorer.safetensors")))
+
+
 @pytest.mark.parametrize("score", SCORES)
 @pytest.mark.parametrize("lengths", [LONG, LONG + [3], [1, 4]], ids=["steady", "one-short-row", "all-short"])
 def test_batched_equals_each_prompt_alone(score, lengths):
@@ -114,12 +122,13 @@ def test_gpu_batched_equals_each_prompt_alone(score):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("score", SCORES)
-def test_gpu_graph_step_equals_the_eager_step(score):
+@pytest.mark.parametrize("score", SCORES + ("fitted",))
+def test_gpu_graph_step_equals_the_eager_step(score, tmp_path):
     """On the GPU (fp32): RetentionDecoder's steady step captured in a CUDA graph and replayed (use_graph=True) gives
     the eager step's tokens and logits (same kernels: 1e-4), including a row that starts before sinks + window (its
-    first steps eager, then the capture) and a second prefill on the same decoder (a fresh capture)."""
-    model = tiny_model("gdn", **RECIPE, retain_score=score).cuda()
+    first steps eager, then the capture) and a second prefill on the same decoder (a fresh capture). The fitted
+    scorer too: every GPU number of its rows comes through this step."""
+    model = retention_model(score, tmp_path).cuda()
     ps = prompts(LONG + [3])
     lens = [len(p) for p in ps]
     ids = torch.tensor([p + [0] * (max(lens) - len(p)) for p in ps], device="cuda")

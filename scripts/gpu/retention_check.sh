@@ -8,15 +8,16 @@
 #       GOLINEAR_FUSED_DECODE says so). 2026-12-02: ~120 s to 16K on a fresh machine (compilation included), the
 #       32K row ~70 s more (timed prefills 0.7 + 2.0 + 13.3 + 48.2 s);
 #   (a) the GPU tests of the op and of batched decoding (tests/test_retention.py and
-#       tests/test_retention_generate.py, -k gpu; 170 s on 2026-12-01, most of it FLA's first compile; cut at 205 s
-#       on 2026-12-03, delta_error's backward walk alone 75 s: give them ~450 s);
+#       tests/test_retention_generate.py, -k "$TESTS_K", default gpu; 170 s on 2026-12-01, most of it FLA's first
+#       compile; cut at 205 s on 2026-12-03; 9 passed in 294 s on 2026-12-04 beside six evaluation workers,
+#       delta_error's backward walk alone 93 s: give them ~450 s);
 #   (c2) gdn-default's rows beside them (~50 s on a warm Triton cache);
 #   (b) scripts/bench_retention.py: the op's forward/backward against the default recipe at T 4096, budget 128,
 #       bf16 (~110 s: delta_error's walk is ~80K launches a pass).
 # The 32K retention row is what the issue asks for, so it runs first. Each part is under `timeout` with what is
 # left of BUDGET_S; rows land in $OUT/latency/latency.csv (+ .md, .png), logs in $OUT/*.log.
 # Usage: bash scripts/gpu/retention_check.sh   Env: BUDGET_S (default 560), PARTS (default "p c1 a c2 b": which parts
-# run, e.g. PARTS="c1 c2" for the issue's latency rows alone)
+# run, e.g. PARTS="c1 c2" for the issue's latency rows alone), TESTS_K (part a's pytest -k, e.g. "gpu and fitted")
 set -u
 OUT=${OUT:-/tmp/golinear-out}; mkdir -p "$OUT/latency"
 BUDGET_S=${BUDGET_S:-560}; left() { echo $((BUDGET_S - SECONDS)); }
@@ -48,7 +49,7 @@ fi
 if part a; then
 echo "== (a) GPU tests at ${SECONDS}s"
 timeout $(cap $( (part c2 || part b) && echo 120 || echo 5)) python3 -m pytest -q -s -p no:cacheprovider tests/test_retention.py \
-  tests/test_retention_generate.py -k gpu > $OUT/tests.log 2>&1
+  tests/test_retention_generate.py -k "${TESTS_K:-gpu}" > $OUT/tests.log 2>&1
 echo "tests rc=$?"; grep -E "retention_prefill T=|default recipe|passed|failed|error" $OUT/tests.log | tail -8
 fi
 
