@@ -135,6 +135,53 @@ def test_a_training_free_role_reads_its_own_cells_and_no_held_out_ce(tmp_path):
     assert C.role_scores(ev, "gdn-w248-s8-sc,window=60,retain=60,retain_score=proj_residual", None, "CR")[0] == []
 
 
+def put_long(store, key, family, display, value, budget):
+    """One S-NIAH / RULER cell at 4K, 500 samples (`display` is the column, value in points)."""
+    task = "golinear_" + display.lower().replace("-", "_")
+    store.put({"key": {"model": key, "task": task, "config": {"limit": None, "context_length": 4096,
+                                                               "num_samples": 500}},
+               "model": {"label": family, "family": family, "backbone": "smollm2-135m", "full_attention": False,
+                         "budget": budget},
+               "task": task, "display": display, "suite": "ruler", "metric": "score", "n": 500,
+               "metrics": {"score,none": {"value": value, "stderr": 1.0}}})
+
+
+def test_retention_table_lays_out_issue_17s_rows_at_equal_budget(tmp_path):
+    """retention.md/.csv: at each budget the untrained window, the default recipe and the retention rows (claims'
+    roles), each column the mean over the seeds measured in it; a suite's mean only where all its tasks are there."""
+    from bench import retention_table as R
+    from bench.leaderboard import RULER_COLS, SNIAH_TASKS
+    ck, store = tmp_path / "ck", Store(tmp_path / "store")
+    for name, seed in (("gdn-w248-s8-sc", 0), ("gdn-w248-s8-sc-seed1", 1)):
+        checkpoint(ck, name, 3.4, seed=seed)
+    files = {n: checkpoint_identity(ck / n) for n in ("gdn-w248-s8-sc", "gdn-w248-s8-sc-seed1")}
+    key = lambda n, opts="": f"base=smollm2-135m,checkpoint={n},checkpoint_files={files[n]}{opts}"  # noqa: E731
+    for i, t in enumerate(SNIAH_TASKS):  # the default recipe, two seeds: 4 and 6, 5 and 7, 6 and 8
+        put_long(store, key("gdn-w248-s8-sc"), "gdn-w248-s8-sc", t, 4.0 + i, 256)
+        put_long(store, key("gdn-w248-s8-sc-seed1"), "gdn-w248-s8-sc-seed1", t, 6.0 + i, 256)
+    put_long(store, key("gdn-w248-s8-sc"), "gdn-w248-s8-sc", "MK", 7.0, 256)  # one RULER task, seed 0
+    numbers = ",window=124,retain=124,retain_score=fitted,scorer=numbers.safetensors"
+    for t in RULER_COLS:  # the numbers scorer training-free on seed 0: all eight tasks at 10
+        put_long(store, key("gdn-w248-s8-sc", numbers), "gdn-w248-s8-sc" + numbers, t, 10.0, 256)
+    put_long(store, "base=smollm2-135m,mechanism=none,sinks=8,window=248", "window", "S-NIAH-1", 5.0, 256)
+    table = R.long_table(C.evidence(store, ck))
+
+    def get(row, col):
+        return table[(table["budget"] == 256) & (table["row"] == row) & (table["column"] == col)]
+    d = get("default", "S-NIAH-2").iloc[0]
+    assert (d["mean"], d["n"]) == (pytest.approx(6.0), 2) and d["std"] == pytest.approx(statistics.stdev([5, 7]))
+    assert get("default", "S-NIAH").iloc[0]["mean"] == pytest.approx(6.0)
+    assert get("default", "MK").iloc[0]["n"] == 1 and get("default", "RULER").empty  # seven tasks missing
+    free = "training-free, half as slots, numbers scorer"
+    assert get(free, "RULER").iloc[0]["mean"] == pytest.approx(10.0) and get(free, "S-NIAH").empty
+    assert get(R.BASELINE, "S-NIAH-1").iloc[0]["mean"] == pytest.approx(5.0)
+    assert set(table["budget"]) == {256} and "trained, half as slots" not in set(table["row"])
+    md = R.to_markdown(table)
+    assert "| 256 | default | 5.00 (2) | 6.00 (2) | 7.00 (2) | **6.00 (2)** | 7.00 |" in md
+    assert f"| 256 | {free} |" in md and "| **10.00** |" in md and "`mechanism=none,window=248,sinks=8`" in md
+    assert md.count("\n| 256 |") == 3
+
+
 def test_direction_follows_the_metric():
     assert C.close_gap({"full": 50.0, "gdn": 49.5}, CR)[0] is True  # higher is better: 0.5 points behind
     assert C.close_gap({"full": 50.0, "gdn": 47.0}, CR)[0] is False
@@ -261,7 +308,8 @@ def test_the_rule_is_applied_to_the_papers_numbers(tmp_path):
 def test_renders_from_the_repository_files(tmp_path):
     changed = C.render(REPO_ROOT / "leaderboards" / "store", REPO_ROOT / "checkpoints" / "smollm2-135m", tmp_path,
                        REFERENCE_DIR)
-    assert {p.name for p in changed} == {"claims.md", "claims.csv", "seeds.md", "seeds.csv", "tables.md", "tables.csv"}
+    assert {p.name for p in changed} == {"claims.md", "claims.csv", "seeds.md", "seeds.csv", "tables.md", "tables.csv",
+                                         "retention.md", "retention.csv"}
     md = (tmp_path / "claims.md").read_text()
     assert all(c.text in md for c in C.CLAIMS) and md.count("\n| ") == len(C.CLAIMS) + 1
     assert C.render(REPO_ROOT / "leaderboards" / "store", REPO_ROOT / "checkpoints" / "smollm2-135m", tmp_path,
