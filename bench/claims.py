@@ -581,7 +581,7 @@ def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = Non
         if not (Path(reference_dir) / f"paper_{name}.csv").is_file():
             raise FileNotFoundError(f"reference file {str(Path(reference_dir) / f'paper_{name}.csv')!r} is missing")
     from bench import paper_tables, retention_table, seeds  # here: they import this module
-    ev, ref = evidence(store, Path(checkpoints)), load_reference(reference_dir)  # read once for all three outputs
+    ev, ref = evidence(store, Path(checkpoints)), load_reference(reference_dir)  # read once for every output
     table = claims_table(store, Path(checkpoints), reference_dir, ev, ref)
     values = seeds.table_values(ev)
     out_dir = Path(out_dir)
