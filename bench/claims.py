@@ -580,7 +580,7 @@ def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = Non
     for name in ("standard", "sniah", "ruler"):
         if not (Path(reference_dir) / f"paper_{name}.csv").is_file():
             raise FileNotFoundError(f"reference file {str(Path(reference_dir) / f'paper_{name}.csv')!r} is missing")
-    from bench import paper_tables, retention_table, seeds  # here: they import this module
+    from bench import paper_tables, retention_plot, retention_table, seeds  # here: they import this module
     ev, ref = evidence(store, Path(checkpoints)), load_reference(reference_dir)  # read once for every output
     table = claims_table(store, Path(checkpoints), reference_dir, ev, ref)
     values = seeds.table_values(ev)
@@ -594,6 +594,8 @@ def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = Non
     retention = retention_table.long_table(ev)
     files += ((out_dir / "retention.md", retention_table.to_markdown(retention)),
               (out_dir / "retention.csv", to_csv(retention)))
+    png = retention_plot.plot(retention)
+    files += ((out_dir / "retention.png", png),) if png else ()
     if readme is not None and Path(readme).is_file():
         files += ((Path(readme), readme_with_table(Path(readme).read_text(), table)),)
     return [p for p, data in files if write_if_changed(p, data)]
@@ -602,6 +604,6 @@ def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = Non
 def main(args) -> int:
     changed = render(args.store, args.checkpoints, args.out, args.reference_dir, args.readme or None)
     print(f"golinear claims: {len(changed)} file(s) changed ({args.out}: claims.md/.csv, seeds.md/.csv, tables.md/.csv, "
-          f"retention.md/.csv; "
+          f"retention.md/.csv/.png; "
           f"the table in {args.readme or 'no README'})")
     return 0

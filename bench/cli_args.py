@@ -96,7 +96,7 @@ def claims(p):
     p.add_argument("--checkpoints", default="checkpoints/smollm2-135m",
                    help="folder of checkpoint folders, each with train_config.json (held-out loss, steps)")
     p.add_argument("--out", default="leaderboards",
-                   help="output folder for claims.md/.csv, seeds.md/.csv, tables.md/.csv and retention.md/.csv")
+                   help="output folder for claims.md/.csv, seeds.md/.csv, tables.md/.csv and retention.md/.csv/.png")
     p.add_argument("--readme", default="README.md",
                    help="README whose claims table (between its two marker comments) is rewritten; '' for none")
     p.add_argument("--reference-dir", default=str(REFERENCE_DIR), help="the paper's rows (CSV)")

@@ -4,7 +4,8 @@ retention row, each with S-NIAH-1/2/3, the extended RULER at 4K, CR and LAMBADA.
 Why: the issue asks for these rows side by side at each budget; sniah.md and ruler.md hold every cell, but a row
 there is a model, its budgets and its suites spread over tables. The rows are bench.claims' `retention_roles` (the
 names its issue #17 claims judge), and which runs make up a row (finished seeds, mean over them) is its
-`role_scores`. Rendered by `golinear claims` as retention.md / retention.csv.
+`role_scores`. Rendered by `golinear claims` as retention.md / retention.csv (and bench.retention_plot's
+retention.png).
 """
 from __future__ import annotations
 
@@ -71,4 +72,4 @@ def to_markdown(table: pd.DataFrame) -> str:
             "are means over their tasks (bold), shown only where every task is measured; an empty cell is not "
             "measured yet. Rows and runs are "
             "the ones `golinear claims` judges (claims.md, issue #17); design and reading: docs/retention.md.\n\n"
-            + md_table(shown) + "\n")
+            + md_table(shown) + "\n\n![the suite means against the total budget](retention.png)\n")

@@ -6,6 +6,7 @@ Stores and checkpoint folders are fabricated in tmp_path; the paper's side is th
 import json
 import statistics
 
+import pandas as pd
 import pytest
 
 from bench import claims as C
@@ -182,6 +183,20 @@ def test_retention_table_lays_out_issue_17s_rows_at_equal_budget(tmp_path):
     assert md.count("\n| 256 |") == 3
 
 
+def test_retention_plot_draws_the_tables_suite_means_by_budget():
+    """retention.png: a line per (suite mean, row) through the table's cells in budget order, the seeds' std as an
+    error bar; no suite mean measured, no picture."""
+    from bench import retention_plot as P
+    cells = [(512, "default", "RULER", 12.0, 0.5, 2), (256, "default", "RULER", 5.0, None, 1),
+             (256, "default", "MK", 7.0, None, 1), (1024, "untrained window + sinks", "S-NIAH", 23.0, None, 1)]
+    table = pd.DataFrame([{"budget": b, "row": r, "target": "", "column": c, "mean": m, "std": s, "n": n, "runs": ""}
+                          for b, r, c, m, s, n in cells])
+    assert P.series(table) == {("RULER", "default"): [(256, 5.0, None), (512, 12.0, 0.5)],
+                               ("S-NIAH", "untrained window + sinks"): [(1024, 23.0, None)]}
+    assert P.plot(table).startswith(b"\x89PNG")
+    assert P.plot(table[table["column"] == "MK"]) is None
+
+
 def test_direction_follows_the_metric():
     assert C.close_gap({"full": 50.0, "gdn": 49.5}, CR)[0] is True  # higher is better: 0.5 points behind
     assert C.close_gap({"full": 50.0, "gdn": 47.0}, CR)[0] is False
@@ -309,7 +324,7 @@ def test_renders_from_the_repository_files(tmp_path):
     changed = C.render(REPO_ROOT / "leaderboards" / "store", REPO_ROOT / "checkpoints" / "smollm2-135m", tmp_path,
                        REFERENCE_DIR)
     assert {p.name for p in changed} == {"claims.md", "claims.csv", "seeds.md", "seeds.csv", "tables.md", "tables.csv",
-                                         "retention.md", "retention.csv"}
+                                         "retention.md", "retention.csv", "retention.png"}
     md = (tmp_path / "claims.md").read_text()
     assert all(c.text in md for c in C.CLAIMS) and md.count("\n| ") == len(C.CLAIMS) + 1
     assert C.render(REPO_ROOT / "leaderboards" / "store", REPO_ROOT / "checkpoints" / "smollm2-135m", tmp_path,

@@ -1,0 +1,67 @@
+"""Issue #17's equal-budget comparison as a picture: the suite means of retention.md against the total cache budget.
+
+Why: the question the issue asks (do slots beat the default recipe and the untrained window at the same budget, and
+where) is a set of curves over budgets 128-1024; the table answers it one cell at a time. Drawn from
+bench.retention_table's long table, so a point here is a cell there (mean over seeds, the seeds' std as an error
+bar). Rendered by `golinear claims` as retention.png.
+"""
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+
+from bench.retention_table import BASELINE
+
+PANELS = ("S-NIAH", "RULER", "MQ/MV/VT")  # the suite means issue #17's targets and its evaluation read
+
+
+def series(table: pd.DataFrame) -> dict:
+    """(panel, row) -> [(budget, mean, std or None)] in budget order, for every row with a point in that panel."""
+    out = {}
+    for (panel, row), g in table[table["column"].isin(PANELS)].groupby(["column", "row"], sort=False):
+        g = g.sort_values("budget")
+        out[(panel, row)] = [(int(b), float(m), None if pd.isna(s) else float(s))
+                             for b, m, s in zip(g["budget"], g["mean"], g["std"])]
+    return out
+
+
+def plot(table: pd.DataFrame) -> bytes | None:
+    """PNG: one panel per suite mean, one line per row (the untrained window dotted, the default recipe bold)."""
+    lines = series(table)
+    if not lines:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = list(dict.fromkeys(row for _, row in lines))
+    others = [r for r in rows if r not in (BASELINE, "default")]
+    colour = {r: plt.get_cmap("tab10")(i % 10) for i, r in enumerate(others)} | {BASELINE: "grey", "default": "black"}
+    budgets = sorted({b for pts in lines.values() for b, _, _ in pts})
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(15, 4), dpi=100, squeeze=False)
+    for ax, panel in zip(axes[0], PANELS):
+        for row in rows:
+            pts = lines.get((panel, row))
+            if not pts:
+                continue
+            xs, ys, err = zip(*pts)
+            ax.errorbar(xs, ys, yerr=[e or 0.0 for e in err], color=colour[row], label=row, marker="o",
+                        markersize=4, capsize=3, linewidth=2.2 if row == "default" else 1.2,
+                        linestyle=":" if row == BASELINE else "-")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(budgets, [str(b) for b in budgets])
+        ax.set_title(f"{panel} mean (4K)")
+        ax.set_xlabel("total cache budget (sinks + window + slots)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("accuracy (points)")
+    handles = {}
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.tight_layout()
+    fig.legend(list(handles.values()), list(handles), fontsize=8, loc="upper center", ncol=4,
+               bbox_to_anchor=(0.5, 0.0))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
