@@ -197,6 +197,19 @@ def test_device_eval_plan_groups_list_their_own_names_suites_tasks_and_splits(tm
         ["mechanism=none,window=3,sinks=1", "cr", "PIQA", "1"]]
 
 
+def test_device_eval_searches_each_carried_checkpoint_folder(tmp_path):
+    """CKPT may name several carried folders (space-separated, so calls can carry them apart): a checkpoint found in
+    the second is stashed and listed; a name in none of them nor the tree is skipped, said. K=0: the listing only."""
+    (tmp_path / "ck1").mkdir()
+    shutil.copytree(ROOT / "checkpoints" / "smollm2-135m" / "gdn-w64", tmp_path / "ck2" / "gdn-w64-carried")
+    said, work = dry_eval(tmp_path, K="0", BUDGET="60", PLAN="lambada: gdn-w64-carried nowhere",
+                          CKPT=f"{tmp_path / 'ck1'} {tmp_path / 'ck2'}")
+    listed = [line.split("\t")[0] for line in (work / "units.txt").read_text().splitlines()]
+    assert listed == [str(work / "ckpt" / "gdn-w64-carried")], said
+    assert (work / "ckpt" / "gdn-w64-carried" / "config.json").is_file()
+    assert "no checkpoint nowhere in" in said and "skipped" in said
+
+
 def test_device_eval_says_when_workers_would_stay_idle(tmp_path):
     """Fewer units than workers (a long suite's tasks not spread with /N) is said before the workers start; a
     budget under 30 s lets no worker take a unit, so nothing is evaluated here."""

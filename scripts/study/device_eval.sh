@@ -16,8 +16,8 @@
 #   names x suites, optionally only some tasks (golinear run --tasks), e.g. "ruler/3: full gdn-w1016-s8-sc;
 #   ruler[MQ,MV,VT]/2: gdn-w1016-s8-sc,window=508,retain=508; cr lambada: gla kgla": one call fills its workers
 #   from all; `full` only where a group names it),
-#   CKPT (a carried folder of checkpoints outside the tree; a name not there is looked up in the tracked
-#   checkpoints/smollm2-135m, then in the machine's stash), BATCH (cr/lambada, 64), BATCH_MMLU (4), BATCH_LONG (32),
+#   CKPT (carried folders of checkpoints outside the tree, space-separated, each searched in turn, so calls can
+#   carry them apart; a name in none is looked up in the tracked checkpoints/smollm2-135m, then in the machine's stash), BATCH (cr/lambada, 64), BATCH_MMLU (4), BATCH_LONG (32),
 #   LONG_ARGS (sniah/ruler: "--context-length 4096 --num-samples 500"), MPS (1: the workers through one CUDA MPS
 #   server, scripts/gpu/mps.sh, so that their small generation kernels overlap instead of taking turns), PARTIAL (the
 #   carried request caches, default .device/eval-partial), PART_BYTES, PARTS_MAX (below), EXTRA_ARGS (every run; a CPU dry run:
@@ -56,7 +56,7 @@ resolve_specs() {  # resolve_specs NAME... -> SPECS
   for name in "$@"; do
     base=${name%%,*}; opts=${name:${#base}}
     [[ "$base" == *=* ]] && { SPECS+=($name); continue; }  # a model spec such as mechanism=none,window=120
-    src=""; for d in "$CKPT" checkpoints/smollm2-135m; do [ -z "$src" ] && [ -f "$d/$base/config.json" ] && src=$d/$base; done  # (a sparse checkout leaves empty folders)
+    src=""; for d in $CKPT checkpoints/smollm2-135m; do [ -z "$src" ] && [ -f "$d/$base/config.json" ] && src=$d/$base; done  # (a sparse checkout leaves empty folders)
     if [ -n "$src" ]; then rm -rf $STASH_CK/$base; cp -r "$src" $STASH_CK/; SPECS+=($STASH_CK/$base$opts)  # carried
     elif [ -d "$STASH_CK/$base" ]; then SPECS+=($STASH_CK/$base$opts)  # carried by an earlier call
     elif [ "$name" = full ]; then SPECS+=($name)
