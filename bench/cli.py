@@ -23,7 +23,7 @@ COMMANDS = {  # name: (module that runs it, module of its options, help)
     "leaderboard": ("bench.leaderboard", "bench.cli_args", "render leaderboards/*.md|csv|html from the result store"),
     "claims": ("bench.claims", "bench.cli_args",
                "render leaderboards/claims.md|csv: each claim of the paper, ours at 135M, a verdict by a rule "
-               "(and seeds, tables, retention .md|csv)"),
+               "(and seeds, tables .md|csv, retention .md|csv|png)"),
     "store": ("bench.store_cli", "bench.cli_args",
               "store merge SRC...: add the cells of other result stores to --store (kept cells never change); "
               "store stale: list (--drop: delete) the cells of checkpoints retrained in place"),

@@ -11,6 +11,7 @@ import io
 
 import pandas as pd
 
+from bench.claims import DEFAULT_ROLE
 from bench.retention_table import BASELINE
 
 PANELS = ("S-NIAH", "RULER", "MQ/MV/VT")  # the suite means issue #17's targets and its evaluation read
@@ -35,8 +36,8 @@ def plot(table: pd.DataFrame) -> bytes | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     rows = list(dict.fromkeys(row for _, row in lines))
-    others = [r for r in rows if r not in (BASELINE, "default")]
-    colour = {r: plt.get_cmap("tab10")(i % 10) for i, r in enumerate(others)} | {BASELINE: "grey", "default": "black"}
+    others = [r for r in rows if r not in (BASELINE, DEFAULT_ROLE)]
+    colour = {BASELINE: "grey", DEFAULT_ROLE: "black"} | {r: plt.get_cmap("tab10")(i % 10) for i, r in enumerate(others)}
     budgets = sorted({b for pts in lines.values() for b, _, _ in pts})
     fig, axes = plt.subplots(1, len(PANELS), figsize=(15, 4), dpi=100, squeeze=False)
     for ax, panel in zip(axes[0], PANELS):
@@ -46,7 +47,7 @@ def plot(table: pd.DataFrame) -> bytes | None:
                 continue
             xs, ys, err = zip(*pts)
             ax.errorbar(xs, ys, yerr=[e or 0.0 for e in err], color=colour[row], label=row, marker="o",
-                        markersize=4, capsize=3, linewidth=2.2 if row == "default" else 1.2,
+                        markersize=4, capsize=3, linewidth=2.2 if row == DEFAULT_ROLE else 1.2,
                         linestyle=":" if row == BASELINE else "-")
         ax.set_xscale("log", base=2)
         ax.set_xticks(budgets, [str(b) for b in budgets])

@@ -17,7 +17,8 @@
 #   ruler[MQ,MV,VT]/2: gdn-w1016-s8-sc,window=508,retain=508; cr lambada: gla kgla": one call fills its workers
 #   from all; `full` only where a group names it),
 #   CKPT (carried folders of checkpoints outside the tree, space-separated, each searched in turn, so calls can
-#   carry them apart; a name in none is looked up in the tracked checkpoints/smollm2-135m, then in the machine's stash), BATCH (cr/lambada, 64), BATCH_MMLU (4), BATCH_LONG (32),
+#   carry them apart; a name in none is looked up in the tracked checkpoints/smollm2-135m, then in the machine's
+#   stash), BATCH (cr/lambada, 64), BATCH_MMLU (4), BATCH_LONG (32),
 #   LONG_ARGS (sniah/ruler: "--context-length 4096 --num-samples 500"), MPS (1: the workers through one CUDA MPS
 #   server, scripts/gpu/mps.sh, so that their small generation kernels overlap instead of taking turns), PARTIAL (the
 #   carried request caches, default .device/eval-partial), PART_BYTES, PARTS_MAX (below), EXTRA_ARGS (every run; a CPU dry run:
