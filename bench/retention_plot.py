@@ -37,7 +37,8 @@ def plot(table: pd.DataFrame) -> bytes | None:
     import matplotlib.pyplot as plt
     rows = list(dict.fromkeys(row for _, row in lines))
     others = [r for r in rows if r not in (BASELINE, DEFAULT_ROLE)]
-    colour = {BASELINE: "grey", DEFAULT_ROLE: "black"} | {r: plt.get_cmap("tab10")(i % 10) for i, r in enumerate(others)}
+    colour = {BASELINE: "grey", DEFAULT_ROLE: "black"}
+    colour |= {r: plt.get_cmap("tab10")(i % 10) for i, r in enumerate(others)}
     budgets = sorted({b for pts in lines.values() for b, _, _ in pts})
     fig, axes = plt.subplots(1, len(PANELS), figsize=(15, 4), dpi=100, squeeze=False)
     for ax, panel in zip(axes[0], PANELS):
