@@ -14,15 +14,17 @@ import pandas as pd
 from bench.claims import CE, DEFAULT, LORA, SC, STRICT, SW64, SWA, Evidence, md_table, role_scores, std_rows
 
 MECHS = {"gla": "GLA", "kgla": "kGLA", "gdn": "GDN", "hedgehog": "Hedgehog"}
-# (the paper's table, our name for the recipe, the paper's setting, our folder's suffix, the mechanisms in it)
+# (the paper's table, our name for the recipe, the paper's setting, our folder's suffix, the mechanisms in it);
+# table None: our ablation, a row the paper does not have (its paper cells stay empty)
 SECTIONS = (
     (5, "strict (no window, frozen q/k/v)", STRICT, "", ("gla", "kgla", "gdn", "hedgehog")),
     (6, "SWA 64", SW64, "-w64", ("gla", "kgla", "gdn")),
     (6, "SWA 56 + 8 sinks", SWA, "-w56-s8", ("gla", "kgla", "gdn")),
     (7, "SWA 56 + 8 sinks + short conv", SC, "-w56-s8-sc", ("gla", "kgla", "gdn")),
     (7, "SWA 56 + 8 sinks + LoRA", LORA, "-w56-s8-lora", ("gla", "kgla", "gdn")),
+    (None, "strict + output RMSNorm (`--out-norm`)", None, "-onorm", ("gla", "kgla", "gdn")),
 )
-PAPER_TABLE = {5: "Table 1", 6: "Table 2", 7: "Table 3"}
+PAPER_TABLE = {5: "Table 1", 6: "Table 2", 7: "Table 3", None: "ours, not in the paper"}
 BACKBONES = ("Llama-3.1-8B", "Qwen3-8B-Base")
 OURS = (("CR", "CR", 2), ("LAMBADA", "LAMBADA", 2), (CE.name, CE.name, 3))  # (column, role_scores metric, digits)
 PAPER = (("CR", "cr"), ("LAMBADA", "lambada"))
@@ -44,7 +46,7 @@ def rows(ev: Evidence, ref: dict) -> list[dict]:
             row |= {f"{col} mean": statistics.mean(vals) if vals else None,
                     f"{col} std": statistics.stdev(vals) if len(vals) > 1 else None, f"{col} n": len(vals)}
         for col, ref_col in PAPER:
-            paper = std_rows(ref, table, roles, ref_col)
+            paper = std_rows(ref, table, roles, ref_col) if table else {}
             row |= {f"paper {col} {bb}": paper.get(bb, {}).get(role) for bb in BACKBONES}
         out.append(row)
     return out
@@ -76,4 +78,5 @@ def to_markdown(table: pd.DataFrame) -> str:
             "mean ± sample std (seeds) where there are several; an empty cell is not measured yet, and a run short "
             "of its steps is named with them. The paper's CR and LAMBADA: leaderboards/reference/paper_standard.csv "
             "(Tables 5-7, the appendix versions of Tables 1-3), Llama-3.1-8B and Qwen3-8B-Base at 10M tokens. "
+            "The last rows are our ablation (the strict recipe with an output RMSNorm: docs/study.md). "
             "Every value with its seeds: tables.csv.\n\n" + md_table(shown) + "\n")

@@ -289,12 +289,13 @@ def test_paper_tables_put_each_recipe_beside_the_papers_row(tmp_path):
                              ("gdn-w56-s8-sc-seed2", 3.4, 2)):
         checkpoint(ck, name, loss, seed=seed)
     checkpoint(ck, "kgla-w64", 4.07)
+    checkpoint(ck, "kgla-onorm", 4.17)
     put_cr(store, "full", 0.50, full=True)
     put_cr(store, "gdn-w56-s8-sc-10m", 0.40, folder=ck / "gdn-w56-s8-sc-10m")
     put_cr(store, "gdn-w56-s8-sc-seed1", 0.44, folder=ck / "gdn-w56-s8-sc-seed1")  # seed 2: no cells yet
     put_cr(store, "kgla-w64", 0.45, folder=ck / "kgla-w64")
     t = paper_tables.frame(C.evidence(store, ck), load_reference(REFERENCE_DIR))
-    assert len(t) == 1 + 4 + 4 * 3
+    assert len(t) == 1 + 4 + 4 * 3 + 3  # + our ablation: strict + output norm for GLA, kGLA, GDN
     by = t.set_index(["recipe", "mechanism"])
     conv = by.loc[("SWA 56 + 8 sinks + short conv", "GDN")]
     assert (conv["CR mean"], conv["CR n"]) == (pytest.approx(42.0), 2)
@@ -306,6 +307,9 @@ def test_paper_tables_put_each_recipe_beside_the_papers_row(tmp_path):
     assert by.loc[("full attention", "-")]["CR mean"] == pytest.approx(50.0)
     strict = by.loc[("strict (no window, frozen q/k/v)", "GLA")]
     assert strict["CR n"] == 0 and strict["paper CR Llama-3.1-8B"] == pytest.approx(61.81)
+    onorm = by.loc[("strict + output RMSNorm (`--out-norm`)", "kGLA")]  # the paper has no such row
+    assert onorm["paper table"] == "ours, not in the paper" and onorm["held-out CE mean"] == pytest.approx(4.17)
+    assert pd.isna(onorm["paper CR Llama-3.1-8B"]) and onorm["CR n"] == 0
     md = paper_tables.to_markdown(t)
     assert "| 42.00 ± 2.83 (2) |" in md and "| 45.00 |" in md
     assert md.count("| Hedgehog |") == 1 and md.count("\n| ") == len(t) + 1
