@@ -9,9 +9,9 @@ model the hybrids are made from, 100 % full attention; both end every curve.
 """
 from __future__ import annotations
 
-import io
-
 import pandas as pd
+
+from bench.figures import png_bytes, pyplot
 
 COLUMNS = ["CR", "LAMBADA", "LAMBADA ppl"]
 STRICT = {"mechanism": "gdn", "window": 0, "sinks": 0, "short_conv": False, "lora": False}
@@ -59,9 +59,7 @@ def hybrid_plot(table: pd.DataFrame) -> bytes | None:
     (0 %, with the output RMSNorm where it has one) and full attention (100 %) end both lines."""
     if table.empty or not (table["selection"].isin(["uniform", "hardness"])).any():
         return None
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     share = table["share of full layers"].str.rstrip("%").astype(float)
     ends = table[table["selection"].isin(["none", "full"]) & ((table["out_norm"] != "no") | (share == 100))]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=100)
@@ -76,7 +74,4 @@ def hybrid_plot(table: pd.DataFrame) -> bytes | None:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle("strict GDN hybrids (Figure 5 analog)", fontsize=10)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight", metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)

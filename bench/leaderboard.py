@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import math
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pandas as pd
 
 from bench.cli_args import REFERENCE_DIR
 from bench.families import families, family_of
+from bench.figures import legend_entries, png_bytes, pyplot
 from bench.hybrid import hybrid_plot, hybrid_table
 from bench.store import Store
 from models.atomic import atomic_write
@@ -260,9 +260,7 @@ def sniah_plot(table: pd.DataFrame) -> bytes | None:
     Full attention (budget inf) is drawn as a dotted horizontal line."""
     if table.empty:
         return None
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     meta = ("status", "source", "backbone", "model", "task", "context", "n")
     finite = [b for b in table.columns if b not in meta and b != "inf"]
     if not finite:
@@ -290,17 +288,8 @@ def sniah_plot(table: pd.DataFrame) -> bytes | None:
         ax.set_ylim(-2, 102)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("accuracy (%)")
-    handles, labels = {}, []
-    for ax in axes[0]:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in handles:
-                handles[lab] = h
-                labels.append(lab)
-    fig.legend([handles[k] for k in labels], labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight", metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
+    fig.legend(*legend_entries(axes[0]), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return png_bytes(fig)
 
 
 def to_html(sections: list[tuple[str, str, pd.DataFrame]], pngs: dict[str, bytes | None]) -> str:

@@ -7,11 +7,10 @@ bar). Rendered by `golinear claims` as retention.png.
 """
 from __future__ import annotations
 
-import io
-
 import pandas as pd
 
 from bench.claims import DEFAULT_ROLE
+from bench.figures import legend_entries, png_bytes, pyplot
 from bench.retention_table import BASELINE
 
 PANELS = ("S-NIAH", "RULER", "MQ/MV/VT")  # the suite means issue #17's targets and its evaluation read
@@ -32,9 +31,7 @@ def plot(table: pd.DataFrame) -> bytes | None:
     lines = series(table)
     if not lines:
         return None
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     rows = list(dict.fromkeys(row for _, row in lines))
     others = [r for r in rows if r not in (BASELINE, DEFAULT_ROLE)]
     colour = {BASELINE: "grey", DEFAULT_ROLE: "black"}
@@ -56,14 +53,6 @@ def plot(table: pd.DataFrame) -> bytes | None:
         ax.set_xlabel("total cache budget (sinks + window + slots)")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("accuracy (points)")
-    handles = {}
-    for ax in axes[0]:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(lab, h)
     fig.tight_layout()
-    fig.legend(list(handles.values()), list(handles), fontsize=8, loc="upper center", ncol=4,
-               bbox_to_anchor=(0.5, 0.0))
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight", metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
+    fig.legend(*legend_entries(axes[0]), fontsize=8, loc="upper center", ncol=4, bbox_to_anchor=(0.5, 0.0))
+    return png_bytes(fig)
