@@ -44,6 +44,8 @@ def with_metadata(tm, metadata: dict):
 
 # ----------------------------------------------------------------------------- models
 def backend_and_args(spec: S.ModelSpec) -> tuple[str, dict]:
+    if spec.press is not None:
+        return "golinear-press", spec.model_args()
     return ("golinear-hf" if spec.is_full_attention else "linearized"), spec.model_args()
 
 
@@ -68,11 +70,13 @@ def validate_model(spec: S.ModelSpec, device: str) -> None:
 
 
 def build_lm(spec: S.ModelSpec, batch_size=1, device="cpu"):
-    """An lm-eval LM for a spec: `golinear-hf` for full attention, `linearized` otherwise."""
+    """An lm-eval LM for a spec: `golinear-hf` for full attention, `golinear-press` for a compressed cache,
+    `linearized` otherwise."""
     import lm_eval.models  # noqa: F401 - registers the built-ins first (registry pitfall)
     from lm_eval.api.registry import get_model
 
     import bench.lm_backend  # noqa: F401 - registers golinear-hf and linearized
+    import bench.press_backend  # noqa: F401 - registers golinear-press
     backend, args = backend_and_args(spec)
     return get_model(backend).create_from_arg_obj(args, {"batch_size": batch_size, "device": device})
 

@@ -28,15 +28,16 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils import _add_special_kwargs, has_bos_prefix
 
 from models.spec import LINEAR_KEYS as LINEAR_ARGS  # the spec's keys and values: models.spec, one schema
-from models.spec import STRING_KEYS, ModelSpec
+from models.spec import PRESS_KEYS, STRING_KEYS, ModelSpec
 
-MODEL_ARGS = ("base", *LINEAR_ARGS, "dtype", "device", "batch_size", "max_length", "seed", "generation")
-GENERATION = {"golinear-hf": ("hf", "batched", "sequential"), "linearized": ("batched", "sequential")}
+MODEL_ARGS = ("base", *LINEAR_ARGS, *PRESS_KEYS, "dtype", "device", "batch_size", "max_length", "seed", "generation")
+GENERATION = {"golinear-hf": ("hf", "batched", "sequential"), "linearized": ("batched", "sequential"),
+              "golinear-press": ("press",)}
 # HFLM options passed through to it (lm-eval's CLI passes some).
 HFLM_ARGS = ("max_batch_size", "truncation", "logits_cache", "add_bos_token", "prefix_token_id",
              "softmax_dtype", "mixed_precision_dtype", "think_end_token",
              "enable_thinking", "chat_template_args", "trust_remote_code")
-BACKENDS = ("linearized", "golinear-hf")
+BACKENDS = ("linearized", "golinear-hf", "golinear-press")  # the last: bench.press_backend
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 
@@ -79,9 +80,15 @@ def check_model_args(backend: str, args: dict) -> dict:
     out["dtype"] = spec.dtype
     out["device"] = check_device(out.get("device") or default_device())
     linear = {k: v for k, v in spec.given().items() if k in LINEAR_ARGS}
-    if backend == "golinear-hf" and linear:
-        raise ValueError(f"golinear-hf is full attention; it takes no linearization args, got {sorted(linear)} "
+    if backend in ("golinear-hf", "golinear-press") and linear:
+        raise ValueError(f"{backend} is full attention; it takes no linearization args, got {sorted(linear)} "
                          f"(use model 'linearized')")
+    if (backend == "golinear-press") != (spec.press is not None):
+        raise ValueError(f"model '{backend}' takes no press=; KV-cache compression is model 'golinear-press'"
+                         if spec.press else "model 'golinear-press' needs press=<name> and kv_budget=<entries>")
+    if spec.press is not None and spec.kv_budget < 1:
+        raise ValueError(f"press={spec.press} needs kv_budget=<entries kept per layer and KV head>, e.g. kv_budget=256 "
+                         f"(or `golinear run --budgets`)")
     allowed = GENERATION[backend]
     out["generation"] = out.get("generation") or allowed[0]
     if out["generation"] not in allowed:
@@ -350,6 +357,9 @@ class LinearizedLM(GolinearHF):
 def make_lm(backend: str, **model_args):
     """Build a backend by name (the runner's entry point); bad names/args fail before any loading."""
     check_model_args(backend, model_args)
+    if backend == "golinear-press":
+        from bench.press_backend import PressLM
+        return PressLM(**model_args)
     return {"linearized": LinearizedLM, "golinear-hf": GolinearHF}[backend](**model_args)
 
 

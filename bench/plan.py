@@ -229,6 +229,10 @@ def plan_cells(models, entries, *, budgets=None, sinks=8, limit=None, context_le
             if m.is_full_attention or m.full["mechanism"] == "none":
                 continue
             add(S.full_attention(m))
+            if m.press is not None:  # a compressed cache at each budget, beside full attention
+                for b in budgets:
+                    add(m.with_budget(b, sinks))
+                continue
             for b in budgets:
                 add(m.with_budget(b, sinks))
             for b in budgets:
@@ -246,5 +250,6 @@ def plan_cells(models, entries, *, budgets=None, sinks=8, limit=None, context_le
             cells += [Cell(m, e, config, data.get(e.task)) for m in long_models]
         else:
             config = {"limit": limit, "num_fewshot": e.num_fewshot}
-            cells += [Cell(m, e, config, data.get(e.task)) for m in models]
+            # a press compresses after the prompt: on a scoring task it would be full attention (not evaluated)
+            cells += [Cell(m, e, config, data.get(e.task)) for m in models if m.press is None]
     return cells

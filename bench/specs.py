@@ -43,11 +43,13 @@ class ModelSpec(schema.ModelSpec):
     def with_budget(self, budget: int, sinks: int, family: str | None = None, **changes) -> "ModelSpec":
         """The same model evaluated with `sinks` sink tokens, its retention slots (if any) kept, and a window
         filling the rest of `budget` (budget = sinks + window + retain, as ModelSpec.budget counts it)."""
+        fam = family or self.family or self.label
+        if self.press is not None:  # a compressed cache: the press keeps `budget` entries (no sinks of its own)
+            return replace(self, **changes, kv_budget=budget, label=f"{fam} @{budget}", family=fam)
         retain = changes.get("retain", self.checkpoint_linearize().get("retain", 0) if self.checkpoint else self.retain)
         if budget <= sinks + retain:
             slots = f" + {retain} retention slots" if retain else ""
             raise ValueError(f"cache budget {budget} must exceed the {sinks} sink tokens{slots}")
-        fam = family or self.family or self.label
         return replace(self, **changes, sinks=sinks, window=budget - sinks - retain, label=f"{fam} @{budget}",
                        family=fam)
 

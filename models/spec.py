@@ -40,12 +40,14 @@ TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 WEIGHTS, CONFIG = "new_params.safetensors", "config.json"  # a checkpoint's two files (models.checkpoint)
 SCORER = "scorer.safetensors"  # and, with retain_score=fitted, its copy of the scorer file (config.json names it)
 # integer options and their least allowed value
-MINIMUM = {"window": 0, "sinks": 0, "retain": 0, "conv_size": 1, "lora_rank": 1, "lora_alpha": 1, "gate_rank": 1,
+MINIMUM = {"window": 0, "sinks": 0, "retain": 0, "kv_budget": 0, "conv_size": 1, "lora_rank": 1, "lora_alpha": 1, "gate_rank": 1,
            "feature_dim": 1}
 # the keys of the CLI/store string and of lm-eval's model_args (the other linearize options keep their defaults)
+# KV-cache compression of the full-attention model (models.kv_compression): a kvpress press at a cache budget
+PRESS_KEYS = ("press", "kv_budget", "question_aware")
 STRING_KEYS = ("base", "checkpoint", "mechanism", "window", "sinks", "short_conv", "lora", "full_layers",
-               "keep_full", "select", "retain", "retain_score", "out_norm", "conv_on", "scorer", "dtype")
-LINEAR_KEYS = STRING_KEYS[1:-1]  # the linearization keys of model_args
+               "keep_full", "select", "retain", "retain_score", "out_norm", "conv_on", "scorer", *PRESS_KEYS, "dtype")
+LINEAR_KEYS = tuple(k for k in STRING_KEYS[1:-1] if k not in PRESS_KEYS)  # the linearization keys of model_args
 # LinearizeConfig's fields, in its order (tests/test_spec.py checks that they agree)
 LINEARIZE_KEYS = ("mechanism", "window", "sinks", "short_conv", "conv_size", "lora", "lora_rank", "lora_alpha",
                   "full_layers", "keep_full", "select", "layer_scores", "gate_rank", "feature_dim", "retain",
@@ -151,6 +153,7 @@ PARSERS = {"base": lambda k, v: str(v).strip(), "checkpoint": _checkpoint, "mech
            "select": lambda k, v: _choice(k, v, SELECTIONS, "layer selection"), "layer_scores": _scores,
            "retain_score": lambda k, v: _choice(k, v, RETAIN_SCORES, "retention score"),
            "conv_on": lambda k, v: _choice(k, v, CONV_ON, "conv_on"), "scorer": lambda k, v: _scorer_file(v),
+           "press": lambda k, v: check_press_name(v), "question_aware": _boolean,
            "dtype": lambda k, v: _choice(k, v, DTYPES, "dtype")}
 
 
@@ -158,9 +161,27 @@ def parse_value(key: str, value):
     """The one check of one value (text from a string or model_args, or already typed): its normal form,
     or a one-line ValueError (FileNotFoundError for a missing checkpoint) naming the value and what is allowed.
     None means "not given" for the keys whose default is None."""
-    if value is None and key in ("base", "checkpoint", "mechanism", "full_layers", "layer_scores", "scorer"):
+    if value is None and key in ("base", "checkpoint", "mechanism", "full_layers", "layer_scores", "scorer", "press"):
         return None
     return PARSERS[key](key, value)
+
+
+def check_press_name(name) -> str:
+    from models.kv_compression.presses import check_press  # (imports no torch)
+    return check_press(name)
+
+
+def check_press_options(spec) -> None:
+    """A press compresses the full-attention model's cache to kv_budget entries: not with a linearization, and the
+    budget only with a press (a press without one takes each of `golinear run --budgets`)."""
+    if spec.press is None:
+        if spec.kv_budget or spec.question_aware:
+            named = f"kv_budget={spec.kv_budget}" if spec.kv_budget else "question_aware=true"
+            raise ValueError(f"{named} needs press=<name> (KV-cache compression)")
+        return
+    if spec.mechanism is not None or spec.checkpoint is not None:
+        raise ValueError(f"press={spec.press} compresses the full-attention model's cache; it does not combine with "
+                         f"a linearized model (mechanism or checkpoint)")
 
 
 def check_window_only(mechanism, window: int, sinks: int) -> None:
@@ -305,6 +326,9 @@ class ModelSpec:
     out_norm: bool = False         # output RMSNorm after the op (gla, kgla, gdn; models.mechanisms.OutputNorm)
     conv_on: str = CONV_ON[0]      # the path(s) the short conv feeds: both | linear
     scorer: str | None = None      # absolute path of a scorer file (retain_score=fitted; models.retention_scorer)
+    press: str | None = None       # a kvpress press on the full-attention model (models.kv_compression)
+    kv_budget: int = 0             # the press's cache budget: KV entries kept per layer and KV head
+    question_aware: bool = False   # the press also sees the question (default: the context alone is compressed)
     dtype: str = "float32"
 
     def __post_init__(self):
@@ -314,6 +338,7 @@ class ModelSpec:
             check_retention(self.mechanism, self.window, self.retain, self.retain_score, self.scorer)
             check_out_norm(self.mechanism, self.out_norm, self.retain)
             check_conv_on(self.mechanism, self.short_conv, self.conv_on, self.retain)
+        check_press_options(self)
 
     # ------------------------------------------------------------------ the CLI/store string
     @classmethod
@@ -368,6 +393,9 @@ class ModelSpec:
                 parts.append(f"{k}_files={ident}")
         if a.get("scorer"):
             parts.append(f"scorer_file={file_identity(a['scorer'])}")
+        if a.get("press"):  # a press's scores are kvpress's code: its version is part of the cell's identity
+            from models.kv_compression.kvpress_adapter import kvpress_version
+            parts.append(f"kvpress={kvpress_version()}")
         return ",".join(parts)
 
     # ------------------------------------------------------------------ lm-eval model_args
@@ -423,7 +451,7 @@ class ModelSpec:
 
     @property
     def is_full_attention(self) -> bool:
-        return self.mechanism is None and self.checkpoint is None
+        return self.mechanism is None and self.checkpoint is None and self.press is None
 
     @property
     def base_name(self) -> str:
@@ -437,6 +465,8 @@ class ModelSpec:
         """Cache budget in tokens: sinks + window (+ retention slots) for windowed models, inf for full attention."""
         if self.is_full_attention:
             return math.inf
+        if self.press is not None:
+            return self.kv_budget
         if self.checkpoint is not None:
             try:  # a checkpoint carries its own window and sinks, unless cache options replace them
                 lin = self.checkpoint_linearize()

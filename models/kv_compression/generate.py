@@ -1,0 +1,53 @@
+"""Greedy generation with a compressed KV cache, on exactly the token ids every other golinear row reads.
+
+Question-agnostic (the main comparison): the context is prefilled under the press and compressed to
+`budget - len(question)` entries per layer and KV head, then the question is read (uncompressed), so decoding
+starts from `budget` entries, as a linearized model's sinks + window hold at most `budget`. Question-aware: the
+whole prompt (but its last token, run after for the first logits) is compressed to `budget - 1`. kvpress's own pipeline does the same steps, but applies a chat template
+and re-tokenizes; here the ids are the ones lm-eval built, so the samples are the same as the other rows'.
+New tokens are appended to the cache uncompressed (at most max_new_tokens of them).
+"""
+from __future__ import annotations
+
+import torch
+
+from models.kv_compression.kvpress_adapter import apply_press
+from models.kv_compression.presses import build_press
+
+
+def split_budget(prompt_len: int, question_len: int, budget: int, question_aware: bool) -> tuple[int, int]:
+    """(tokens prefilled under the press, entries it keeps): question-aware, the prompt but its last token (run
+    after, for the first logits) at `budget - 1`; else the context at what the question leaves of `budget`."""
+    if question_aware:
+        question_len = 1
+    keep = budget - question_len
+    if keep < 1:
+        raise ValueError(f"cache budget {budget} cannot hold the question's {question_len} tokens; "
+                         f"use a budget above {question_len}")
+    return prompt_len - question_len, keep
+
+
+@torch.no_grad()
+def generate(model, ids: list[int], question_len: int, press: str, budget: int, max_new_tokens: int,
+             question_aware: bool = False, eos: frozenset = frozenset(), stop=None) -> list[int]:
+    """New token ids for one prompt (`ids`, its last `question_len` tokens the question)."""
+    from transformers import DynamicCache
+    device = model.device
+    n_press, keep = split_budget(len(ids), question_len, budget, question_aware)
+    x = torch.tensor([ids], device=device)
+    cache = DynamicCache()
+    with apply_press(build_press(press, keep), model):
+        model.model(input_ids=x[:, :n_press], past_key_values=cache, use_cache=True)
+    pos, rest = n_press, x[:, n_press:]
+    out = []
+    for _ in range(max_new_tokens):
+        position_ids = torch.arange(pos, pos + rest.shape[1], device=device)[None]
+        logits = model(input_ids=rest, past_key_values=cache, position_ids=position_ids, use_cache=True,
+                       logits_to_keep=1).logits
+        pos += rest.shape[1]
+        token = int(logits[0, -1].argmax())
+        out.append(token)
+        if token in eos or (stop and stop(out)):
+            break
+        rest = torch.tensor([[token]], device=device)
+    return out

@@ -1,0 +1,155 @@
+"""KV-cache compression (kvpress presses) as golinear models: the adapter, the exact budget, the question split,
+generation, the spec and the plan. Real kvpress presses on the real SmolLM2 backbone."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("kvpress")
+import torch  # noqa: E402
+
+from bench import specs as S  # noqa: E402
+from models.kv_compression.kvpress_adapter import apply_press, legacy_kwargs  # noqa: E402
+from models.kv_compression.presses import PRESSES, build_press, ratio_for  # noqa: E402
+from models.spec import ModelSpec  # noqa: E402
+from tasks.ruler.api import SUITES, TASKS, build_samples  # noqa: E402
+from tasks.ruler.split import question_start  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    from models.load import load_model
+    model, tok, _ = load_model()
+    return model.eval(), tok
+
+
+def prompt_ids(tok, n_words=300):
+    text = "The grass is green and the sky is blue. " * (n_words // 9)
+    return tok(text + "\nWhat colour is the grass? The grass is")["input_ids"]
+
+
+def prefill(model, ids, press=None):
+    from transformers import DynamicCache
+    cache = DynamicCache()
+    with torch.no_grad(), (apply_press(press, model) if press else torch.no_grad()):
+        model.model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+    return cache
+
+
+def test_legacy_kwargs_add_the_names_kvpress_reads():
+    cache, pos = object(), torch.arange(5, 9)[None]
+    out = legacy_kwargs({"cache": cache, "position_ids": pos, "hidden_states": 1})
+    assert out["past_key_values"] is cache and torch.equal(out["cache_position"], pos[0])
+    assert out["hidden_states"] == 1
+
+
+def test_kvpress_alone_fails_on_this_transformers_which_the_adapter_fixes(smollm):
+    """What breaks: kvpress's own context manager reads kwargs['past_key_values'], which transformers 5 renamed."""
+    import kvpress
+    from transformers import DynamicCache
+    model, tok = smollm
+    ids = torch.tensor([prompt_ids(tok, 60)])
+    with pytest.raises(KeyError, match="past_key_values"), torch.no_grad(), \
+            kvpress.KnormPress(compression_ratio=0.5)(model):
+        model.model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
+    cache = prefill(model, ids[0].tolist(), build_press("knorm", 16))
+    assert all(layer.keys.shape[2] == 16 for layer in cache.layers)
+
+
+@pytest.mark.parametrize("length", [17, 100, 1000, 4096, 32768])
+@pytest.mark.parametrize("keep", [1, 8, 64, 256, 1016])
+def test_ratio_keeps_exactly_the_budget(length, keep):
+    from kvpress.utils import compute_n_kept
+    ratio = ratio_for(length, keep)
+    assert 0 <= ratio < 1
+    assert (compute_n_kept(length, ratio) if ratio else length) == min(keep, length)
+
+
+@pytest.mark.parametrize("press", sorted(PRESSES))
+def test_every_press_keeps_the_budget_in_every_layer(smollm, press):
+    model, tok = smollm
+    cache = prefill(model, prompt_ids(tok), build_press(press, 40))
+    assert [layer.keys.shape[2] for layer in cache.layers] == [40] * model.config.num_hidden_layers
+
+
+def test_streaming_llm_keeps_the_sinks_and_the_last_tokens_of_the_full_cache(smollm):
+    """The press prefills with full attention and evicts after each layer: its cache is the full cache's first 8
+    and last keep - 8 entries (what golinear's window + sinks see at the last prompt token)."""
+    model, tok = smollm
+    ids = prompt_ids(tok)
+    full, kept = prefill(model, ids), prefill(model, ids, build_press("streaming_llm", 48))
+    idx = list(range(8)) + list(range(len(ids) - 40, len(ids)))
+    for a, b in zip(full.layers, kept.layers):  # kvpress keeps them in score order: match rows by their keys
+        want_k, want_v = a.keys[0][:, idx], a.values[0][:, idx]  # [heads, kept, dim]
+        dist = torch.cdist(b.keys[0], want_k, compute_mode="donot_use_mm_for_euclid_dist")
+        order = dist.argmin(-1)  # RoPE makes each position's key distinct
+        assert torch.equal(order.sort(-1).values, torch.arange(len(idx)).expand_as(order))
+        assert dist.amin(-1).max() < 1e-4
+        torch.testing.assert_close(b.values[0], torch.gather(want_v, 1, order[..., None].expand_as(b.values[0])))
+
+
+def test_a_budget_above_the_prompt_is_full_attention_greedy(smollm):
+    from models.kv_compression.generate import generate
+    model, tok = smollm
+    ids = prompt_ids(tok, 60)
+    ref = model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)[0, len(ids):].tolist()
+    ours = generate(model, ids, 9, "snapkv", 10_000, 8)
+    assert ours[:len(ref)] == ref and len(ref) >= 4
+
+
+def test_question_agnostic_leaves_room_for_the_question():
+    from models.kv_compression.generate import split_budget
+    assert split_budget(1000, 30, 256, False) == (970, 226)
+    assert split_budget(1000, 30, 256, True) == (999, 255)
+    with pytest.raises(ValueError, match="cannot hold the question's 300 tokens"):
+        split_budget(1000, 300, 256, False)
+
+
+@pytest.mark.parametrize("task", SUITES["sniah"] + SUITES["ruler"])
+def test_each_task_splits_its_prompt_before_the_question(smollm, task, monkeypatch):
+    """The context/question split from the task's own template: the context holds every reference answer that
+    the haystack carries, the question part holds no haystack and starts on the template's question line."""
+    monkeypatch.setenv("GOLINEAR_RULER_CACHE", "0")
+    _, tok = smollm
+    length = 2048 if TASKS[task].family == "qa" else 1024  # a QA document set does not fit in 1K
+    row = build_samples(task, tok, max_seq_length=length, num_samples=1)[0]
+    at = question_start(task, row["prompt"])
+    context, question = row["prompt"][:at], row["prompt"][at:]
+    assert question.startswith("\n") and len(question) < 600, question[:200]
+    assert row["answer_prefix"] in question
+    if TASKS[task].family == "niah":
+        assert all(str(v) in context for v in row["outputs"])
+        assert all(str(v) not in question for v in row["outputs"])
+
+
+def test_spec_rules():
+    spec = ModelSpec.from_string("press=snapkv,kv_budget=256")
+    assert not spec.is_full_attention and spec.budget == 256
+    assert "kvpress=" in spec.store_key() and "press=snapkv" in spec.store_key()
+    assert ModelSpec.from_string(spec.to_string()) == spec
+    with pytest.raises(ValueError, match="unknown press 'h2o'; allowed"):
+        ModelSpec.from_string("press=h2o")
+    with pytest.raises(ValueError, match="kv_budget=64 needs press="):
+        ModelSpec.from_string("kv_budget=64")
+    with pytest.raises(ValueError, match="does not combine with a linearized model"):
+        ModelSpec.from_string("gdn-default,press=knorm")
+    fam = S.parse_model_spec("press=tova")
+    b = fam.with_budget(512, 8)
+    assert (b.kv_budget, b.label, b.family) == (512, "press=tova @512", "press=tova")
+
+
+def test_backend_refuses_a_press_without_a_budget_and_scoring():
+    from bench.lm_backend import check_model_args
+    with pytest.raises(ValueError, match="needs kv_budget"):
+        check_model_args("golinear-press", {"press": "knorm"})
+    with pytest.raises(ValueError, match="takes no press="):
+        check_model_args("golinear-hf", {"press": "knorm", "kv_budget": 8})
+
+
+def test_plan_puts_presses_on_the_budget_sweep_and_not_on_scoring_tasks():
+    from bench.plan import plan_cells, resolve_suites
+    models = S.parse_models("press=snapkv;gdn-default")
+    entries = resolve_suites("sniah,cr", tasks="S-NIAH-1,PIQA")
+    cells = plan_cells(models, entries, budgets=[128, 256])
+    labels = {(c.model.label, c.entry.task) for c in cells}
+    assert ("press=snapkv @128", "golinear_sniah_1") in labels and ("press=snapkv @256", "golinear_sniah_1") in labels
+    assert not any(c.model.press and not c.entry.long for c in cells)
