@@ -67,10 +67,19 @@ def label_of(text: str) -> str:
     return tokens[0] if len(tokens) == 1 and "=" not in tokens[0] else text
 
 
+def press_label(spec) -> str:
+    """A KV-cache compression row's name in tables: the press, the library, and question-aware when it is."""
+    return f"{spec.press} (kvpress{', question-aware' if spec.question_aware else ''})"
+
+
 def parse_model_spec(text: str) -> ModelSpec:
     """Parse one spec string. Raises ValueError/FileNotFoundError naming the bad part."""
     label = label_of(text)
-    return ModelSpec.from_string(text, label=label, family=label)
+    spec = ModelSpec.from_string(text, label=label, family=label)
+    if spec.press is not None:
+        fam = press_label(spec)
+        return replace(spec, label=f"{fam} @{spec.kv_budget}" if spec.kv_budget else fam, family=fam)
+    return spec
 
 
 def parse_models(text: str) -> list[ModelSpec]:

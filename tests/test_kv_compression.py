@@ -134,7 +134,9 @@ def test_spec_rules():
         ModelSpec.from_string("gdn-default,press=knorm")
     fam = S.parse_model_spec("press=tova")
     b = fam.with_budget(512, 8)
-    assert (b.kv_budget, b.label, b.family) == (512, "press=tova @512", "press=tova")
+    assert (b.kv_budget, b.label, b.family) == (512, "tova (kvpress) @512", "tova (kvpress)")
+    assert S.parse_model_spec("press=snapkv,question_aware=true,kv_budget=64").label == \
+        "snapkv (kvpress, question-aware) @64"
 
 
 def test_backend_refuses_a_press_without_a_budget_and_scoring():
@@ -151,5 +153,21 @@ def test_plan_puts_presses_on_the_budget_sweep_and_not_on_scoring_tasks():
     entries = resolve_suites("sniah,cr", tasks="S-NIAH-1,PIQA")
     cells = plan_cells(models, entries, budgets=[128, 256])
     labels = {(c.model.label, c.entry.task) for c in cells}
-    assert ("press=snapkv @128", "golinear_sniah_1") in labels and ("press=snapkv @256", "golinear_sniah_1") in labels
+    assert {("snapkv (kvpress) @128", "golinear_sniah_1"), ("snapkv (kvpress) @256", "golinear_sniah_1")} <= labels
     assert not any(c.model.press and not c.entry.long for c in cells)
+
+
+@pytest.mark.slow
+def test_golinear_run_stores_a_press_cell_keyed_by_the_kvpress_version(tmp_path):
+    """End to end: `golinear run` with a press on the budget sweep, through lm-eval, into the store."""
+    import json
+    from bench.cli import main
+    store = tmp_path / "store"
+    assert main(["run", "--models", "press=streaming_llm", "--suites", "sniah", "--tasks", "S-NIAH-1",
+                 "--budgets", "512", "--context-length", "1024", "--num-samples", "1", "--store", str(store)]) == 0
+    cells = [json.loads(p.read_text()) for p in store.glob("cells/*/*.json")]
+    press = [c for c in cells if c["model"]["args"].get("press")]
+    assert len(cells) == 2 and len(press) == 1
+    assert press[0]["key"]["model"].endswith("kvpress=0.5.5") and press[0]["model"]["budget"] == 512
+    assert press[0]["model"]["family"] == "streaming_llm (kvpress)"
+    assert 0 <= press[0]["metrics"]["score,none"]["value"] <= 100
