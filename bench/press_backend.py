@@ -17,16 +17,19 @@ from models.spec import ModelSpec
 
 @register_model("golinear-press")
 class PressLM(GolinearHF):
-    """Full attention with a compressed KV cache: press=<name>, kv_budget=<entries>, question_aware=<bool>."""
+    """Full attention with a compressed KV cache: press=<name>, kv_budget=<entries>, question_aware=<bool>,
+    prefill_chunk=<tokens> (0: the whole context, then compress)."""
 
     BACKEND = "golinear-press"
 
-    def __init__(self, press=None, kv_budget=0, question_aware=False, **kwargs):
-        spec = ModelSpec(press=press, kv_budget=kv_budget, question_aware=question_aware)  # checked once
+    def __init__(self, press=None, kv_budget=0, question_aware=False, prefill_chunk=0, **kwargs):
+        spec = ModelSpec(press=press, kv_budget=kv_budget, question_aware=question_aware,
+                         prefill_chunk=prefill_chunk)  # checked once
         self.press_spec = spec
-        super().__init__(press=spec.press, kv_budget=spec.kv_budget, question_aware=spec.question_aware, **kwargs)
+        super().__init__(press=spec.press, kv_budget=spec.kv_budget, question_aware=spec.question_aware,
+                         prefill_chunk=spec.prefill_chunk, **kwargs)
         self.golinear_info = {**self.golinear_info, "press": spec.press, "kv_budget": spec.kv_budget,
-                              "question_aware": spec.question_aware}
+                              "question_aware": spec.question_aware, "prefill_chunk": spec.prefill_chunk}
 
     def loglikelihood(self, requests, disable_tqdm: bool = False):
         raise ValueError(f"press={self.press_spec.press}: KV-cache compression acts after the prompt is read, so a "
@@ -64,7 +67,7 @@ class PressLM(GolinearHF):
                 return any(u in text for u in until)
             new = generate(self.model, ids, question_len, self.press_spec.press, self.press_spec.kv_budget,
                            kwargs.pop("max_gen_toks"), question_aware=self.press_spec.question_aware, eos=eos,
-                           stop=stop)
+                           stop=stop, prefill_chunk=self.press_spec.prefill_chunk)
             text = postprocess_generated_text(generation=self.tok_decode(new), stop=until, think_end_token=None)
             self.cache_hook.add_partial("generate_until", (prompt, gen_kwargs), text)
             out.append(text)

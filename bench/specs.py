@@ -69,7 +69,8 @@ def label_of(text: str) -> str:
 
 def press_label(spec) -> str:
     """A KV-cache compression row's name in tables: the press, the library, and question-aware when it is."""
-    return f"{spec.press} (kvpress{', question-aware' if spec.question_aware else ''})"
+    notes = ["question-aware"] * spec.question_aware + [f"chunked prefill {spec.prefill_chunk}"] * bool(spec.prefill_chunk)
+    return f"{spec.press} (kvpress{''.join(', ' + n for n in notes)})"
 
 
 def parse_model_spec(text: str) -> ModelSpec:

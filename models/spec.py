@@ -40,11 +40,11 @@ TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 WEIGHTS, CONFIG = "new_params.safetensors", "config.json"  # a checkpoint's two files (models.checkpoint)
 SCORER = "scorer.safetensors"  # and, with retain_score=fitted, its copy of the scorer file (config.json names it)
 # integer options and their least allowed value
-MINIMUM = {"window": 0, "sinks": 0, "retain": 0, "kv_budget": 0, "conv_size": 1, "lora_rank": 1, "lora_alpha": 1, "gate_rank": 1,
+MINIMUM = {"window": 0, "sinks": 0, "retain": 0, "kv_budget": 0, "prefill_chunk": 0, "conv_size": 1, "lora_rank": 1, "lora_alpha": 1, "gate_rank": 1,
            "feature_dim": 1}
 # the keys of the CLI/store string and of lm-eval's model_args (the other linearize options keep their defaults)
 # KV-cache compression of the full-attention model (models.kv_compression): a kvpress press at a cache budget
-PRESS_KEYS = ("press", "kv_budget", "question_aware")
+PRESS_KEYS = ("press", "kv_budget", "question_aware", "prefill_chunk")
 STRING_KEYS = ("base", "checkpoint", "mechanism", "window", "sinks", "short_conv", "lora", "full_layers",
                "keep_full", "select", "retain", "retain_score", "out_norm", "conv_on", "scorer", *PRESS_KEYS, "dtype")
 LINEAR_KEYS = tuple(k for k in STRING_KEYS[1:-1] if k not in PRESS_KEYS)  # the linearization keys of model_args
@@ -175,10 +175,14 @@ def check_press_options(spec) -> None:
     """A press compresses the full-attention model's cache to kv_budget entries: not with a linearization, and the
     budget only with a press (a press without one takes each of `golinear run --budgets`)."""
     if spec.press is None:
-        if spec.kv_budget or spec.question_aware:
-            named = f"kv_budget={spec.kv_budget}" if spec.kv_budget else "question_aware=true"
+        if spec.kv_budget or spec.question_aware or spec.prefill_chunk:
+            named = (f"kv_budget={spec.kv_budget}" if spec.kv_budget else "question_aware=true" if spec.question_aware
+                     else f"prefill_chunk={spec.prefill_chunk}")
             raise ValueError(f"{named} needs press=<name> (KV-cache compression)")
         return
+    if 0 < spec.prefill_chunk < 64:
+        raise ValueError(f"prefill_chunk={spec.prefill_chunk}: expected 0 (no chunks) or at least 64 tokens (SnapKV "
+                         f"scores a chunk with its last 64 queries)")
     if spec.mechanism is not None or spec.checkpoint is not None:
         raise ValueError(f"press={spec.press} compresses the full-attention model's cache; it does not combine with "
                          f"a linearized model (mechanism or checkpoint)")
@@ -329,6 +333,7 @@ class ModelSpec:
     press: str | None = None       # a kvpress press on the full-attention model (models.kv_compression)
     kv_budget: int = 0             # the press's cache budget: KV entries kept per layer and KV head
     question_aware: bool = False   # the press also sees the question (default: the context alone is compressed)
+    prefill_chunk: int = 0         # >0: prefill in chunks of this many tokens, compressing after each
     dtype: str = "float32"
 
     def __post_init__(self):

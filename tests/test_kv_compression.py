@@ -8,6 +8,7 @@ pytest.importorskip("kvpress")
 import torch  # noqa: E402
 
 from bench import specs as S  # noqa: E402
+from models.kv_compression.generate import chunks  # noqa: E402
 from models.kv_compression.kvpress_adapter import apply_press, legacy_kwargs  # noqa: E402
 from models.kv_compression.presses import PRESSES, build_press, ratio_for  # noqa: E402
 from models.spec import ModelSpec  # noqa: E402
@@ -171,3 +172,27 @@ def test_golinear_run_stores_a_press_cell_keyed_by_the_kvpress_version(tmp_path)
     assert press[0]["key"]["model"].endswith("kvpress=0.5.5") and press[0]["model"]["budget"] == 512
     assert press[0]["model"]["family"] == "streaming_llm (kvpress)"
     assert 0 <= press[0]["metrics"]["score,none"]["value"] <= 100
+
+
+def test_chunks_cover_the_prompt_and_none_is_short():
+    assert chunks(1000, 300) == [(0, 400), (400, 700), (700, 1000)]
+    assert chunks(1000, 0) == [(0, 1000)] and chunks(100, 300) == [(0, 100)]
+
+
+def test_chunked_prefill_never_holds_more_than_the_budget_and_a_chunk(smollm):
+    """prefill_chunk: the press compresses after every chunk, so the cache peaks at budget + chunk entries."""
+    from transformers import DynamicCache
+
+    from models.kv_compression.generate import generate
+    model, tok = smollm
+    ids = prompt_ids(tok)
+    peak, cache = [], DynamicCache()
+    with torch.no_grad(), apply_press(build_press("snapkv", 32), model, every_forward=True):
+        for c0, c1 in chunks(len(ids), 80):
+            model.model(input_ids=torch.tensor([ids[c0:c1]]), past_key_values=cache, use_cache=True,
+                        position_ids=torch.arange(c0, c1)[None])
+            peak.append(cache.layers[0].keys.shape[2])
+    assert len(peak) > 2 and peak == [32] * len(peak)  # compressed after each chunk (at most 32 + 80 inside)
+    out = generate(model, ids, 9, "snapkv", 64, 4, prefill_chunk=80)
+    assert len(out) == 4
+    assert S.parse_model_spec("press=snapkv,prefill_chunk=512").family == "snapkv (kvpress, chunked prefill 512)"

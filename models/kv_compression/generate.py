@@ -6,6 +6,11 @@ starts from `budget` entries, as a linearized model's sinks + window hold at mos
 whole prompt (but its last token, run after for the first logits) is compressed to `budget - 1`. kvpress's own pipeline does the same steps, but applies a chat template
 and re-tokenizes; here the ids are the ones lm-eval built, so the samples are the same as the other rows'.
 New tokens are appended to the cache uncompressed (at most max_new_tokens of them).
+
+With `prefill_chunk`, the part under the press is prefilled in chunks of that many tokens and compressed after
+each, so the cache never holds more than the budget plus one chunk: the memory-matched comparison (a linearized
+model's prefill memory does not grow with the prompt either; the default press prefills the whole context with
+full attention first).
 """
 from __future__ import annotations
 
@@ -27,17 +32,28 @@ def split_budget(prompt_len: int, question_len: int, budget: int, question_aware
     return prompt_len - question_len, keep
 
 
+def chunks(n: int, size: int) -> list[tuple[int, int]]:
+    """[start, end) spans of `size` tokens covering n, the first one taking the remainder (so no chunk is shorter
+    than `size`: SnapKV scores with the last 64 queries of a chunk); one span without a size."""
+    k = max(1, n // size) if size else 1
+    starts = [0] + [n - size * (k - i) for i in range(1, k)]
+    return list(zip(starts, starts[1:] + [n]))
+
+
 @torch.no_grad()
 def generate(model, ids: list[int], question_len: int, press: str, budget: int, max_new_tokens: int,
-             question_aware: bool = False, eos: frozenset = frozenset(), stop=None) -> list[int]:
+             question_aware: bool = False, eos: frozenset = frozenset(), stop=None, prefill_chunk: int = 0
+             ) -> list[int]:
     """New token ids for one prompt (`ids`, its last `question_len` tokens the question)."""
     from transformers import DynamicCache
     device = model.device
     n_press, keep = split_budget(len(ids), question_len, budget, question_aware)
     x = torch.tensor([ids], device=device)
     cache = DynamicCache()
-    with apply_press(build_press(press, keep), model):
-        model.model(input_ids=x[:, :n_press], past_key_values=cache, use_cache=True)
+    with apply_press(build_press(press, keep), model, every_forward=bool(prefill_chunk)):
+        for c0, c1 in chunks(n_press, prefill_chunk):
+            model.model(input_ids=x[:, c0:c1], past_key_values=cache, use_cache=True,
+                        position_ids=torch.arange(c0, c1, device=device)[None])
     pos, rest = n_press, x[:, n_press:]
     out = []
     for _ in range(max_new_tokens):

@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib.metadata
 from contextlib import contextmanager
 
+import torch
+
 KVPRESS_VERSION_RANGE = ("0.5.5",)  # the kvpress versions this adapter is tested with
 
 
@@ -25,26 +27,31 @@ def kvpress_version() -> str:
                          "(see docs/kv_compression.md)") from None
 
 
-def legacy_kwargs(kwargs: dict) -> dict:
-    """The attention kwargs under the names kvpress reads (transformers 4.x's)."""
+def legacy_kwargs(kwargs: dict, every_forward: bool = False) -> dict:
+    """The attention kwargs under the names kvpress reads (transformers 4.x's). With `every_forward`, each forward
+    is presented as a prefill (positions 0..n-1), so the press compresses after every chunk of a chunked prefill
+    (kvpress otherwise compresses only after a forward that starts at position 0)."""
     out = dict(kwargs)
     if "past_key_values" not in out and "cache" in out:
         out["past_key_values"] = out["cache"]
-    if "cache_position" not in out and out.get("position_ids") is not None:
+    if every_forward:
+        out["cache_position"] = torch.arange(out["hidden_states"].shape[1], device=out["hidden_states"].device)
+    elif "cache_position" not in out and out.get("position_ids") is not None:
         out["cache_position"] = out["position_ids"][0]
     return out
 
 
 @contextmanager
-def apply_press(press, model):
-    """Compress `model`'s KV cache with `press` inside the block (kvpress's `with press(model):`)."""
+def apply_press(press, model, every_forward: bool = False):
+    """Compress `model`'s KV cache with `press` inside the block (kvpress's `with press(model):`); after every
+    forward with `every_forward` (a chunked prefill), else after the prefill only."""
     kvpress_version()
     press.post_init_from_model(model)
     backbone = model.model.language_model if hasattr(model.model, "language_model") else model.model
     hooks = []
 
     def hook(module, args, kwargs, output):
-        return press.forward_hook(module, args, legacy_kwargs(kwargs), output)
+        return press.forward_hook(module, args, legacy_kwargs(kwargs, every_forward), output)
     try:
         for layer in backbone.layers:
             layer.self_attn.rotary_emb = backbone.rotary_emb  # kvpress's presses read the layer's RoPE there
