@@ -12,8 +12,9 @@ import statistics
 
 import pandas as pd
 
-from bench.claims import CE, Evidence, pick, store_value
-from bench.leaderboard import STANDARD_COLS
+from bench.claims.evidence import Evidence, pick, store_value
+from bench.claims.metrics import CE
+from bench.measured import STANDARD_COLS
 
 COLUMNS = STANDARD_COLS + [CE.name]
 

@@ -13,8 +13,10 @@ import statistics
 
 import pandas as pd
 
-from bench.claims import BUDGETS, Evidence, md_table, retention_roles, role_scores
-from bench.leaderboard import CR_COLS, RULER_COLS, SNIAH_TASKS
+from bench.claims.evidence import Evidence, role_scores
+from bench.claims.markdown import md_table
+from bench.claims.roles import BUDGETS, retention_roles
+from bench.measured import CR_COLS, RULER_COLS, SNIAH_TASKS
 
 BASELINE = "untrained window + sinks"
 # (column, the store columns averaged; a mean only where every one of them is measured)

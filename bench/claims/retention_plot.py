@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.claims import DEFAULT_ROLE
+from bench.claims.retention_table import BASELINE
+from bench.claims.roles import DEFAULT_ROLE
 from bench.figures import legend_entries, png_bytes, pyplot
-from bench.retention_table import BASELINE
 
 PANELS = ("S-NIAH", "RULER", "MQ/MV/VT")  # the suite means issue #17's targets and its evaluation read
 
