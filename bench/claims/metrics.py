@@ -24,7 +24,7 @@ METRICS = {m.name: m for m in (
     Metric("S-NIAH", "points", True, 1.0, 5.0), Metric("RULER", "points", True, 1.0, 5.0), CE)}
 
 
-VERDICTS = ("holds", "does not hold", "holds on held-out CE only", "does not hold on held-out CE", "not measured")
+VERDICTS = ("holds", "does not hold", "not measured")  # a verdict cell adds its caveats in brackets (caveats.py)
 
 
 def better(a: float, b: float, m: Metric) -> float:
@@ -32,7 +32,5 @@ def better(a: float, b: float, m: Metric) -> float:
     return a - b if m.higher_better else b - a
 
 
-def verdict(ok: bool | None, metric: str) -> str:
-    if ok is None:
-        return VERDICTS[4]
-    return VERDICTS[(0 if ok else 1) + (2 if metric == CE.name else 0)]
+def verdict(ok: bool | None) -> str:
+    return VERDICTS[2] if ok is None else VERDICTS[0 if ok else 1]

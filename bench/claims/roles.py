@@ -6,7 +6,7 @@ each cache budget, the seven ways of adding retention slots); one list, read by 
 from __future__ import annotations
 
 
-DEFAULT_ROLE = "default"  # issue #17's rows are judged against this variant (the default recipe)
+DEFAULT_ROLE = "default"  # the retention rows are judged against this variant (the default recipe)
 RULER_AGG, RULER_RET = ["CWE", "FWE", "HQA", "SQA"], ["MK", "MQ", "MV", "VT"]
 REF_CR = ["piqa", "arc_easy", "arc_challenge", "hellaswag", "winogrande"]
 STRICT = "no SWA, frozen Q/K/V"
@@ -32,7 +32,7 @@ DEFAULT = {"full": ("Full attention", None), "gdn": ("GDN", SC)}
 
 
 def retention_roles(budgets, cols=None) -> dict:
-    """Issue #17's rows at each total budget B (8 sinks): the default recipe (window B - 8) against retention slots
+    """The retention rows at each total budget B (8 sinks): the default recipe (window B - 8) against retention slots
     added seven ways: trained with half the window as slots, trained with a quarter (proj_residual), trained with
     half chosen by the fitted scorer, and the default-recipe checkpoint evaluated with half its window as slots,
     training-free, with each score and both scorer files (scripts/study/recipes.txt names the trained ones; a scorer
@@ -55,3 +55,9 @@ def retention_roles(budgets, cols=None) -> dict:
 
 
 ALL_BUDGETS = ", ".join(map(str, BUDGETS))
+FITTED_TO_TEST = (NUMBERS_SCORER,)  # scorers fitted on values of the test's needle format (7-digit numbers)
+
+
+def fitted_to_test(target: str) -> bool:
+    """A role whose retention scorer was fitted on the needle values' own format (its verdict says so)."""
+    return any(f"scorer={name}" in target for name in FITTED_TO_TEST)
