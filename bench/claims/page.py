@@ -26,8 +26,8 @@ def to_markdown(table: pd.DataFrame) -> str:
             "not the paper's metric), 'one seed' (a trained row it rests on has one seed: no spread to judge a "
             "margin by), 'fitted to the test format' (a retention scorer fitted on values of the needles' own "
             "format); a several-part target that holds names the caveats of every variant meeting it, one that does "
-            "not hold those of any variant judged on every part. Seeds: mean +- sample std over the recipe's finished seed "
-            "folders; a run short of its requested steps is named with its steps. `none@B`: the untrained "
+            "not hold those of any variant judged on every part. Seeds: mean +- sample std over the recipe's "
+            "finished seed folders; a run short of its requested steps is named with its steps. `none@B`: the untrained "
             "window + sinks (mechanism=none) at cache budget B. Margins the rules use:\n\n" + rules + "\n\n"
             + md_table(table) + "\n")
 
