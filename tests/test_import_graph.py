@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("bench", "models", "tasks")
+NAMESPACE = "golinear."  # installed as golinear.bench, golinear.models, golinear.tasks: the same modules
 MAX_LINES = 400
 
 
@@ -33,14 +34,14 @@ def imports(path: Path, name: str):
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             for a in node.names:
-                yield node.lineno, a.name, ()
+                yield node.lineno, a.name.removeprefix(NAMESPACE), ()
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative: from the module's package, one level up per extra dot
                 pkg = name.split(".") if is_package else name.split(".")[:-1]
                 pkg = pkg[:len(pkg) - (node.level - 1)]
                 base = ".".join(pkg + ([base] if base else []))
-            yield node.lineno, base, tuple(a.name for a in node.names)
+            yield node.lineno, base.removeprefix(NAMESPACE), tuple(a.name for a in node.names)
 
 
 def graph(files: dict[str, Path]) -> dict[str, set[str]]:
@@ -100,7 +101,8 @@ def private_uses(files: dict[str, Path]) -> list[str]:
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                aliases |= {a.asname: a.name for a in node.names if a.asname and a.name in files}
+                aliases |= {a.asname: a.name.removeprefix(NAMESPACE) for a in node.names
+                            if a.asname and a.name.removeprefix(NAMESPACE) in files}
         for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and private(node.attr)
                     and isinstance(node.value, ast.Name) and aliases.get(node.value.id, m) != m):
@@ -155,6 +157,13 @@ def test_graph_resolves_absolute_imports_of_modules_and_names(toy):
     assert graph(toy)["bench.sub.b"] == {"bench.a"} and cycles(graph(toy)) == [["bench.a", "bench.sub.b"]]
     toy["bench.sub.b"].write_text("x = 1\n")
     assert cycles(graph(toy)) == []
+
+
+def test_namespaced_imports_are_the_same_modules(toy):
+    toy["bench.sub.b"].write_text("def f():\n    from golinear.bench import a\n")
+    toy["bench.c"].write_text("import golinear.bench.a as A\nx = A._hidden\n")
+    assert cycles(graph(toy)) == [["bench.a", "bench.sub.b"]]
+    assert private_uses(toy) == ["bench.c:2 reads bench.a._hidden"]
 
 
 def test_size_check_counts_lines(toy):
