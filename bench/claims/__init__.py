@@ -6,6 +6,8 @@ cross-entropy on the held-out books: NOT the paper's metric, and labelled so). A
 found in the paper's tables and in our recipes, and one rule that turns {role: score} into a verdict; the same rule
 is applied to the paper's own numbers, so a reader sees whether the rule is a fair reading.
 
-One-way layers: metrics and roles (names) -> rules -> the claims (catalog) and the paper's rows -> evidence (our
-runs and cells) -> verdicts -> renderers (page, seeds, paper_tables, retention_table, retention_plot) -> render.
+One-way layers: metrics and roles (names) -> rules -> the claims (catalog) and the paper's rows (paper_rows) ->
+evidence (our runs and cells) -> scoring (a claim's roles under one metric) -> caveats and targets (a several-part
+target: one variant must meet every part) -> verdicts -> renderers (page, seeds, paper_tables, retention_table,
+retention_plot) -> render (`golinear claims`).
 """
