@@ -21,7 +21,7 @@ COMMANDS = {  # name: (module that runs it, module of its options, help)
     "run": ("bench.runner", "bench.cli_args",
             "evaluate models x suites x configurations into the result store (resumable)"),
     "leaderboard": ("bench.leaderboard", "bench.cli_args", "render leaderboards/*.md|csv|html from the result store"),
-    "claims": ("bench.claims", "bench.cli_args",
+    "claims": ("bench.claims.render", "bench.cli_args",
                "render leaderboards/claims.md|csv: each claim of the paper, ours at 135M, a verdict by a rule "
                "(and seeds, tables .md|csv, retention .md|csv|png)"),
     "store": ("bench.store_cli", "bench.cli_args",

@@ -51,7 +51,7 @@ def family_of(model: dict) -> tuple[str, str]:
 
 
 def families(frame: pd.DataFrame) -> pd.Series:
-    """The family name of each row of a measured frame (bench.leaderboard.measured_frame: columns family_id,
+    """The family name of each row of a measured frame (bench.measured.measured_frame: columns family_id,
     family_name, model, model_key, budget, column); its label where it is alone in its family or where the family
     has two models at one budget."""
     if not len(frame):

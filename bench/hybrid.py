@@ -12,6 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.figures import png_bytes, pyplot
+from bench.measured import CR_COLS, add_cr
 
 COLUMNS = ["CR", "LAMBADA", "LAMBADA ppl"]
 STRICT = {"mechanism": "gdn", "window": 0, "sinks": 0, "short_conv": False, "lora": False}
@@ -34,7 +35,6 @@ def hybrid_of(model: dict) -> tuple[float, str] | None:
 
 def hybrid_table(df: pd.DataFrame, cells: list[dict]) -> pd.DataFrame:
     """One row per strict-GDN model in the store (full sets only), by share of full-attention layers."""
-    from bench.leaderboard import CR_COLS, add_cr  # (leaderboard renders this table: imported at call time)
     models = {c["key"]["model"]: c["model"] for c in cells}
     kinds = {key: hybrid_of(model) for key, model in models.items()}
     cols = ["share of full layers", "selection", "model", "out_norm"] + COLUMNS

@@ -20,74 +20,15 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cli_args import REFERENCE_DIR
-from bench.families import families, family_of
+from bench.families import families
 from bench.figures import legend_entries, png_bytes, pyplot
 from bench.hybrid import hybrid_plot, hybrid_table
+from bench.measured import (LOWER_IS_BETTER, REF_STANDARD, RULER_COLS, SNIAH_TASKS, STANDARD_COLS, add_cr,
+                            budget_label, budget_value, measured_frame)
 from bench.store import Store
 from models.atomic import atomic_write
 
-CR_COLS = ["PIQA", "ARC-e", "ARC-c", "HellaSwag", "WinoGrande"]
-STANDARD_COLS = CR_COLS + ["CR", "MMLU", "LAMBADA", "LAMBADA ppl"]
-REF_STANDARD = {"piqa": "PIQA", "arc_easy": "ARC-e", "arc_challenge": "ARC-c", "hellaswag": "HellaSwag",
-                "winogrande": "WinoGrande", "cr": "CR", "mmlu": "MMLU", "lambada": "LAMBADA"}
-SNIAH_TASKS = ["S-NIAH-1", "S-NIAH-2", "S-NIAH-3"]
-RULER_COLS = ["MK", "MQ", "MV", "CWE", "FWE", "HQA", "SQA", "VT"]
-LOWER_IS_BETTER = {"LAMBADA ppl"}
 GAP_LABEL = "Gap with full attention, points (full - best linearized)"
-
-
-# ----------------------------------------------------------------------------- columns
-def column_specs() -> list[tuple[str, str, str, bool]]:
-    """(task, metric, column, scale_to_percent) for every reported number, from the suites' SUITES."""
-    from bench.plan import ALL_SUITES, resolve_suites
-    out = []
-    for suite in ALL_SUITES:
-        try:
-            entries = resolve_suites([suite])
-        except ValueError:
-            continue
-        out += [(e.task, e.metric, e.display, not e.long and e.metric not in ("perplexity", "word_perplexity"))
-                for e in entries]
-    return out
-
-
-def _budget_value(b):
-    return math.inf if b in ("inf", None) or (isinstance(b, float) and math.isinf(b)) else float(b)
-
-
-def _budget_label(b) -> str:
-    b = _budget_value(b)
-    return "inf" if math.isinf(b) else str(int(b))
-
-
-def measured_frame(cells: list[dict]) -> pd.DataFrame:
-    """Long table of measured numbers: one row per (cell, reported column)."""
-    specs = column_specs()
-    by_task = {}
-    for task, metric, col, pct in specs:
-        by_task.setdefault(task, []).append((metric, col, pct))
-    rows = []
-    for c in cells:
-        wanted = by_task.get(c["task"]) or [(c["metric"], c.get("display") or c["task"],
-                                             c.get("suite") in ("cr", "mmlu", "lambada"))]
-        for metric, col, pct in wanted:
-            m = next((v for k, v in c.get("metrics", {}).items() if k.split(",")[0] == metric), None)
-            if m is None or m.get("value") is None:
-                continue
-            scale = 100.0 if pct else 1.0
-            cfg = c["key"]["config"]
-            model = c["model"]
-            family_id, family_name = family_of(model)
-            rows.append({"suite": c.get("suite"), "column": col, "value": m["value"] * scale,
-                         "stderr": None if m.get("stderr") is None else m["stderr"] * scale, "n": c.get("n"),
-                         "backbone": model.get("backbone"), "model": model.get("label"),
-                         "family": model.get("family") or model.get("label"), "model_key": c["key"]["model"],
-                         "family_id": family_id, "family_name": family_name,
-                         "full_attention": bool(model.get("full_attention")),
-                         "budget": _budget_label(model.get("budget")), "new_params": model.get("new_parameters"),
-                         "limit": cfg.get("limit"), "context_length": cfg.get("context_length"),
-                         "num_samples": cfg.get("num_samples"), "digest": c.get("digest")})
-    return pd.DataFrame(rows)
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -108,12 +49,6 @@ def fmt_params(n) -> str:
     if n == 0:
         return "0"
     return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n / 1e3:.1f}K"
-
-
-def add_cr(row: dict) -> dict:
-    if row.get("CR") is None and all(row.get(c) is not None for c in CR_COLS):
-        row["CR"] = sum(row[c] for c in CR_COLS) / len(CR_COLS)
-    return row
 
 
 def gap_row(rows: list[dict], cols) -> dict | None:
@@ -192,8 +127,8 @@ def sniah_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFram
     if reference is not None:
         for _, r in reference.iterrows():
             key = ("reported", r["source"], r["backbone"], r["model"], r["task"], r["context_length"], None)
-            rows.setdefault(key, {})[_budget_label(r["budget"])] = float(r["value"])
-    budgets = sorted({b for v in rows.values() for b in v}, key=_budget_value)
+            rows.setdefault(key, {})[budget_label(r["budget"])] = float(r["value"])
+    budgets = sorted({b for v in rows.values() for b in v}, key=budget_value)
     out = []
     for key in sorted(rows, key=lambda k: (k[0] != "measured", str(k[1]), str(k[2]), k[3] != "full attention",
                                            str(k[3]), str(k[4]))):
@@ -218,12 +153,12 @@ def ruler_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFram
             int(r["n"]), d.get("n", 0))
     if reference is not None:
         for _, r in reference.iterrows():
-            key = ("reported", r["source"], r["backbone"], r["model"], _budget_label(r["budget"]),
+            key = ("reported", r["source"], r["backbone"], r["model"], budget_label(r["budget"]),
                    r["context_length"])
             rows[key] = {c: float(r[c]) for c in RULER_COLS} | {"Avg": float(r["avg"])}
     out = []
     for key in sorted(rows, key=lambda k: (k[0] != "measured", str(k[1]), str(k[2]), k[3] != "full attention",
-                                           str(k[3]), _budget_value(k[4]))):
+                                           str(k[3]), budget_value(k[4]))):
         status, source, backbone, model, budget, ctx = key
         d = dict(rows[key])
         if "Avg" not in d and all(c in d for c in RULER_COLS):

@@ -1,6 +1,6 @@
-"""Issue #17's equal-budget comparison as a picture: the suite means of retention.md against the total cache budget.
+"""The retention slots' equal-budget comparison as a picture: retention.md's suite means against the total budget.
 
-Why: the question the issue asks (do slots beat the default recipe and the untrained window at the same budget, and
+Why: the question asked (do slots beat the default recipe and the untrained window at the same budget, and
 where) is a set of curves over budgets 128-1024; the table answers it one cell at a time. Drawn from
 bench.retention_table's long table, so a point here is a cell there (mean over seeds, the seeds' std as an error
 bar). Rendered by `golinear claims` as retention.png.
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.claims import DEFAULT_ROLE
+from bench.claims.retention_table import BASELINE
+from bench.claims.roles import DEFAULT_ROLE
 from bench.figures import legend_entries, png_bytes, pyplot
-from bench.retention_table import BASELINE
 
-PANELS = ("S-NIAH", "RULER", "MQ/MV/VT")  # the suite means issue #17's targets and its evaluation read
+PANELS = ("S-NIAH", "RULER", "MQ/MV/VT")  # the suite means the retention target reads
 
 
 def series(table: pd.DataFrame) -> dict:
