@@ -86,6 +86,8 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     budgets = sorted({int(b) for b in budgets}) if budgets else None
     check_run_values(limit=limit, budgets=budgets, sinks=sinks, context_length=context_length,
                      num_samples=num_samples, seed=seed, entries=entries)
+    if include_path is not None and not os.path.isdir(include_path):
+        raise FileNotFoundError(f"--include-path {include_path!r}: not a folder (expected a folder of lm-eval task YAMLs)")
     check_task_data(entries, data_dir)
     data = {e.task: cell_data(e, data_dir) for e in entries}  # SHA256SUMS checked here, once per run
     store = store if isinstance(store, Store) else Store(store)
