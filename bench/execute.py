@@ -9,10 +9,10 @@ import os
 import time
 from pathlib import Path
 
+from bench import request_cache
 from bench import specs as S
 from bench.plan import Cell, TaskEntry
 from bench.provenance import CellProvenance, ModelInfo, data_hashes, hardware, jsonable
-from bench.store import Store
 
 LM_EVAL_SEEDS = {"random_seed": 0, "numpy_random_seed": 1234, "torch_random_seed": 1234, "fewshot_random_seed": 1234}
 
@@ -156,7 +156,7 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info: ModelInfo
     resumed = 0
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        resumed = Store.cached_requests(cache, getattr(lm, "rank", 0) or 0)
+        resumed = request_cache.cached_requests(cache, getattr(lm, "rank", 0) or 0)
     if e.long:
         meta = {"max_seq_lengths": [cfg["context_length"]], "seed": cfg["seed"]}
         if cfg["num_samples"] is not None:

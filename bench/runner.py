@@ -9,10 +9,13 @@ Which cells: bench.plan; running one through lm-eval: bench.execute; its provena
 """
 from __future__ import annotations
 
+import logging
 import os
+import sqlite3
 import time
 from dataclasses import dataclass, field
 
+from bench import request_cache
 from bench import specs as S
 from bench.execute import (build_lm, build_task_manager, check_checkpoint_base, distributed_context, evaluate_cell,
                            validate_model)
@@ -72,6 +75,7 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     cell claimed by a live process is waited for (`wait_s` between looks) rather than evaluated twice.
     """
     from tqdm.auto import tqdm
+    logging.getLogger("sqlitedict").setLevel(logging.CRITICAL)  # its thread's errors reach us; said in one line
     data_dir = check_data_dir(data_dir if data_dir is not None else default_data_dir())
     if data_dir:  # local data: never wait on Hub retries (lm-eval pitfall); set before `datasets` loads
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -140,14 +144,23 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
                 bar.set_postfix_str(f"{spec.label} / {c.entry.task}")
                 cache = store.request_cache(c.key, spec.label, info.weights_fingerprint)
                 try:
-                    record = evaluate_cell(lm, c, tm, data_dir, bootstrap_iters, info, versions, git, world, cache)
-                    if record is not None:  # rank 0 holds the merged result
-                        store.put(record)
-                        summary.evaluated += 1
+                    try:
+                        record = evaluate_cell(lm, c, tm, data_dir, bootstrap_iters, info, versions, git, world, cache)
+                        if record is not None:  # rank 0 holds the merged result
+                            store.put(record)
+                            summary.evaluated += 1
+                    except (OSError, sqlite3.OperationalError) as e:
+                        if request_cache.is_disk_full(e):  # one line; no empty or half-written cache left
+                            raise request_cache.disk_full_error(e, cache, rank, store.path_for(c.key, spec.label)) from None
+                        request_cache.drop_if_empty(cache, rank)
+                        raise
+                    except BaseException:  # a failed or interrupted cell leaves no empty cache file
+                        request_cache.drop_if_empty(cache, rank)
+                        raise
                     if world > 1:
                         lm.barrier()  # every rank is done with its request cache before rank 0 removes them all
                     if rank == 0:
-                        Store.drop_request_cache(cache)
+                        request_cache.drop(cache)
                     if world > 1:  # ...and no rank makes the next cell's cache folder while rank 0 removes empty
                         lm.barrier()  # ones (seen on CPU: rank 1's sqlite "unable to open database file")
                 finally:

@@ -42,3 +42,94 @@ def test_default_data_folder_is_resolved_like_an_explicit_one(tmp_path, monkeypa
     monkeypatch.setattr(local_data, "DEFAULT_DATA_DIR", link)
     monkeypatch.delenv(local_data.ENV_VAR, raising=False)
     assert local_data.resolve_data_dir(None) == local_data.resolve_data_dir(str(link)) == str(DATA.resolve())
+
+
+# ----------------------------------------------------------------------------- request caches and a full disk
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    """A saved tiny Llama (seconds per cell), so these real runs stay cheap."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tests"))
+    from _tiny import write_tiny_backbone
+    return write_tiny_backbone(tmp_path_factory.mktemp("tiny") / "base")
+
+
+def tiny_run(base, store, capsys=None, code=0):
+    argv = ["run", "--models", f"full,base={base}", "--suites", "lambada", "--limit", "2", "--store", str(store)]
+    got = golinear(argv)
+    err = capsys.readouterr().err if capsys else ""
+    assert got == code, err[-3000:]
+    return err
+
+
+def only_cell(store):
+    from bench.store import Store
+    cells = Store(store).cells()
+    assert len(cells) == 1
+    return cells[0]
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
+@pytest.mark.parametrize("content,says", [(b"", "no such table"), (b"not sqlite at all " * 100, "not a database")],
+                         ids=["empty", "not-sqlite"])
+def test_a_damaged_request_cache_is_set_aside_and_the_cell_redone(tmp_path, tiny_base, capsys, content, says):
+    from bench.provenance import ModelInfo
+    from bench.store import CellKey, Store
+    clean = only_cell(tiny_run(tiny_base, tmp_path / "clean") or tmp_path / "clean")
+    store = Store(tmp_path / "store")
+    prefix = store.request_cache(CellKey.from_dict(clean["key"]), clean["model"]["label"],
+                                 ModelInfo.from_info(clean["model"]["info"]).weights_fingerprint)
+    prefix.parent.mkdir(parents=True)
+    db = prefix.parent / f"{prefix.name}_rank0.db"
+    db.write_bytes(content)  # what a full disk (0 bytes) or a stray file leaves
+    capsys.readouterr()
+    err = tiny_run(tiny_base, store.root, capsys)
+    assert f"golinear: damaged request cache {db}" in err and "moved to" in err and "Traceback" not in err
+    moved = list((store.root / "invalid" / "partial").glob(f"*/{db.name}.*"))
+    assert len(moved) == 1 and moved[0].read_bytes() == content
+    redone = only_cell(store.root)
+    assert redone["digest"] == clean["digest"] and redone["value"] == clean["value"]
+    assert not (store.root / "partial").exists()
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
+@pytest.mark.parametrize("where", ["request-cache", "cell-file"])
+def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, tiny_base, capsys, monkeypatch, where):
+    import errno
+    import os
+    import sqlite3
+
+    import sqlitedict
+    if where == "request-cache":  # sqlite's own error, as CachingLM meets it when storing a scored request
+        def full(self, key, value):
+            raise sqlite3.OperationalError("database or disk is full")
+        monkeypatch.setattr(sqlitedict.SqliteDict, "__setitem__", full)
+    else:  # the cell file's write (models.atomic) on a full file system
+        def full(fd):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        monkeypatch.setattr(os, "fsync", full)
+    store = tmp_path / "store"
+    err = tiny_run(tiny_base, store, capsys, code=2).strip().splitlines()
+    said = [line[line.index("golinear run: error:"):] for line in err if "golinear run: error:" in line]  # after tqdm's \r
+    assert len(said) == 1 and said[0].startswith("golinear run: error: disk full writing ") and "free space" in said[0]
+    assert ("database or disk is full" if where == "request-cache" else "No space left") in said[0], said
+    assert not any("Traceback" in line or "sqlitedict" in line for line in err), err
+    left = sorted(p for p in store.rglob("*") if p.is_file())
+    if where == "request-cache":
+        assert left == [] and "nothing of the cell was kept" in said[0], left  # no cell, temp, cache or claim
+        return
+    # every request was scored before the cell file's write failed: only that whole sqlite cache is left,
+    # and the re-run (with room again) resumes from it
+    assert [p.parent.parent.name for p in left] == ["partial"] and "its 2 scored requests are kept" in said[0], left
+    monkeypatch.undo()
+    tiny_run(tiny_base, store)
+    assert only_cell(store)["provenance"]["resumed_requests"] == 2 and not (store / "partial").exists()
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
+def test_a_context_longer_than_the_model_allows_is_refused_before_loading(tmp_path, capsys):
+    one_line_error(capsys, ["run", "--models", "full", "--suites", "sniah", "--context-length", "16384",
+                            "--num-samples", "1", "--store", str(tmp_path / "store")],
+                   "S-NIAH-1 at --context-length 16384: its prompts are longer than model 'full' allows "
+                   "(max_position_embeddings 8192)")
+    assert not (tmp_path / "store").exists()
