@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.metric_ranges import cell_metrics_problem
 from models.atomic import atomic_write
 from models.data_hashes import file_sha256
 
@@ -107,7 +108,7 @@ def cell_problem(cell, path: Path | None = None) -> str | None:
         return "'metrics' is not a mapping of {value, stderr}"
     if not isinstance(cell.get("model"), dict):
         return "'model' is missing"
-    return None
+    return cell_metrics_problem(cell)
 
 
 def pid_alive(pid: int) -> bool:

@@ -133,3 +133,54 @@ def test_a_context_longer_than_the_model_allows_is_refused_before_loading(tmp_pa
                    "S-NIAH-1 at --context-length 16384: its prompts are longer than model 'full' allows "
                    "(max_position_embeddings 8192)")
     assert not (tmp_path / "store").exists()
+
+
+# ----------------------------------------------------------------------------- impossible scores
+def committed_cell(task: str) -> tuple[Path, dict]:
+    import json
+    path = sorted((ROOT / "leaderboards" / "store" / "cells").glob(f"full-*/{task}--*.json"))[0]
+    return path, json.loads(path.read_text())
+
+
+def set_metric(cell, value, both=True):
+    key = f"{cell['metric']},{cell['filter']}"
+    cell["metrics"][key]["value"] = value
+    if both:
+        cell["value"] = value
+
+
+IMPOSSIBLE = {  # name: (task, change, words of the refusal)
+    "value-nan": ("golinear_piqa", lambda c: set_metric(c, float("nan")), "'value': acc nan is not finite"),
+    "value-infinity": ("golinear_piqa", lambda c: set_metric(c, float("inf")), "'value': acc inf is not finite"),
+    "metric-nan": ("golinear_piqa", lambda c: set_metric(c, float("nan"), both=False), "is not finite"),
+    "value-not-its-metric": ("golinear_piqa", lambda c: c.update(value=c["value"] + 0.1), "differs from its metric"),
+    "accuracy-7.5": ("golinear_piqa", lambda c: set_metric(c, 7.5), "acc 7.5 is outside [0, 1]"),
+    "score-250": ("golinear_sniah_1", lambda c: set_metric(c, 250.0), "is outside [0, 100]"),
+    "perplexity-0": ("golinear_lambada_openai",
+                     lambda c: c["metrics"].__setitem__("perplexity,none", {"value": 0.0, "stderr": None}),
+                     "perplexity,none 0.0 is not > 0"),
+    "n-0": ("golinear_piqa", lambda c: c.update(n=0), "'n' 0 is not at least 1"),
+}
+
+
+@pytest.mark.parametrize("case", list(IMPOSSIBLE))
+def test_impossible_scores_are_refused_on_read_write_and_merge(tmp_path, capsys, case):
+    import json
+    import shutil
+
+    from bench.store import CellKey, Store
+    task, change, words = IMPOSSIBLE[case]
+    path, cell = committed_cell(task)
+    change(cell)
+    with pytest.raises(ValueError, match="refusing to store an invalid cell"):  # write
+        Store(tmp_path / "w").put(cell)
+    assert not (tmp_path / "w" / "cells").exists() or not list((tmp_path / "w" / "cells").rglob("*.json"))
+    src = tmp_path / "src" / "cells" / path.parent.name / path.name
+    src.parent.mkdir(parents=True)
+    src.write_text(json.dumps(cell))  # json writes NaN / Infinity as the hostile file would hold them
+    shutil.copytree(tmp_path / "src", tmp_path / "copy")
+    one_line_error(capsys, ["store", "merge", str(tmp_path / "src"), "--store", str(tmp_path / "dest")], words)
+    assert not (tmp_path / "dest").exists()  # merge: refused before anything is written
+    one_line_error(capsys, ["leaderboard", "--store", str(tmp_path / "src"), "--out", str(tmp_path / "lb")], words)
+    assert Store(tmp_path / "copy").get(CellKey.from_dict(cell["key"])) is None  # read: set aside, to be redone
+    assert words in capsys.readouterr().err and list((tmp_path / "copy" / "invalid").rglob("*.json.*"))
