@@ -395,3 +395,37 @@ def test_check_fails_on_one_damaged_weight_before_evaluating(tmp_path):
     assert stats_changes(baseline["parameters"], new_parameter_stats(str(CKPT))) == []
     code, report = run_check(str(copy), path)
     assert code == 1 and f"{target['name']}: absmax" in report and "scores not evaluated" in report, report
+
+
+# ----------------------------------------------------------------------------- two cells of one key, other data
+@pytest.mark.parametrize("current", ["first", "second"])
+def test_the_leaderboard_shows_the_cell_of_the_current_data_and_stale_lists_the_other(tmp_path, capsys,
+                                                                                   monkeypatch, current):
+    import copy
+
+    from bench.store import Store
+    _, cell = committed_cell("golinear_piqa")
+    files = cell["provenance"]["data"]["files"]
+    data_file = next(k for k in files if not k.startswith("tasks/"))
+    cells = {}
+    for name, value, sha in (("first", 0.61, "a" * 64), ("second", 0.38, "b" * 64)):
+        c = copy.deepcopy(cell)
+        c["key"]["data"] = {**files, data_file: sha}
+        c["provenance"]["data"]["files"][data_file] = sha
+        set_metric(c, value)
+        cells[name] = (Store(tmp_path / "store").put(c), value, sha)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "SHA256SUMS").write_text(f"{cells[current][2]}  ./{data_file}\n")
+    monkeypatch.setenv("GOLINEAR_DATA", str(data))
+    assert golinear(["leaderboard", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "lb")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    other = cells["second" if current == "first" else "first"][0]
+    assert len(err) == 1 and "1 cell(s) of other data than" in err[0] and str(other) in err[0], err
+    table = (tmp_path / "lb" / "standard.md").read_text()
+    other_value = cells["second" if current == "first" else "first"][1]
+    assert f"{100 * cells[current][1]:.2f}" in table and f"{100 * other_value:.2f}" not in table
+    code = golinear(["store", "stale", "--store", str(tmp_path / "store"), "--data-dir", str(data),
+                     "--checkpoints", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1 and f"{other}: measured on other data than" in out and str(cells[current][0]) in out, out
