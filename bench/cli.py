@@ -8,6 +8,7 @@ or lm-eval (tests/test_cli.py checks it for every command).
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import re
 import sys
@@ -86,10 +87,12 @@ def main(argv=None) -> int:
         print(f"golinear {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line, as SIGTERM is quiet (what is done stays; see INTERRUPTED)
-        print(f"\ngolinear {args.command}: interrupted (Ctrl-C){INTERRUPTED.get(args.command, '')}", file=sys.stderr)
-        return 130
+        pass
     finally:
         end_process_group()
+    gc.collect()  # the interrupted frames' progress bars close (and print) before the line below, not after it
+    print(f"\ngolinear {args.command}: interrupted (Ctrl-C){INTERRUPTED.get(args.command, '')}", file=sys.stderr)
+    return 130
 
 
 def end_process_group() -> None:
