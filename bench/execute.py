@@ -110,11 +110,12 @@ def _metric_key(result: dict, metric: str) -> str | None:
     return cands[0] if cands else None
 
 
-def _n_docs(res: dict, name: str) -> int:
+def _n_docs(res: dict, name: str, which: str = "effective") -> int:
+    """Documents scored ("effective") or in the whole task ("original"), summed over a group's subtasks."""
     ns = res.get("n-samples", {})
     if name in ns:
-        return int(ns[name]["effective"])
-    return sum(_n_docs(res, sub) for sub in res.get("group_subtasks", {}).get(name, []))
+        return int(ns[name][which])
+    return sum(_n_docs(res, sub, which) for sub in res.get("group_subtasks", {}).get(name, []))
 
 
 def _number(x):
@@ -142,6 +143,7 @@ def extract_cell(res: dict, entry: TaskEntry) -> dict:
             metrics[k] = {"value": _number(v), "stderr": _number(result.get(f"{m}_stderr,{f}"))}
     return {"metric": name, "filter": filt, "value": _number(result[mkey]),
             "stderr": _number(result.get(f"{name}_stderr,{filt}")), "n": _n_docs(res, entry.task),
+            "n_task": _n_docs(res, entry.task, "original"),
             "metrics": dict(sorted(metrics.items())), "higher_is_better": entry.higher_is_better,
             "n_shot": res.get("n-shot", {}).get(entry.task), "lm_eval_versions": res.get("versions", {})}
 

@@ -50,4 +50,9 @@ def cell_metrics_problem(cell: dict) -> str | None:
         return f"'value' {cell.get('value')!r} differs from its metric's {own.get('value')!r} in 'metrics'"
     if cell["n"] < 1:
         return f"'n' {cell['n']} is not at least 1"
+    size = cell.get("n_task")  # the task's size as lm-eval counted it (cells written since it was recorded)
+    if size is not None:
+        full = (cell.get("key") or {}).get("config", {}).get("limit") is None
+        if isinstance(size, bool) or not isinstance(size, int) or cell["n"] > size or (full and cell["n"] != size):
+            return f"'n' {cell['n']} does not fit the task's size {size!r} ({'full set' if full else 'a limit'})"
     return None

@@ -160,6 +160,8 @@ IMPOSSIBLE = {  # name: (task, change, words of the refusal)
                      lambda c: c["metrics"].__setitem__("perplexity,none", {"value": 0.0, "stderr": None}),
                      "perplexity,none 0.0 is not > 0"),
     "n-0": ("golinear_piqa", lambda c: c.update(n=0), "'n' 0 is not at least 1"),
+    "n-not-the-full-set": ("golinear_piqa", lambda c: c.update(n_task=c["n"] + 1),
+                           "does not fit the task's size"),
 }
 
 
