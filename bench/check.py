@@ -97,6 +97,11 @@ def baseline_problem(data) -> str | None:
     if not isinstance(subset, dict) or not isinstance(subset.get("suites", ""), str) \
             or not (isinstance(subset.get("limit", 1), int) and subset.get("limit", 1) >= 1):
         return "'subset' must hold suites (comma-separated) and a positive limit"
+    if "parameters" in data:
+        from bench.param_stats import stats_problem
+        problem = stats_problem(data["parameters"])
+        if problem:
+            return problem
     tol = data.get("tolerance", {})
     if not isinstance(tol, dict) or not all(_num(tol.get(k, 0.0)) and tol.get(k, 0.0) >= 0 for k in ("z", "min_abs")):
         return "'tolerance' must hold non-negative numbers z and min_abs"
@@ -167,6 +172,15 @@ def run_check(model: str, baseline_path, update=False, suites=None, limit=None, 
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ValueError(f"cannot write baseline {str(path)!r}: {e.strerror or e}") from None
+    from bench.param_stats import new_parameter_stats, stats_changes
+    head = (f"golinear check: {model!r} vs {path} (suites {suites}, first {limit} docs, tolerance "
+            f"{z:g} x stderr + {min_abs:g})")
+    stats = new_parameter_stats(model)  # cheap (the checkpoint file alone): damaged weights fail before evaluating
+    if baseline is not None and not update and "parameters" in baseline:
+        changes = stats_changes(baseline["parameters"], stats)
+        if changes:
+            return 1, "\n".join([head, *changes, f"FAILED: the new parameters differ from the baseline's in "
+                                                   f"{len(changes)} statistic(s); scores not evaluated"])
     current = evaluate_subset(model, suites, int(limit), store_dir, **run_kwargs)
     if update:
         missing = [r["task"] for r in current if r["value"] is None]
@@ -176,12 +190,12 @@ def run_check(model: str, baseline_path, update=False, suites=None, limit=None, 
                 "tolerance": {"z": z, "min_abs": min_abs},
                 "cells": [{k: r[k] for k in ("task", "metric", "display", "higher_is_better", "value", "stderr", "n")}
                           for r in current]}
+        if stats is not None:
+            data["parameters"] = stats
         atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
         return 0, f"golinear check: baseline written to {path} ({len(current)} scores)"
     rows = compare(baseline, current, z, min_abs)
     bad = [r for r in rows if r["status"] in FAILING]
-    head = (f"golinear check: {model!r} vs {path} (suites {suites}, first {limit} docs, tolerance "
-            f"{z:g} x stderr + {min_abs:g})")
     verdict = (f"FAILED: {len(bad)} of {len(rows)} scores regressed or missing" if bad
                else f"passed: {len(rows)} scores within tolerance")
     return (1 if bad else 0), "\n".join([head, render(rows), verdict])

@@ -8,6 +8,7 @@ or lm-eval (tests/test_cli.py checks it for every command).
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import re
 import sys
@@ -35,6 +36,12 @@ COMMANDS = {  # name: (module that runs it, module of its options, help)
               "train the new parameters of a linearized model (frozen backbone)"),
     "diagnose": ("models.diagnostics", "models.cli_args",
                  "approximation diagnostics: nMSE, key concentration, residuals"),
+}
+
+INTERRUPTED = {  # what a Ctrl-C leaves, per command that keeps work across runs
+    "run": "; the finished cells are stored and the cell in progress keeps its scored requests: run the same "
+           "command again to resume",
+    "train": " before training began; nothing was saved",  # once training runs, Ctrl-C stops it with its state saved
 }
 
 SAYS_DEFAULT = re.compile(r"(?<![\w-])default\b", re.IGNORECASE)  # "(default 8)", not "gdn-default"
@@ -79,8 +86,13 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError) as e:  # bad input: one clear line, no traceback
         print(f"golinear {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, as SIGTERM is quiet (what is done stays; see INTERRUPTED)
+        pass
     finally:
         end_process_group()
+    gc.collect()  # the interrupted frames' progress bars close (and print) before the line below, not after it
+    print(f"\ngolinear {args.command}: interrupted (Ctrl-C){INTERRUPTED.get(args.command, '')}", file=sys.stderr)
+    return 130
 
 
 def end_process_group() -> None:

@@ -111,6 +111,8 @@ def store(p):
     p.add_argument("--checkpoints", default="checkpoints/smollm2-135m",
                    help="stale: the checkpoint folders the cells are judged against (default checkpoints/smollm2-135m)")
     p.add_argument("--drop", action="store_true", help="stale: delete the stale cells' files")
+    p.add_argument("--data-dir", default=None, help="stale: the data folder whose SHA256SUMS names the current data "
+                                                    "(default $GOLINEAR_DATA or ../shared/data)")
 
 
 def check(p):

@@ -9,10 +9,10 @@ import os
 import time
 from pathlib import Path
 
+from bench import request_cache
 from bench import specs as S
 from bench.plan import Cell, TaskEntry
 from bench.provenance import CellProvenance, ModelInfo, data_hashes, hardware, jsonable
-from bench.store import Store
 
 LM_EVAL_SEEDS = {"random_seed": 0, "numpy_random_seed": 1234, "torch_random_seed": 1234, "fewshot_random_seed": 1234}
 
@@ -114,11 +114,12 @@ def _metric_key(result: dict, metric: str) -> str | None:
     return cands[0] if cands else None
 
 
-def _n_docs(res: dict, name: str) -> int:
+def _n_docs(res: dict, name: str, which: str = "effective") -> int:
+    """Documents scored ("effective") or in the whole task ("original"), summed over a group's subtasks."""
     ns = res.get("n-samples", {})
     if name in ns:
-        return int(ns[name]["effective"])
-    return sum(_n_docs(res, sub) for sub in res.get("group_subtasks", {}).get(name, []))
+        return int(ns[name][which])
+    return sum(_n_docs(res, sub, which) for sub in res.get("group_subtasks", {}).get(name, []))
 
 
 def _number(x):
@@ -146,6 +147,7 @@ def extract_cell(res: dict, entry: TaskEntry) -> dict:
             metrics[k] = {"value": _number(v), "stderr": _number(result.get(f"{m}_stderr,{f}"))}
     return {"metric": name, "filter": filt, "value": _number(result[mkey]),
             "stderr": _number(result.get(f"{name}_stderr,{filt}")), "n": _n_docs(res, entry.task),
+            "n_task": _n_docs(res, entry.task, "original"),
             "metrics": dict(sorted(metrics.items())), "higher_is_better": entry.higher_is_better,
             "n_shot": res.get("n-shot", {}).get(entry.task), "lm_eval_versions": res.get("versions", {})}
 
@@ -160,7 +162,7 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info: ModelInfo
     resumed = 0
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        resumed = Store.cached_requests(cache, getattr(lm, "rank", 0) or 0)
+        resumed = request_cache.cached_requests(cache, getattr(lm, "rank", 0) or 0)
     if e.long:
         meta = {"max_seq_lengths": [cfg["context_length"]], "seed": cfg["seed"]}
         if cfg["num_samples"] is not None:

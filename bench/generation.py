@@ -55,6 +55,8 @@ def _check(args):
         args.context_length = check_seq_length(args.context_length or (4096 if cuda else 2048))
     except ValueError as e:
         raise ValueError(f"--context-length {args.context_length}: {e}") from None
+    if args.seed < 0:
+        raise ValueError(f"--seed {args.seed}: expected a non-negative integer")
     args.samples = args.samples if args.samples is not None else (200 if cuda else 20)
     args.sequential_samples = (args.sequential_samples if args.sequential_samples is not None else (20 if cuda else 5))
     if args.samples < 1 or args.sequential_samples < 0 or args.parity < 0:

@@ -26,6 +26,7 @@ from bench.hybrid import hybrid_plot, hybrid_table
 from bench.measured import (LOWER_IS_BETTER, REF_STANDARD, RULER_COLS, SNIAH_TASKS, STANDARD_COLS, add_cr,
                             budget_label, budget_value, measured_frame)
 from bench.store import Store
+from bench.store_conflicts import current_cells
 from models.atomic import atomic_write
 
 GAP_LABEL = "Gap with full attention, points (full - best linearized)"
@@ -293,7 +294,7 @@ def render(store, out_dir, reference_dir=REFERENCE_DIR) -> list[Path]:
     store = store if isinstance(store, Store) else Store(store)
     if not store.root.exists():
         raise FileNotFoundError(f"result store {str(store.root)!r} does not exist (run `golinear run` first)")
-    cells = store.cells()
+    cells = current_cells(store.cell_files())  # of two data versions of a cell, the current one
     if not cells:  # rendering would replace the tables with reference rows only
         raise ValueError(f"result store {str(store.root)!r} holds no cells; nothing to render (run `golinear run` "
                          "first, or point --store at a store with results)")

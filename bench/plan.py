@@ -132,10 +132,21 @@ def check_task_data(entries, data_dir: str | None) -> None:
 
 
 def check_long_context_fits(cells, data_dir) -> None:
-    """RULER's QA tasks need room for whole documents: build one sample per QA task and tokenizer now,
-    so a too-short --context-length fails before any evaluation (not after an hour of other cells)."""
-    seen = set()
+    """Each long-context task's prompts (sized to --context-length, the tokens to generate included) fit the
+    model's max_position_embeddings, and RULER's QA tasks have room for whole documents (one sample per QA
+    task and tokenizer is built now), so either fails before any model loads or file is written."""
+    from models.spec_checks import backbone_config
+    seen, limits = set(), {}
     for c in cells:
+        if not c.entry.long:
+            continue
+        if c.model.base_name not in limits:
+            limits[c.model.base_name] = getattr(backbone_config(c.model.base_name), "max_position_embeddings", None)
+        allowed = limits[c.model.base_name]
+        if allowed and c.config["context_length"] > allowed:
+            raise ValueError(f"{c.entry.display} at --context-length {c.config['context_length']}: its prompts are "
+                             f"longer than model {c.model.label!r} allows (max_position_embeddings {allowed}); "
+                             f"use --context-length {allowed} or less")
         if c.entry.suite != "ruler" or not c.entry.task.endswith(("_hqa", "_sqa")):
             continue
         k = (c.entry.task, c.model.base_name, c.config["context_length"])

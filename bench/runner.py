@@ -9,10 +9,13 @@ Which cells: bench.plan; running one through lm-eval: bench.execute; its provena
 """
 from __future__ import annotations
 
+import logging
 import os
+import sqlite3
 import time
 from dataclasses import dataclass, field
 
+from bench import request_cache
 from bench import specs as S
 from bench.execute import (build_lm, build_task_manager, check_checkpoint_base, distributed_context, evaluate_cell,
                            validate_model)
@@ -72,6 +75,7 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     cell claimed by a live process is waited for (`wait_s` between looks) rather than evaluated twice.
     """
     from tqdm.auto import tqdm
+    logging.getLogger("sqlitedict").setLevel(logging.CRITICAL)  # its thread's errors reach us; said in one line
     data_dir = check_data_dir(data_dir if data_dir is not None else default_data_dir())
     if data_dir:  # local data: never wait on Hub retries (lm-eval pitfall); set before `datasets` loads
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -86,6 +90,8 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     budgets = sorted({int(b) for b in budgets}) if budgets else None
     check_run_values(limit=limit, budgets=budgets, sinks=sinks, context_length=context_length,
                      num_samples=num_samples, seed=seed, entries=entries)
+    if include_path is not None and not os.path.isdir(include_path):
+        raise FileNotFoundError(f"--include-path {include_path!r}: not a folder (expected a folder of lm-eval task YAMLs)")
     check_task_data(entries, data_dir)
     data = {e.task: cell_data(e, data_dir) for e in entries}  # SHA256SUMS checked here, once per run
     store = store if isinstance(store, Store) else Store(store)
@@ -114,49 +120,68 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
             raise ValueError(f"unknown task(s) {missing}: not registered with lm-eval (check tasks/ and --data-dir)")
         versions, git = package_versions(), git_state()
         bar = tqdm(total=len(cells), initial=summary.skipped, desc="cells", unit="cell", disable=not progress or rank)
-        by_model: dict[str, list[Cell]] = {}
-        for c in todo:
-            by_model.setdefault(c.model.key, []).append(c)
-        queue, deferred = list(by_model.values()), set()
-        while queue:
-            group = queue.pop(0)
-            if world == 1:
-                left = [c for c in group if not store.has(c.key)]  # another run may have finished some
-                summary.skipped += len(group) - len(left)
-                bar.update(len(group) - len(left))
-                group = left
-                if not group:
-                    continue
-                if group[0].model.key not in deferred and all(store.claimed_elsewhere(c.key) for c in group):
-                    deferred.add(group[0].model.key)  # another run is on all of them: other models first
-                    queue.append(group)
-                    continue
-            spec = group[0].model
-            lm = build_lm(spec, batch_size, device)  # under a launcher HFLM puts each rank on its own device
-            info = ModelInfo.from_lm(lm)
-            for c in claimed_in_turn(store, group, world, wait_s, summary):
-                bar.set_postfix_str(f"{spec.label} / {c.entry.task}")
-                cache = store.request_cache(c.key, spec.label, info.weights_fingerprint)
-                try:
-                    record = evaluate_cell(lm, c, tm, data_dir, bootstrap_iters, info, versions, git, world, cache)
-                    if record is not None:  # rank 0 holds the merged result
-                        store.put(record)
-                        summary.evaluated += 1
-                    if world > 1:
-                        lm.barrier()  # every rank is done with its request cache before rank 0 removes them all
-                    if rank == 0:
-                        Store.drop_request_cache(cache)
-                    if world > 1:  # ...and no rank makes the next cell's cache folder while rank 0 removes empty
-                        lm.barrier()  # ones (seen on CPU: rank 1's sqlite "unable to open database file")
-                finally:
-                    if world == 1:
-                        store.release(c.key)
-                bar.update(1)
-            del lm
-        bar.close()
+        try:  # the bar is closed before any error or Ctrl-C line is printed
+            by_model: dict[str, list[Cell]] = {}
+            for c in todo:
+                by_model.setdefault(c.model.key, []).append(c)
+            queue, deferred = list(by_model.values()), set()
+            while queue:
+                group = queue.pop(0)
+                if world == 1:
+                    left = [c for c in group if not store.has(c.key)]  # another run may have finished some
+                    summary.skipped += len(group) - len(left)
+                    bar.update(len(group) - len(left))
+                    group = left
+                    if not group:
+                        continue
+                    if group[0].model.key not in deferred and all(store.claimed_elsewhere(c.key) for c in group):
+                        deferred.add(group[0].model.key)  # another run is on all of them: other models first
+                        queue.append(group)
+                        continue
+                spec = group[0].model
+                lm = build_lm(spec, batch_size, device)  # under a launcher HFLM puts each rank on its own device
+                info = ModelInfo.from_lm(lm)
+                for c in claimed_in_turn(store, group, world, wait_s, summary):
+                    bar.set_postfix_str(f"{spec.label} / {c.entry.task}")
+                    try:
+                        summary.evaluated += evaluate_into(store, lm, c, tm, data_dir, bootstrap_iters, info, versions,
+                                                           git, world, rank)
+                    finally:
+                        if world == 1:
+                            store.release(c.key)
+                    bar.update(1)
+                del lm
+        finally:
+            bar.close()
     if rank == 0:
         summary.cells = [store.get(c.key) for c in cells]
     return summary
+
+
+def evaluate_into(store: Store, lm, c: Cell, tm, data_dir, bootstrap_iters, info, versions, git, world, rank) -> int:
+    """One claimed cell through lm-eval into the store (1 when this rank wrote it). Its request cache keeps the
+    scored requests of a killed or interrupted attempt, is dropped once the cell is stored, and is never left
+    empty; a full disk is one line (bench.request_cache)."""
+    cache = store.request_cache(c.key, c.model.label, info.weights_fingerprint)
+    try:
+        record = evaluate_cell(lm, c, tm, data_dir, bootstrap_iters, info, versions, git, world, cache)
+        if record is not None:  # rank 0 holds the merged result
+            store.put(record)
+    except (OSError, sqlite3.OperationalError) as e:
+        if request_cache.is_disk_full(e):
+            raise request_cache.disk_full_error(e, cache, rank, store.path_for(c.key, c.model.label)) from None
+        request_cache.drop_if_empty(cache, rank)
+        raise
+    except BaseException:  # failed or interrupted (Ctrl-C)
+        request_cache.drop_if_empty(cache, rank)
+        raise
+    if world > 1:
+        lm.barrier()  # every rank is done with its request cache before rank 0 removes them all
+    if rank == 0:
+        request_cache.drop(cache)
+    if world > 1:  # ...and no rank makes the next cell's cache folder while rank 0 removes empty
+        lm.barrier()  # ones (seen on CPU: rank 1's sqlite "unable to open database file")
+    return int(record is not None)
 
 
 def claimed_in_turn(store: Store, group: list, world: int, wait_s: float, summary: RunSummary):

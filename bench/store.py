@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.metric_ranges import cell_metrics_problem
 from models.atomic import atomic_write
 from models.data_hashes import file_sha256
 
@@ -107,7 +108,7 @@ def cell_problem(cell, path: Path | None = None) -> str | None:
         return "'metrics' is not a mapping of {value, stderr}"
     if not isinstance(cell.get("model"), dict):
         return "'model' is missing"
-    return None
+    return cell_metrics_problem(cell)
 
 
 def pid_alive(pid: int) -> bool:
@@ -163,26 +164,6 @@ class Store:
                              "golinear_info lacks base_fingerprint)")
         model_dir = self.path_for(key, model_label).parent.name
         return self.root / "partial" / model_dir / f"{slug(key.task, 60)}--{key.digest}--{fingerprint}"
-
-    @staticmethod
-    def cached_requests(prefix: Path | None, rank: int) -> int:
-        """How many request results an earlier, killed attempt at this cell left in rank `rank`'s cache."""
-        db = Path(f"{prefix}_rank{rank}.db") if prefix else None  # CachingLM's file name for that rank
-        if db is None or not db.exists():
-            return 0
-        from sqlitedict import SqliteDict
-        with SqliteDict(str(db), flag="r") as d:
-            return len(d)
-
-    @staticmethod
-    def drop_request_cache(prefix: Path) -> None:
-        for p in prefix.parent.glob(prefix.name + "_rank*.db*"):
-            p.unlink(missing_ok=True)
-        for d in (prefix.parent, prefix.parent.parent):  # no empty folders left behind
-            try:
-                d.rmdir()
-            except OSError:  # not empty (other cells' caches) or already gone
-                pass
 
     # -- claims: one process evaluates a cell at a time
     def claim(self, key: CellKey) -> bool:

@@ -3,7 +3,8 @@
 Why: a cell names its checkpoint by folder name plus a hash of the two files the model loads
 (models.spec.ModelSpec.store_key), so a folder retrained in place (strict `gdn`: 653 steps, then the paper's 10M
 tokens) keys new cells while its old ones stay, and the leaderboard shows two rows of one name, one of them of
-weights no longer in the tree. This lists those cells; `--drop` deletes their files (git history keeps them).
+weights no longer in the tree. This lists those cells, and the cells of data since changed beside the current
+data's (bench.store_conflicts); `--drop` deletes their files (git history keeps them).
 Exit 1 while any are left, so it can guard a committed store.
 """
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from bench.plan import default_data_dir
 from bench.store import Store
+from bench.store_conflicts import other_data_cells
 from models.spec import checkpoint_identity
 
 CHECKPOINT = re.compile(r"(?:^|,)checkpoint=([^,]+)")
@@ -45,8 +48,14 @@ def stale(args) -> int:
     if not checkpoints.is_dir():
         raise FileNotFoundError(f"checkpoints folder {str(checkpoints)!r} does not exist")
     found = stale_cells(store, checkpoints)
+    data_dir = args.data_dir if getattr(args, "data_dir", None) else default_data_dir()
+    other_data = other_data_cells(store.cell_files(), data_dir)
+    for old_path, now_path in other_data:  # a cell of data since changed, beside the current data's cell
+        print(f"{old_path}: measured on other data than {Path(data_dir) / 'SHA256SUMS'} (the current data's cell: "
+              f"{now_path})")
+    found += [(p, None, None, None) for p, _ in other_data]
     groups = {}
-    for path, name, old, now in found:
+    for path, name, old, now in found[:len(found) - len(other_data)]:
         groups.setdefault((name, old, now), []).append(path)
     for (name, old, now), paths in sorted(groups.items()):
         print(f"{name}: {len(paths)} cells of checkpoint_files={old}; {checkpoints / name} now holds {now} "
@@ -56,6 +65,6 @@ def stale(args) -> int:
             path.unlink()
         print(f"golinear store stale: {len(found)} cells dropped from {store.root}")
         return 0
-    print(f"golinear store stale: {len(found)} cells of replaced checkpoints in {store.root}"
+    print(f"golinear store stale: {len(found)} cells of replaced checkpoints or of other data in {store.root}"
           + (" (drop them with --drop)" if found else ""))
     return 1 if found else 0

@@ -37,10 +37,13 @@ def _smollm2_gguf() -> Path:
 
 def smollm2_path() -> Path:
     """Folder with SmolLM2-135M-Instruct as plain safetensors, converted from the GGUF on first use."""
+    from models import backbone_content
     target = cache_dir() / "smollm2-135m-instruct"
     if (target / "model.safetensors").exists() and (target / "tokenizer.json").exists():
+        backbone_content.verify(target)  # full content hashes, once per process and file version
         return target
     gguf = _smollm2_gguf()
+    gguf_sha256 = backbone_content.check_gguf(gguf)
     # transformers' GGUF path also needs `gguf`; dequantization happens here (~50 s, once).
     model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
                                                               dtype=torch.float32)
@@ -56,6 +59,7 @@ def smollm2_path() -> Path:
         plain.save_pretrained(tmp)
         tok.clean_up_tokenization_spaces = False  # BPE: clean-up would strip spaces before punctuation
         tok.save_pretrained(tmp)
+        backbone_content.write_record(tmp, gguf_sha256)
     return target
 
 

@@ -79,6 +79,12 @@ def apply_checkpoint(model, folder: str | os.PathLike, base_fingerprint: str | N
     spec = ModelSpec.from_checkpoint_config(config, folder)
     linearize(model, LinearizeConfig.from_dict(spec.linearize_options()), base_name=spec.base, stored_fingerprint=fp)
     tensors = load_file(str(Path(folder) / WEIGHTS))
+    broken = {n: int((~torch.isfinite(t)).sum()) for n, t in sorted(tensors.items())
+              if t.is_floating_point() and not bool(torch.isfinite(t).all())}
+    if broken:
+        names = ", ".join(f"{n} ({k} of {tensors[n].numel()})" for n, k in list(broken.items())[:3])
+        raise ValueError(f"checkpoint {str(folder)!r} holds non-finite (NaN or infinite) parameters in "
+                         f"{len(broken)} tensor(s): {names}; it cannot be evaluated (retrain it, or restore the file)")
     params = new_parameters(model)
     missing, unexpected = sorted(set(params) - set(tensors)), sorted(set(tensors) - set(params))
     if missing or unexpected:

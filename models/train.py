@@ -122,7 +122,8 @@ class Trainer:
         self.deadline = deadline          # perf_counter time by which training must end (time budget)
         self.hard_stop_slack_s = 5.0
         self.stopped_at_deadline = False
-        self.stop_requested = False  # set by SIGTERM once catch_sigterm() is called
+        self.stop_requested = False  # set by SIGTERM or SIGINT once catch_sigterm() is called
+        self.stop_signal = None
         self.elapsed_before = 0.0  # training seconds spent by earlier invocations (resume)
         self.world = self.acc.num_processes
         self.rank = self.acc.process_index
@@ -245,10 +246,14 @@ class Trainer:
         return flag[0]
 
     def catch_sigterm(self) -> None:
-        """From now on SIGTERM stops the loop after the step in flight, with a resumable state (as --stop-at-s
-        does), instead of killing the process: a caller with a wall-clock deadline (scripts/study/device_train.sh)
-        loses no steps, and a run already past its last step still writes its checkpoint. Main thread only."""
-        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stop_requested", True))
+        """From now on SIGTERM and SIGINT (Ctrl-C) stop the loop after the step in flight, with a resumable state
+        (as --stop-at-s does), instead of killing the process: a caller with a wall-clock deadline
+        (scripts/study/device_train.sh) loses no steps, and a run already past its last step still writes its
+        checkpoint. `stop_signal` keeps which signal it was (the command then exits 128 + it). Main thread only."""
+        def stop(signum, _frame):
+            self.stop_requested, self.stop_signal = True, signum
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, stop)
 
     def _past_deadline(self, now: float) -> bool:
         return self._agreed(now > self.deadline + self.hard_stop_slack_s)

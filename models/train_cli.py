@@ -7,12 +7,14 @@ import dataclasses
 import json
 import os
 import platform
+import signal
 import time
 from pathlib import Path
 
 import torch
 
 from models import data as data_mod
+from models import train_settings
 from models.cli_args import train as add_arguments  # noqa: F401 - the options, apart (no torch for --help)
 from models.spec import CONV_ON
 from models.train import CONFIG_FILE, LOG_FILE, PLOT_FILE, STATE_FILE, Trainer, TrainConfig
@@ -112,11 +114,15 @@ def main(args) -> int:
     from models.linearize import LinearizeConfig, linearize
 
     out.mkdir(parents=True, exist_ok=True)
-    if args.force and acc.is_main_process:  # start over: the old state and log go, the checkpoint is replaced
-        (out / STATE_FILE).unlink(missing_ok=True)
-        (out / LOG_FILE).unlink(missing_ok=True)
-    acc.wait_for_everyone()
     lin_cfg = LinearizeConfig.from_dict(opts)
+    if acc.is_main_process:
+        if args.force:  # start over: the old state and log go, the checkpoint is replaced
+            (out / STATE_FILE).unlink(missing_ok=True)
+            (out / LOG_FILE).unlink(missing_ok=True)
+        if args.force or not (out / STATE_FILE).exists():  # a new run: these are its settings from now on
+            atomic_write_json(out / train_settings.SETTINGS_FILE,
+                              train_settings.settings(args, cfg, lin_cfg.to_dict()))
+    acc.wait_for_everyone()
     if acc.is_main_process:  # the tokenizer-and-pack step runs once; other ranks read the token file
         td = load_token_data(args, load_tokenizer(args.base), train_tokens, heldout_tokens)
     acc.wait_for_everyone()
@@ -172,8 +178,10 @@ def main(args) -> int:
     if not summary["finished"]:
         if acc.is_main_process:
             atomic_write_json(out / CONFIG_FILE, record)
-            print(f"stopped at step {summary['step']}/{summary['total_steps']}; re-run the same command to resume")
-        return 0
+            why = {signal.SIGINT: " by Ctrl-C", signal.SIGTERM: " by SIGTERM"}.get(trainer.stop_signal, "")
+            print(f"golinear train: stopped{why} at step {summary['step']}/{summary['total_steps']}, state saved; "
+                  "re-run the same command to resume", flush=True)
+        return 128 + trainer.stop_signal if trainer.stop_signal else 0  # a signal stopped it early: not a success
     if fsdp or acc.is_main_process:  # under FSDP every rank takes part in the forward and the gathering
         results["heldout_loss_trained"] = trainer.evaluate(heldout)
         new_params = trainer.full_new_parameters()
@@ -211,26 +219,25 @@ def check_inputs(args, opts: dict) -> None:
 def finished_run(out: Path, args, cfg: TrainConfig, opts: dict) -> bool:
     """True (and says so) when `out` holds a finished run of these settings: re-running it is a no-op.
 
-    A finished run of other settings is an error (use another --out, or --force to replace it)."""
+    A finished or unfinished (resumable) run of other settings is an error naming each differing setting (use
+    another --out, or --force to start over); models.train_settings says which settings count."""
     from models.linearize import LinearizeConfig
+    if args.force:
+        return False
+    want = train_settings.settings(args, cfg, LinearizeConfig.from_dict(opts).to_dict())
     record_path = out / CONFIG_FILE
-    if args.force or not record_path.exists():
-        return False
-    record = read_json(record_path)
-    if not (record.get("summary") or {}).get("finished") or not (out / "new_params.safetensors").exists():
-        return False
-    want = {"base": args.base, "linearize": LinearizeConfig.from_dict(opts).to_dict(),
-            "steps": cfg.steps, "seq_len": cfg.seq_len, "batch_size": cfg.batch_size, "seed": cfg.seed}
-    have = {"base": record.get("base"), "linearize": record.get("linearize"),
-            **{k: (record.get("train") or {}).get(k) for k in ("steps", "seq_len", "batch_size", "seed")}}
-    diff = sorted(k for k in want if json.dumps(want[k], sort_keys=True) != json.dumps(have[k], sort_keys=True))
-    if diff:
-        raise ValueError(f"run folder {str(out)!r} holds a finished run with other settings ({', '.join(diff)}); "
-                         "choose another --out, or --force to replace it")
-    s = record["summary"]
-    print(f"golinear train: {out} already holds this finished run ({s.get('step')} steps, "
-          f"{s.get('tokens')} tokens); nothing to do (--force trains it again)")
-    return True
+    record = read_json(record_path) if record_path.exists() else None
+    finished = bool(record and (record.get("summary") or {}).get("finished")
+                    and (out / "new_params.safetensors").exists())
+    if finished:
+        train_settings.refuse_other_settings(out, want, train_settings.recorded(out, record), "a finished run")
+        s = record["summary"]
+        print(f"golinear train: {out} already holds this finished run ({s.get('step')} steps, "
+              f"{s.get('tokens')} tokens); nothing to do (--force trains it again)")
+        return True
+    if (out / STATE_FILE).exists():  # a killed or stopped run this command would resume
+        train_settings.refuse_other_settings(out, want, train_settings.recorded(out, record), "an unfinished run")
+    return False
 
 
 def environment(acc, fsdp: dict | None = None) -> dict:

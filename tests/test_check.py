@@ -124,6 +124,7 @@ def test_shipped_checkpoint_passes_and_a_damaged_copy_fails(tmp_path, capsys):
     lambada = json.loads(SHIPPED_BASELINE.read_text())
     lambada["cells"] = [c for c in lambada["cells"] if c["task"] == "golinear_lambada_openai"]
     lambada["subset"]["suites"] = "lambada"
+    lambada.pop("parameters", None)  # the scores' verdict here; the statistics fail it earlier (test_hostile_user)
     assert len(lambada["cells"]) == 2
     (tmp_path / "lambada.json").write_text(json.dumps(lambada))
     code, out, err = _check_cli(capsys, "--model", str(damaged), "--baseline", str(tmp_path / "lambada.json"))

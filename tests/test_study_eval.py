@@ -44,7 +44,8 @@ def dry_eval(tmp_path: Path, **env) -> tuple[str, Path]:
 def test_store_merge_adds_missing_cells_and_keeps_existing_ones(tmp_path, capsys):
     src, dest = Store(tmp_path / "src"), Store(tmp_path / "dest")
     piqa = committed_cell("golinear_piqa")
-    kept = dest.put({**piqa, "value": 0.123})  # dest's own number for this key must survive the merge
+    own = {**piqa, "value": 0.123, "metrics": {**piqa["metrics"], "acc,none": {"value": 0.123, "stderr": 0.01}}}
+    kept = dest.put(own)  # dest's own number for this key must survive the merge
     src.put(piqa)
     src.put(with_limit(piqa, 2))
     assert cli(["store", "merge", str(src.root), "--store", str(dest.root)]) == 0

@@ -343,7 +343,7 @@ def test_rerunning_a_finished_train_command_does_not_retrain(tmp_path, capsys):
     assert "already holds this finished run" in capsys.readouterr().out
     assert (weights.read_bytes(), weights.stat().st_mtime_ns) == before  # not retrained, not rewritten
     assert _cli_train(tmp_path, "--steps", "8") == 2  # other settings into a finished folder: refused
-    assert "holds a finished run with other settings (steps)" in capsys.readouterr().err
+    assert "holds a finished run with other settings (steps 6 -> 8)" in capsys.readouterr().err
     assert _cli_train(tmp_path, "--steps", "6", "--force") == 0  # asked for: trained again, log restarted
     assert weights.stat().st_mtime_ns != before[1]
     steps = [r["step"] for r in train_utils.read_log(tmp_path / "run" / train_mod.LOG_FILE)]

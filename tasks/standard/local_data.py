@@ -51,7 +51,7 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> str:
     """
     explicit = data_dir if data_dir not in (None, "") else os.environ.get(ENV_VAR) or None
     if explicit is None:
-        return str(DEFAULT_DATA_DIR) if DEFAULT_DATA_DIR.is_dir() else HUB
+        return str(DEFAULT_DATA_DIR.resolve()) if DEFAULT_DATA_DIR.is_dir() else HUB  # as an explicit path is
     if str(explicit).lower() == HUB:
         return HUB
     path = Path(explicit).expanduser().resolve()
