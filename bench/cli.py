@@ -35,7 +35,12 @@ COMMANDS = {  # name: (module that runs it, module of its options, help)
               "train the new parameters of a linearized model (frozen backbone)"),
     "diagnose": ("models.diagnostics", "models.cli_args",
                  "approximation diagnostics: nMSE, key concentration, residuals"),
+    "lm-eval": ("bench.lm_eval_cli", "bench.cli_args",
+                "lm-eval's own command line (every option) with golinear's backends and tasks known to it"),
+    "cards": ("bench.cards", "bench.cli_args",
+              "write each checkpoint's model card (README.md) from its config and the result store's scores"),
 }
+PASS_THROUGH = {"lm-eval": "lm_eval_args"}  # commands whose arguments all belong to another program's parser
 
 SAYS_DEFAULT = re.compile(r"(?<![\w-])default\b", re.IGNORECASE)  # "(default 8)", not "gdn-default"
 
@@ -61,18 +66,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter)
         p.set_defaults(_module=module)
         if name == command:
-            getattr(importlib.import_module(options), name)(p)
+            getattr(importlib.import_module(options), name.replace("-", "_"))(p)
     return parser
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(command)
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
+    if argv[:1] == [command] and command in PASS_THROUGH and argv[1:] not in (["-h"], ["--help"]):
+        args = argparse.Namespace(command=command, _module=COMMANDS[command][0], **{PASS_THROUGH[command]: argv[1:]})
+    else:
+        parser = build_parser(command)
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
     quiet.install()
     try:
         return int(importlib.import_module(args._module).main(args) or 0)
