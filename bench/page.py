@@ -96,7 +96,7 @@ def score_by_budget_plot(standard: pd.DataFrame, family_of_key: dict, score: str
     if not len(rows):
         return None
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.6), dpi=100)
+    fig, ax = plt.subplots(figsize=(8, 4.2), dpi=100)
     full = rows[rows["cache"] == "inf"]
     for _, r in full.iterrows():
         ax.axhline(float(r[score]), color="black", linestyle=":", linewidth=1.2, label=f"{r['model']} (full attention)")
@@ -119,7 +119,7 @@ def score_by_budget_plot(standard: pd.DataFrame, family_of_key: dict, score: str
     ax.set_xlabel("cache budget, tokens (sinks + window + slots)")
     ax.set_ylabel(f"{score} (%)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
     return png_bytes(fig)
 
 
