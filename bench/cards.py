@@ -51,7 +51,8 @@ def scores_for(cells: list[dict], name: str, identity: str) -> list[dict]:
 def checkpoint_folders(root: Path) -> list[Path]:
     if (root / "config.json").is_file():
         return [root]
-    return sorted(p for p in root.iterdir() if (p / "config.json").is_file() and (p / "new_params.safetensors").is_file())
+    return sorted(p for p in root.iterdir()
+                  if (p / "config.json").is_file() and (p / "new_params.safetensors").is_file())
 
 
 def shown_path(folder: Path) -> str:

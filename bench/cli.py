@@ -3,7 +3,8 @@
 COMMANDS names, per command, the module whose `main(args) -> int` runs it and the light module holding its
 options (bench.cli_args / models.cli_args: one function per command, named after it). Building a parser
 imports only the options module, so `golinear --help` and `golinear COMMAND --help` answer without torch
-or lm-eval (tests/test_cli.py checks it for every command).
+or lm-eval (tests/test_cli.py checks it for every command). A command in PASS_THROUGH hands all its arguments to
+another program's parser (`golinear lm-eval ...` to lm-eval's); only its bare `--help` is answered here.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The options of the bench commands (`golinear demo|params|run|leaderboard|claims|store|check|latency|generation`).
+"""The options of the bench commands (`golinear demo|params|run|leaderboard|claims|store|check|latency|generation|
+lm-eval|cards`).
 
 They live apart from the commands so that `golinear COMMAND --help` builds its parser without importing
 the command's module (and with it torch or lm-eval); bench.cli imports a command's module only to run it.

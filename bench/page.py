@@ -41,7 +41,8 @@ table.board{border-collapse:collapse;font-size:13px;margin:.5em 0 1em}
 .board th{background:#f0f0f0;cursor:pointer;position:sticky;top:2.6em;white-space:nowrap}
 .board th.nosort{cursor:default}.board th[aria-sort=descending]::after{content:" \\25BC"}
 .board th[aria-sort=ascending]::after{content:" \\25B2"}
-.board td.text,.board th.text{text-align:left;white-space:nowrap}.board td.text:first-child{white-space:normal}.board td.score{font-variant-numeric:tabular-nums}
+.board td.text,.board th.text{text-align:left;white-space:nowrap}.board td.text:first-child{white-space:normal}
+.board td.score{font-variant-numeric:tabular-nums}
 .board th.score{background:#e6eefa}
 tr.paper{color:#555;background:#f7f7f7}tr.gap{font-style:italic;background:#fff4e0}
 body.hide-paper tr.paper{display:none}tr.nomatch{display:none}
@@ -199,7 +200,8 @@ def _img(alt: str, png: bytes) -> str:
 
 
 def figure_html(title: str, caption: str, png: bytes) -> str:
-    return f"<figure>{_img(title, png)}<figcaption><b>{html.escape(title)}.</b> {html.escape(caption)}</figcaption></figure>"
+    return (f"<figure>{_img(title, png)}<figcaption><b>{html.escape(title)}.</b> {html.escape(caption)}"
+            "</figcaption></figure>")
 
 
 # ----------------------------------------------------------------------------- page

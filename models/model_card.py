@@ -92,8 +92,8 @@ def card_text(folder: str | Path, scores: list[dict] | None = None, store_name: 
         raise FileNotFoundError(f"{str(folder)!r} is not a checkpoint folder (no config.json)")
     training = config.get("training") or {}
     lin, base = config.get("linearize") or {}, config.get("base", "")
-    train, summary = record.get("train") or training.get("train") or {}, record.get("summary") or training.get("summary") or {}
-    results, seeds = record.get("results") or training.get("results") or {}, record.get("seeds") or training.get("seeds") or {}
+    train, summary = (record.get(k) or training.get(k) or {} for k in ("train", "summary"))
+    results, seeds = (record.get(k) or training.get(k) or {} for k in ("results", "seeds"))
     data = record.get("data") or {}
     dataset = DATASETS.get(data.get("source")) or data.get("dataset")
     header = ["---", f"base_model: {json.dumps(HUB_IDS.get(base, base))}", "library_name: golinear",

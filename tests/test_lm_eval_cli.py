@@ -30,7 +30,8 @@ def test_our_task_folders_come_first_then_the_users():
 def test_every_lm_eval_option_passes_through(tmp_path):
     out = golinear(["lm-eval", "run", "--help"], tmp_path)
     assert out.returncode == 0, out.stderr
-    assert all(opt in out.stdout for opt in ("--model_args", "--include_path", "--log_samples", "--apply_chat_template"))
+    assert all(opt in out.stdout for opt in ("--model_args", "--include_path", "--log_samples",
+                                             "--apply_chat_template"))
 
 
 @pytest.mark.slow
