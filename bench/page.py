@@ -18,10 +18,10 @@ import pandas as pd
 from bench.figures import png_bytes, pyplot
 
 FOLDED = ("status", "source", "setting")  # long or repetitive: in the row's details cell, still searchable
-LEADING = ("model", "task")  # what a row is, before its scores
+LEADING = ("model", "task", "cache", "share of full layers", "selection")  # what a row is, before its scores
 NOT_SCORES = {"n", "HQA n", "context", "params", "cache", "limit"}  # numbers, but not results
 LOWER_IS_BETTER = {"LAMBADA ppl"}
-HEADLINE_SCORES = ("CR", "MMLU", "LAMBADA")  # the standard table's averages and headline tasks, in front
+HEADLINE_SCORES = ("CR", "Avg", "MMLU", "LAMBADA")  # averages and headline tasks, in front of the rest
 EXTRA_FIGURES = {  # figures other commands write into the same folder, shown when present
     "latency.png": ("Speed against prompt length",
                     "Decode latency and memory against prompt length, full attention against the linearized "
@@ -124,7 +124,7 @@ def score_by_budget_plot(standard: pd.DataFrame, family_of_key: dict, score: str
     return png_bytes(fig)
 
 
-def gap_plot(standard: pd.DataFrame, columns=HEADLINE_SCORES) -> bytes | None:
+def gap_plot(standard: pd.DataFrame, columns=("CR", "MMLU", "LAMBADA")) -> bytes | None:
     """PNG: full attention minus the best linearized row, per table and backbone (ours and the paper's)."""
     gaps = standard[(standard["status"] == "gap") & (standard["limit"] == "full set")] if len(standard) else standard
     columns = [c for c in columns if len(gaps) and gaps[c].notna().any()]
