@@ -3,7 +3,8 @@
 COMMANDS names, per command, the module whose `main(args) -> int` runs it and the light module holding its
 options (bench.cli_args / models.cli_args: one function per command, named after it). Building a parser
 imports only the options module, so `golinear --help` and `golinear COMMAND --help` answer without torch
-or lm-eval (tests/test_cli.py checks it for every command).
+or lm-eval (tests/test_cli.py checks it for every command). A command in PASS_THROUGH hands all its arguments to
+another program's parser (`golinear lm-eval ...` to lm-eval's); only its bare `--help` is answered here.
 """
 from __future__ import annotations
 
@@ -36,7 +37,12 @@ COMMANDS = {  # name: (module that runs it, module of its options, help)
               "train the new parameters of a linearized model (frozen backbone)"),
     "diagnose": ("models.diagnostics", "models.cli_args",
                  "approximation diagnostics: nMSE, key concentration, residuals"),
+    "lm-eval": ("bench.lm_eval_cli", "bench.cli_args",
+                "lm-eval's own command line (every option) with golinear's backends and tasks known to it"),
+    "cards": ("bench.cards", "bench.cli_args",
+              "write each checkpoint's model card (README.md) from its config and the result store's scores"),
 }
+PASS_THROUGH = {"lm-eval": "lm_eval_args"}  # commands whose arguments all belong to another program's parser
 
 INTERRUPTED = {  # what a Ctrl-C leaves, per command that keeps work across runs
     "run": "; the finished cells are stored and the cell in progress keeps its scored requests: run the same "
@@ -68,18 +74,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter)
         p.set_defaults(_module=module)
         if name == command:
-            getattr(importlib.import_module(options), name)(p)
+            getattr(importlib.import_module(options), name.replace("-", "_"))(p)
     return parser
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(command)
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
+    if argv[:1] == [command] and command in PASS_THROUGH and argv[1:] not in (["-h"], ["--help"]):
+        args = argparse.Namespace(command=command, _module=COMMANDS[command][0], **{PASS_THROUGH[command]: argv[1:]})
+    else:
+        parser = build_parser(command)
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
     quiet.install()
     try:
         return int(importlib.import_module(args._module).main(args) or 0)

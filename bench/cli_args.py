@@ -1,4 +1,5 @@
-"""The options of the bench commands (`golinear demo|params|run|leaderboard|claims|store|check|latency|generation`).
+"""The options of the bench commands (`golinear demo|params|run|leaderboard|claims|store|check|latency|generation|
+lm-eval|cards`).
 
 They live apart from the commands so that `golinear COMMAND --help` builds its parser without importing
 the command's module (and with it torch or lm-eval); bench.cli imports a command's module only to run it.
@@ -177,3 +178,17 @@ def generation(p):
     p.add_argument("--data-dir", default=None, help="RULER data folder (default $GOLINEAR_DATA or ../shared/data)")
     p.add_argument("--out-dir", default=None, help="folder for generation.csv/.md (default: <repo>/leaderboards)")
     p.add_argument("--seed", type=int, default=42, help="RULER sample seed (the suite's default 42)")
+
+
+def lm_eval(p):
+    p.add_argument("lm_eval_args", nargs="*", metavar="ARG",
+                   help="lm-eval's own arguments, every one of them (`golinear lm-eval run --help` lists them); "
+                        "the backends `linearized` and `golinear-hf` and the golinear_* tasks are known to it, e.g. "
+                        "`golinear lm-eval --model linearized --model_args checkpoint=PATH --tasks golinear_piqa`")
+
+
+def cards(p):
+    p.add_argument("--checkpoints", default="checkpoints/smollm2-135m",
+                   help="a checkpoint folder, or a folder of them (default checkpoints/smollm2-135m)")
+    p.add_argument("--store", default="leaderboards/store", help="result store the scores come from (default: the "
+                                                                "committed one)")

@@ -12,8 +12,6 @@ same table and backbone, per column, in accuracy points (e.g. Table 1, Llama CR:
 """
 from __future__ import annotations
 
-import base64
-import html
 import math
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from bench.figures import legend_entries, png_bytes, pyplot
 from bench.hybrid import hybrid_plot, hybrid_table
 from bench.measured import (LOWER_IS_BETTER, REF_STANDARD, RULER_COLS, SNIAH_TASKS, STANDARD_COLS, add_cr,
                             budget_label, budget_value, measured_frame)
+from bench.page import render_page
 from bench.store import Store
 from bench.store_conflicts import current_cells
 from models.atomic import atomic_write
@@ -228,35 +227,6 @@ def sniah_plot(table: pd.DataFrame) -> bytes | None:
     return png_bytes(fig)
 
 
-def to_html(sections: list[tuple[str, str, pd.DataFrame]], pngs: dict[str, bytes | None]) -> str:
-    """One self-contained page; pngs: section title -> its plot (embedded after the table)."""
-    parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'><title>golinear leaderboard</title>",
-             "<style>body{font-family:sans-serif;margin:2em;max-width:110em}table{border-collapse:collapse;"
-             "font-size:13px;margin-bottom:1em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
-             "td:nth-child(-n+5),th:nth-child(-n+5){text-align:left}tr.reported{color:#555;background:#f7f7f7}"
-             "tr.gap{font-style:italic;background:#fff4e0}</style></head><body>",
-             "<h1>golinear leaderboard</h1>",
-             "<p>Rows marked <b>measured</b> come from the result store; rows marked <b>reported</b> are "
-             "transcribed from arXiv 2607.07706 (table number in <i>source</i>). Accuracies in %.</p>"]
-    for title, note, table in sections:
-        parts.append(f"<h2>{html.escape(title)}</h2><p>{html.escape(note)}</p>")
-        if table.empty:
-            parts.append("<p><i>no rows</i></p>")
-            continue
-        t = _display(table)
-        parts.append("<table><thead><tr>" + "".join(f"<th>{html.escape(str(c))}</th>" for c in t.columns)
-                     + "</tr></thead><tbody>")
-        for _, r in t.iterrows():
-            parts.append(f"<tr class='{html.escape(str(r.get('status', '')))}'>"
-                         + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>")
-        parts.append("</tbody></table>")
-        if pngs.get(title):
-            parts.append(f"<img alt='{html.escape(title)}' src='data:image/png;base64,"
-                         + base64.b64encode(pngs[title]).decode() + "'>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
-
-
 def write_if_changed(path: Path, data: bytes | str) -> bool:
     data = data.encode() if isinstance(data, str) else data
     if path.exists() and path.read_bytes() == data:
@@ -320,7 +290,8 @@ def render(store, out_dir, reference_dir=REFERENCE_DIR) -> list[Path]:
     for name, image in images.values():
         if image and write_if_changed(out_dir / name, image):
             changed.append(out_dir / name)
-    page = to_html([(titles[n], NOTES[n], tables[n]) for n in tables], {titles[n]: images[n][1] for n in images})
+    page = render_page([(n, titles[n], NOTES[n], tables[n]) for n in tables], {n: images[n][1] for n in images},
+                       dict(zip(df.get("model_key", []), df.get("family_name", []))), out_dir)
     if write_if_changed(out_dir / "index.html", page):
         changed.append(out_dir / "index.html")
     return changed

@@ -112,6 +112,7 @@ def main(args) -> int:
 
     from models.checkpoint import save_checkpoint
     from models.linearize import LinearizeConfig, linearize
+    from models.model_card import write_card
 
     out.mkdir(parents=True, exist_ok=True)
     lin_cfg = LinearizeConfig.from_dict(opts)
@@ -195,6 +196,7 @@ def main(args) -> int:
                   title=f"{args.base} {run_name(opts)}: {summary['tokens'] / 1e6:.1f}M tokens",
                   heldout={"held-out, full attention": full_loss, "held-out, linearized (trained)":
                            results["heldout_loss_trained"], "held-out, linearized (init)": init_loss})
+        write_card(out)  # the model card; `golinear cards` adds the scores once they are in a result store
         if not args.keep_state and (out / STATE_FILE).exists():
             (out / STATE_FILE).unlink()
         print(json.dumps({"out": str(out), **results, "tokens": summary["tokens"],

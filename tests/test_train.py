@@ -348,6 +348,8 @@ def test_rerunning_a_finished_train_command_does_not_retrain(tmp_path, capsys):
     assert weights.stat().st_mtime_ns != before[1]
     steps = [r["step"] for r in train_utils.read_log(tmp_path / "run" / train_mod.LOG_FILE)]
     assert steps == [1, 2, 3, 4, 5, 6]
+    card = (tmp_path / "run" / "README.md").read_text()  # the model card, written with the checkpoint
+    assert card.startswith("---\nbase_model: ") and "library_name: golinear" in card and "6 steps" in card
 
 
 def test_a_finished_run_kept_with_its_state_is_still_finished(tmp_path, capsys):

@@ -1,0 +1,45 @@
+"""`golinear lm-eval`: lm-eval's own command line with golinear's backends and tasks, from any folder."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.lm_eval_cli import include_paths
+from tasks.standard import TASK_DIRS
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKPOINT = ROOT / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
+
+
+def golinear(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "bench.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=1200)
+
+
+def test_our_task_folders_come_first_then_the_users():
+    assert include_paths(None) == [str(d) for d in TASK_DIRS]
+    assert include_paths("/my/tasks") == [str(d) for d in TASK_DIRS] + ["/my/tasks"]
+
+
+def test_every_lm_eval_option_passes_through(tmp_path):
+    out = golinear(["lm-eval", "run", "--help"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert all(opt in out.stdout for opt in ("--model_args", "--include_path", "--log_samples",
+                                             "--apply_chat_template"))
+
+
+@pytest.mark.slow
+def test_a_checkpoint_on_a_golinear_task_from_another_folder(tmp_path):
+    out = golinear(["lm-eval", "--model", "linearized", "--model_args", f"checkpoint={CHECKPOINT}", "--tasks",
+                    "golinear_piqa", "--limit", "2", "--output_path", str(tmp_path / "results")], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "|golinear_piqa|" in out.stdout
+    result = json.loads(next((tmp_path / "results").rglob("results_*.json")).read_text())
+    assert result["results"]["golinear_piqa"]["alias"] == "golinear_piqa"
+    assert result["config"]["model"] == "linearized" and result["config"]["limit"] == 2

@@ -1,0 +1,87 @@
+"""The leaderboard page in a real headless browser: sorting, filtering and the switch for the paper's rows.
+
+It opens the committed leaderboards/index.html (rendered by `golinear leaderboard` from leaderboards/store) and
+checks what the browser shows against leaderboards/standard.csv, rendered from the same store. With
+GOLINEAR_SCREENSHOT_DIR set, the screenshots docs/evaluation.md shows are written there too.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.page import column_order
+from tests._chromium import Chromium, browser_path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "leaderboards" / "index.html"
+FIRST_MODEL = """(function(){var r=[...document.querySelectorAll('#table-standard tbody tr')]
+  .find(function(r){return r.offsetParent!==null;});return r.cells[0].firstChild.textContent;})()"""
+VISIBLE = "[...document.querySelectorAll('#table-standard tbody tr')].filter(r => r.offsetParent !== null)"
+
+
+def click_header(browser, name: str) -> None:
+    browser.evaluate(f"[...document.querySelectorAll('#table-standard th')].find(h => h.textContent === "
+                     f"{json.dumps(name)}).click()")
+
+
+def save(png: bytes, name: str, tmp_path: Path) -> None:
+    (tmp_path / name).write_bytes(png)
+    if os.environ.get("GOLINEAR_SCREENSHOT_DIR"):
+        (Path(os.environ["GOLINEAR_SCREENSHOT_DIR"]) / name).write_bytes(png)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if browser_path() is None:
+        pytest.skip("no chromium on the PATH (`.ci/run` installs the Debian package)")
+    b = Chromium(width=1400, height=1000)
+    try:
+        b.open(PAGE)
+        yield b
+    finally:
+        b.close()
+
+
+def test_page_opens_on_the_figures_and_sorts_the_scores(browser, tmp_path):
+    standard = pd.read_csv(ROOT / "leaderboards" / "standard.csv")
+    ours = standard[standard["source"] == "measured"]
+    assert browser.evaluate("document.querySelectorAll('.figs figure img').length") >= 3
+    assert browser.evaluate("[...document.querySelectorAll('#table-standard th')].slice(0, 4)"
+                            ".map(h => h.textContent).join('|')") == "model|cache|CR|MMLU"
+    save(browser.screenshot(), "leaderboard.png", tmp_path)
+
+    browser.evaluate("document.getElementById('show-paper').click()")  # the paper's rows hidden
+    assert browser.evaluate(f"{VISIBLE}.length") == len(ours)
+    click_header(browser, "CR")  # first click: best first
+    assert browser.evaluate(FIRST_MODEL) == ours.loc[ours["CR"].idxmax(), "model"]
+    click_header(browser, "CR")
+    assert browser.evaluate(FIRST_MODEL) == ours.loc[ours["CR"].idxmin(), "model"]
+    click_header(browser, "LAMBADA ppl")  # lower is better: lowest first
+    assert browser.evaluate(FIRST_MODEL) == ours.loc[ours["LAMBADA ppl"].idxmin(), "model"]
+    click_header(browser, "CR")
+    browser.evaluate("document.getElementById('standard').scrollIntoView(); window.scrollBy(0, -60)")
+    save(browser.screenshot(), "leaderboard-sorted.png", tmp_path)
+
+    browser.evaluate("document.getElementById('show-paper').click()")  # and shown again
+    assert browser.evaluate(f"{VISIBLE}.length") == len(standard)
+    assert browser.evaluate(FIRST_MODEL) == standard.loc[standard["CR"].idxmax(), "model"]
+
+
+def test_filter_keeps_the_rows_that_contain_the_text(browser):
+    browser.evaluate("var f = document.querySelector(\"input[data-table='table-standard']\"); f.value = 'gdn-onorm';"
+                     "f.dispatchEvent(new Event('input'))")
+    shown = browser.evaluate(f"{VISIBLE}.map(r => r.textContent)")
+    assert shown and all("gdn-onorm" in text for text in shown)
+    browser.evaluate("f.value = ''; f.dispatchEvent(new Event('input'))")
+
+
+def test_scores_come_before_the_settings():
+    table = pd.DataFrame({"status": ["measured"], "source": ["measured"], "backbone": ["b"], "model": ["m"],
+                          "setting": ["base=b"], "params": ["0"], "cache": ["inf"], "PIQA": [60.0], "CR": [50.0],
+                          "LAMBADA ppl": [20.0]})
+    lead, scores, other = column_order(table)
+    assert (lead, scores, other) == (["model", "cache"], ["CR", "PIQA", "LAMBADA ppl"], ["backbone", "params"])
