@@ -29,7 +29,7 @@ LATENCY_CONFIGS = "full;gdn-default"
 LATENCY_GPU_BATCHES = "1,8"  # the interactive case and the paper's batch
 LATENCY_CPU_BATCHES = "1,2"
 # generation
-DEFAULT_LINEAR = "checkpoints/smollm2-135m/gdn-w56-s8-sc-10m"  # the default recipe, trained (10M tokens)
+DEFAULT_LINEAR = "checkpoints/smollm2-135m/gdn-w56-s8-sc"  # the default recipe, trained (10M tokens)
 GENERATION_ROWS = ("full", "full-static", "linear", "linear-sequential")
 
 
