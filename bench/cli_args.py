@@ -148,7 +148,8 @@ def latency(p):
     p.add_argument("--prefill-chunk", type=int, default=8192,
                    help="linearized models prefill in chunks of this many positions (0 = whole prompt)")
     p.add_argument("--no-graph", action="store_true", help="decode linearized models eagerly (no CUDA graph)")
-    p.add_argument("--out-dir", default=None, help="folder for latency.csv/.md/.png (default: <repo>/leaderboards)")
+    p.add_argument("--out-dir", default=None,
+                   help="folder for latency.csv/.md/.png (default: runs/latency; the published rows: leaderboards)")
     p.add_argument("--layers", type=int, default=None,
                    help="keep only the first N decoder layers (quick speed-only runs; the row's model name says so; default: all)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompts")
