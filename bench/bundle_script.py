@@ -18,7 +18,7 @@ if [ $# -lt 2 ]; then
   exit 2
 fi
 mkdir -p "$1"
-OUT="$(cd "$1" && pwd)"
+OUT_DIR="$(cd "$1" && pwd)"
 shift
 VENV="${GOLINEAR_VENV:-$HERE/venv}"
 if [ ! -f "$VENV/.golinear-installed" ]; then
@@ -33,13 +33,13 @@ if [ ! -f "$VENV/.golinear-installed" ]; then
   touch "$VENV/.golinear-installed"
 fi
 export PATH="$VENV/bin:$PATH" PYTHONPATH="$HERE/repo${PYTHONPATH:+:$PYTHONPATH}"
-export GOLINEAR_DATA="$HERE/data" GOLINEAR_CHECKPOINTS="$HERE/checkpoints" GOLINEAR_OUT="$OUT"
+export GOLINEAR_DATA="$HERE/data" GOLINEAR_CHECKPOINTS="$HERE/checkpoints" GOLINEAR_OUT="$OUT_DIR"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PIP_NO_INDEX=1
 if [ -d "$HERE/triton-cache" ]; then export TRITON_CACHE_DIR="$HERE/triton-cache"; fi
 args=()
-for a in "$@"; do args+=("${a//\{out\}/$OUT}"); done
+for a in "$@"; do args+=("${a//\{out\}/$OUT_DIR}"); done
 cd "$HERE/repo"
-"${args[@]}" 2>&1 | tee -a "$OUT/run.log"
+"${args[@]}" 2>&1 | tee -a "$OUT_DIR/run.log"
 exit "${PIPESTATUS[0]}"
 '''
 

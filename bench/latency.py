@@ -358,7 +358,7 @@ def main(args) -> int:
     return 0
 
 
-if __name__ == "__main__":  # `python -m bench.latency ...` (scripts/gpu/run_all.sh) = `golinear latency ...`
+if __name__ == "__main__":  # `python -m bench.latency ...` = `golinear latency ...`
     import sys
 
     from bench.cli import main as cli

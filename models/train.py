@@ -246,7 +246,7 @@ class Trainer:
 
     def catch_sigterm(self) -> None:
         """From now on SIGTERM stops the loop after the step in flight, with a resumable state (as --stop-at-s
-        does), instead of killing the process: a caller with a wall-clock deadline (scripts/study/device_train.sh)
+        does), instead of killing the process: a caller with a wall-clock deadline (a cluster scheduler)
         loses no steps, and a run already past its last step still writes its checkpoint. Main thread only."""
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stop_requested", True))
 

@@ -1,11 +1,11 @@
 """Re-key a store's checkpoint cells to `models.spec.checkpoint_identity` (the migration of 2026-12-01).
 
 Store keys named a checkpoint by a hash of every file in its folder (`checkpoint_files=`), so the run's log and
-loss plot were part of the model's identity, and a device call that carried only the loaded files keyed its
+loss plot were part of the model's identity, and a copy that carried only the loaded files keyed its
 cells apart from the same checkpoint in the tree. Keys now hash the two files the loader reads (config.json,
 new_params.safetensors). This rewrites a cell's key only when it provably names the checkpoint folder as it is
-now: its old hash is that of the folder's files (all of them, or the loaded files + train_config.json, the
-copy device calls carried), and the weights fingerprint its run recorded is the folder's. Other cells (of files
+now: its old hash is that of the folder's files (all of them, or the loaded files + train_config.json, a
+copy without the log and plot), and the weights fingerprint its run recorded is the folder's. Other cells (of files
 since replaced) are left as they are and listed. Values, provenance and every other field are kept.
 
 `--rename OLD=NEW` re-keys the cells of checkpoint folder OLD to folder NEW (a checkpoint renamed, or its
@@ -13,7 +13,7 @@ config.json's note edited): each cell only when the weights fingerprint its run 
 and family follow the new name.
 
 `--partial DIR` also renames the request caches of unfinished S-NIAH/RULER cells (a store's `partial/`, e.g.
-.device/eval-partial: `golinear run` names them by the cell key) at the study's settings (4K, 500 samples,
+<store>: `golinear run` names them by the cell key) at the study's settings (4K, 500 samples,
 seed 42; `--data-dir` for the task files' hashes), so a killed long cell resumes under the new key.
 
     .venv/bin/python scripts/store/rekey_checkpoints.py [--store leaderboards/store] [--checkpoints DIR]
@@ -42,7 +42,7 @@ def with_files(model_key: str, ident: str) -> str:
 
 
 def old_identities(folder: Path) -> set[str]:
-    """The hashes keys gave this folder before: all its files, or the copy a device call carried."""
+    """The hashes keys gave this folder before: all its files, or a copy without the log and plot."""
     return {local_files_identity(folder), local_files_identity(folder, (CONFIG, WEIGHTS, "train_config.json"))}
 
 
