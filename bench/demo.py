@@ -92,7 +92,11 @@ def fitting_long_tasks(suite: str, context_length: int, data_dir) -> tuple[list[
                           data_dir=data_dir)
             fit.append(task)
         except ValueError as e:
-            skipped.append(f"{task} ({str(e).splitlines()[0]})")
+            why = str(e).splitlines()[0]
+            if "no sample fits" in why:
+                why = (f"the {context_length}-token context is too short for any of its samples (even the "
+                       f"shortest does not fit); a longer --context-length runs it")
+            skipped.append(f"{task}: {why}")
     return fit, skipped
 
 
@@ -116,7 +120,7 @@ def jobs(args, suites: list[str]) -> list[tuple[str, list[str], dict]]:
         fit, skip = fitting_long_tasks(suite, args.context_length, data_dir)
         extra[suite], skipped = fit, skipped + skip
     for task in skipped:
-        print(f"skipped at --context-length {args.context_length}: {task}")
+        print(f"skipped {task}")
     long = [s for s in long if extra[s]]
     if long:
         out.append((f"{'+'.join(long)}: {args.long_samples} sample(s) per task at {args.context_length} tokens", long,

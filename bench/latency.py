@@ -35,6 +35,7 @@ from models.atomic import atomic_path
 
 KEY = ["model", "weights", "dtype", "config", "length", "batch", "device"]  # weights/dtype: part of "model"
 BOUND_COLUMNS = ["decode_bytes_per_step", "copy_gb_per_s", "decode_bound_ms", "decode_vs_bound"]
+DEFAULT_OUT = "runs/latency"  # never the tracked leaderboards/ unless asked (--out-dir leaderboards)
 COLUMNS = KEY + ["new_tokens", "prefill_s", "decode_ms_per_token", "e2e_s", "peak_gib", "status", *BOUND_COLUMNS,
                  "prefill_chunk", "cuda_graph", "torch", "fla", "date", "note"]
 GPU_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768]
@@ -301,7 +302,8 @@ def _row_line(r: dict) -> str:
         return f"{r['config']:>18} T={r['length']:>6} B={r['batch']}: {r['status']}"
     return (f"{r['config']:>18} T={r['length']:>6} B={r['batch']}: prefill {r['prefill_s']:.3f} s  "
             f"decode {r['decode_ms_per_token']:.2f} ms/token (bound {r['decode_bound_ms']:.2f}, "
-            f"{r['decode_vs_bound']:.2f}x)  e2e {r['e2e_s']:.3f} s  peak {r['peak_gib']:.1f} GiB")
+            f"{r['decode_vs_bound']:.2f}x)  e2e {r['e2e_s']:.3f} s  peak "
+            + (f"{r['peak_gib']:.1f} GiB" if math.isfinite(r["peak_gib"]) else "n/a on CPU"))
 
 
 # ----------------------------------------------------------------------------------------------- outputs
@@ -324,7 +326,7 @@ def merge_rows(csv_path: Path, rows: list[dict]):
 def main(args) -> int:
     if getattr(args, "render_only", False):
         import pandas as pd
-        out_dir = Path(args.out_dir) if args.out_dir else _repo_root() / "leaderboards"
+        out_dir = Path(args.out_dir or DEFAULT_OUT)
         if not (out_dir / "latency.csv").exists():
             raise FileNotFoundError(f"--render-only: no latency.csv in {out_dir}")
         df = pd.read_csv(out_dir / "latency.csv")
@@ -345,7 +347,8 @@ def main(args) -> int:
     args.dtype = args.dtype or ("bfloat16" if gpu else "float32")
     if args.new_tokens < 1:
         raise ValueError(f"--new-tokens {args.new_tokens}: must be >= 1")
-    out_dir = Path(args.out_dir) if args.out_dir else _repo_root() / "leaderboards"
+    out_dir = Path(args.out_dir or DEFAULT_OUT)
+    out_dir.mkdir(parents=True, exist_ok=True)
     args.csv_path = out_dir / "latency.csv"
     rows = sweep(args)
     df = merge_rows(args.csv_path, rows)
@@ -355,7 +358,7 @@ def main(args) -> int:
     return 0
 
 
-if __name__ == "__main__":  # `python -m bench.latency ...` (scripts/gpu/run_all.sh) = `golinear latency ...`
+if __name__ == "__main__":  # `python -m bench.latency ...` = `golinear latency ...`
     import sys
 
     from bench.cli import main as cli

@@ -26,10 +26,14 @@ def _wide(g, metrics) -> str:
     """Markdown table, length x '<config> <label>' per metric."""
     import pandas as pd
     flat = pd.DataFrame(index=sorted(int(L) for L in g.length.unique()))
+    on_cpu = "device" in g and (g.device == "cpu").all()  # no allocator statistics on CPU
     for column, label in metrics:
         for config, c in g.groupby("config"):
             values = c[column] if column in c else [None] * len(c)
-            flat[f"{config} {label}"] = pd.Series([_cell(v, s) for v, s in zip(values, c.status)],
+            cells = [_cell(v, s) for v, s in zip(values, c.status)]
+            if column == "peak_gib" and on_cpu:
+                cells = ["n/a on CPU" if s == "ok" else s for s in c.status]
+            flat[f"{config} {label}"] = pd.Series(cells,
                                                   index=c.length.astype(int).values)
     flat = flat.fillna("-")
     flat.index.name = "length"

@@ -99,7 +99,8 @@ def standard_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataF
             for _, r in grp.iterrows():
                 row = {"status": "reported", "source": r["source"], "backbone": backbone, "model": r["model"],
                        "setting": r["setting"] if isinstance(r["setting"], str) else "",
-                       "params": r["params"] if isinstance(r["params"], str) else "", "cache": str(r["cache"]),
+                       "params": r["params"] if isinstance(r["params"], str) else "",
+                       "cache": r["cache"] if isinstance(r["cache"], str) else "-",  # "NA" in the paper: not given
                        "limit": "full set", "is_full": r["model"] == "Full attention"}
                 for k, col in REF_STANDARD.items():
                     v = r[k]

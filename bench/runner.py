@@ -14,6 +14,7 @@ import os
 import sqlite3
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bench import request_cache
 from bench import specs as S
@@ -23,6 +24,7 @@ from bench.plan import LONG_SUITES  # noqa: F401 - bench.demo reads runner.LONG_
 from bench.plan import (ALL_SUITES, Cell, cell_data, check_data_dir, check_long_context_fits, check_task_data,
                         default_data_dir, plan_cells, resolve_suites)
 from bench.provenance import ModelInfo, git_state, package_versions
+from bench.run_summary import score_table
 from bench.store import Store
 
 
@@ -231,5 +233,10 @@ def main(args) -> int:
                    batch_size=bs, device=args.device, seed=args.seed, include_path=args.include_path,
                    tasks=args.tasks)
     if distributed_context()[0] == 0:
+        table = score_table(s.cells)
+        if table:
+            print("\n" + table + "\n")
         print(f"golinear run: {s.planned} cells planned, {s.skipped} already in {args.store}, {s.evaluated} evaluated")
+        print(f"golinear run: store {Path(args.store).resolve()} (tables: golinear leaderboard --store {args.store} "
+              f"--out <folder>)")
     return 0

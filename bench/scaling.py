@@ -6,7 +6,7 @@ evaluation timings, merged by key into the committed CSV (a later device call ad
 A training row comes from a `golinear train` run folder (`train_config.json`: steady tokens/s after the
 warm-up steps, processes, FSDP, sequence length, batch) and the per-rank peak-memory files that
 scripts/scaling/train_peak.py writes beside it (`<run>.peak.rank<R>.json`). An evaluation row comes from a
-timing file of scripts/scaling/device_eval.sh. Nothing here invents a figure: a missing one is left empty.
+timing files of the evaluation runs. Nothing here invents a figure: a missing one is left empty.
 """
 from __future__ import annotations
 
@@ -222,7 +222,7 @@ def compare_stores(dp_store: str | Path, reference: str | Path) -> list[str]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", nargs="*", default=[], help="training run folders")
-    p.add_argument("--eval-timing", nargs="*", default=[], help="timing JSON files of device_eval.sh")
+    p.add_argument("--eval-timing", nargs="*", default=[], help="timing JSON files of the evaluation runs")
     p.add_argument("--compare", nargs=2, action="append", default=[], metavar=("DP_STORE", "REFERENCE_STORE"),
                    help="compare the cells of a data-parallel store with the one-GPU cells of another, by key")
     p.add_argument("--same-curve", nargs=2, action="append", default=[], metavar=("RUN_A", "RUN_B"),

@@ -31,7 +31,7 @@ def decoder_for(model, **kwargs) -> FastDecoder:
         return RetentionDecoder(model, max_len=kwargs.get("max_len"), use_graph=kwargs.get("use_graph"))
     if any(getattr(a, "conv_linear_only", False) for a in attns):
         return WholePromptDecoder(model, max_len=kwargs.get("max_len"), use_graph=kwargs.get("use_graph"))
-    from models import fast_decode  # looked up per call: scripts/gpu/profile_host.py swaps in a stand-in
+    from models import fast_decode  # looked up per call: a profiler may swap in a stand-in
     return fast_decode.FastDecoder(model, **kwargs)
 
 

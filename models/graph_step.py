@@ -1,7 +1,7 @@
 """One training step (forward, backward, gradient clipping, AdamW) captured once in a CUDA graph, then replayed.
 
 Why: on the H200 a SmolLM2-size linearized training step is bound by the CPU launching thousands of small
-kernels (scripts/gpu/profile_train_step.py: ~6.8k per step, the GPU busy ~25 % of it); a graph replays
+kernels (torch.profiler on an H200: ~6.8k per step, the GPU busy ~25 % of it); a graph replays
 them all with one launch. What capture needs, and gets here: a static input buffer; AdamW with
 `capturable=True` and tensor learning rates (the schedule writes into them); autocast without its weight
 cache; no host synchronisation inside the step. The warm-up steps that capture needs (Triton autotuning,

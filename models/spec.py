@@ -16,6 +16,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from models.checkpoint_paths import candidates, find_checkpoint, resolve_checkpoint
 
 DEFAULT_BASE = "smollm2-135m"  # models.backbone.DEFAULT_BACKBONE (that module imports torch)
 MECHANISMS = ("gla", "kgla", "gdn", "hedgehog", "none")  # "none": window+sink softmax alone, no linear state
@@ -131,9 +132,7 @@ def _mechanism(key, value):
 
 def _checkpoint(key, value) -> str:
     """A whole checkpoint folder (its config.json parses, its weights are complete), as an absolute path."""
-    path = Path(str(value)).expanduser()
-    if not path.is_dir():
-        raise FileNotFoundError(f"checkpoint folder {str(value)!r} does not exist")
+    path = resolve_checkpoint(str(value))  # a path, or a shipped checkpoint's name; else names where it looked
     check_checkpoint_files(path)
     return str(path.resolve())
 
@@ -358,11 +357,15 @@ class ModelSpec:
         tokens = [t.strip() for t in text.split(",") if t.strip()]
         if "=" not in tokens[0] and Path(tokens[0]).expanduser().is_dir():
             args["checkpoint"] = tokens.pop(0)  # a checkpoint folder, then cache options (CACHE_KEYS)
+        elif "=" not in tokens[0] and tokens[0] not in PRESETS and find_checkpoint(tokens[0]):
+            args["checkpoint"] = tokens.pop(0)  # a shipped checkpoint by name (models.checkpoint_paths)
         elif "=" not in tokens[0]:
             preset = tokens.pop(0)
             if preset not in PRESETS:
+                looked = ", ".join(str(c) for c in candidates(preset))
                 raise ValueError(f"unknown model {preset!r}; allowed presets: {sorted(PRESETS)}, "
-                                 f"key=value pairs ({sorted(STRING_KEYS)}) or a checkpoint folder")
+                                 f"key=value pairs ({sorted(STRING_KEYS)}) or a checkpoint folder "
+                                 f"(looked in: {looked})")
             args.update(PRESETS[preset])
         for tok in tokens:
             if "=" not in tok:

@@ -248,7 +248,7 @@ class Trainer:
     def catch_sigterm(self) -> None:
         """From now on SIGTERM and SIGINT (Ctrl-C) stop the loop after the step in flight, with a resumable state
         (as --stop-at-s does), instead of killing the process: a caller with a wall-clock deadline
-        (scripts/study/device_train.sh) loses no steps, and a run already past its last step still writes its
+        (a cluster scheduler) loses no steps, and a run already past its last step still writes its
         checkpoint. `stop_signal` keeps which signal it was (the command then exits 128 + it). Main thread only."""
         def stop(signum, _frame):
             self.stop_requested, self.stop_signal = True, signum

@@ -167,7 +167,7 @@ def main(args) -> int:
     if cfg.time_budget_s and not resuming:  # leave time for the final evaluation and saving
         trainer.deadline = t_start + cfg.time_budget_s - (min(eval_s, 30.0) + 10.0)
     trainer.try_resume()
-    trainer.catch_sigterm()  # a deadline's TERM ends the run resumably (device_train.sh)
+    trainer.catch_sigterm()  # a deadline's TERM ends the run resumably (a scheduler's deadline)
     summary = trainer.train()
     results = {"heldout_loss_full_attention": full_loss, "heldout_loss_init": init_loss,
                "heldout_sequences": int(heldout.shape[0]), "heldout_tokens_scored": int(heldout.numel() - heldout.shape[0])}

@@ -1,4 +1,4 @@
-"""Seconds of the slot decisions of one layer's retention prefill (issue #17, docs/retention.md): `fold_steps`
+"""Seconds of the slot decisions of one layer's retention prefill (docs/retention.md): `fold_steps`
 (O(T log T), a wavelet matrix) against `fold_steps_pairwise` (O(T^2), the rule it is tested against), on random
 arrival-time scores [batch, T, KV heads]; checks both give the same steps where both run. Each timing is the best
 of --repeats after a warm-up; on the CPU one thread.

@@ -1,5 +1,5 @@
 """Forward / backward seconds of one SmolLM2-shaped layer's attention op: the default recipe's ops (gdn_chunk +
-window_sink_softmax) against `retention_prefill` with each score (issue #17, docs/retention.md).
+window_sink_softmax) against `retention_prefill` with each score (docs/retention.md).
 
 Shapes: H 9 query heads, Hkv 3, D 64, fp32, random inputs built as the layer builds them. The default recipe
 gets `sinks + window + retain` as its window's budget split (sinks, window + retain), so both hold the same

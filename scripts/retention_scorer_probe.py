@@ -1,4 +1,4 @@
-"""Fit issue #17's third score (`retain_score=fitted`, models.retention_scorer) on the frozen backbone, and probe it.
+"""Fit the third retention score (`retain_score=fitted`, models.retention_scorer) on the frozen backbone, and probe it.
 
 A retention slot is worth a token a later query will need. This fits, per layer and KV head, a ridge regression
 from a key to a per-token target measured on the frozen backbone (full attention, eager) over passages of the books

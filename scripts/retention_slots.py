@@ -1,4 +1,4 @@
-"""Where a needle's tokens end up after the prompt of a model with retention slots (issue #17): in the window,
+"""Where a needle's tokens end up after the prompt of a model with retention slots: in the window,
 in a retention slot, or folded into the GDN state, per linear layer and KV head.
 
 S-NIAH asks the model to copy the needle's value (a number or a UUID) from a 4K prompt. With slots, a value token

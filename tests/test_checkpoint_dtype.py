@@ -8,7 +8,7 @@ import torch
 
 pytestmark = pytest.mark.slow
 
-CKPT = Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc-10m"
+CKPT = Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
 
 
 def test_bf16_load_of_a_checkpoint_names_the_same_base():

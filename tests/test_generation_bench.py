@@ -1,6 +1,6 @@
 """`golinear generation` (bench/generation.py): bad input fails in one line before any model or data is loaded;
 rows merge by key. (The full CPU run, 20 S-NIAH-1 samples at 2K on the real SmolLM2, takes ~30 min on 2 cores:
-its rows are in leaderboards/generation.csv; scripts/gpu/generation_bench.sh runs it on the H200.)"""
+its rows are in leaderboards/generation.csv; scripts/gpu/generation.sh runs it on the H200.)"""
 from __future__ import annotations
 
 import pandas as pd

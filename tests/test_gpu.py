@@ -1,7 +1,7 @@
 """GPU tests: the FLA backend against the PyTorch reference, forward and backward, fp32 and bf16.
 
 Marked `gpu`; skipped without CUDA or without flash-linear-attention. Run on the H200 with
-`scripts/gpu/test_gpu.sh`. Errors are relative L2 norms ||x - ref|| / ||ref||, the reference run in
+`scripts/gpu/tests.sh`. Errors are relative L2 norms ||x - ref|| / ||ref||, the reference run in
 fp32 on the same (upcast) inputs. Tolerances (FLA's kernels use tf32 dots for fp32 inputs):
   fp32: outputs/states 5e-3, gradients 1e-2;   bf16: outputs/states 1.5e-2, gradients 3e-2.
 """

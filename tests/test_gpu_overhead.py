@@ -1,8 +1,7 @@
 """GPU checks of the launch-overhead work (tests/test_overhead.py counts the kernels on CPU): the fused
 window+sink attention (one SDPA call), the short conv's autograd path, a whole linearized model on CUDA
 against the CPU reference, GOLINEAR_COMPILE=1 against eager. Marked `gpu`; skipped without CUDA or flash-linear-attention. The step's
-speed: scripts/gpu/profile_train_step.py (eager; GOLINEAR_COMPILE=1 for compiled) and
-tests/test_gpu_train_graph.py (the trainer, eager vs CUDA graph).
+speed: tests/test_gpu_train_graph.py (the trainer, eager vs CUDA graph).
 Run: python -m pytest -v tests/test_gpu_overhead.py
 """
 from __future__ import annotations

@@ -11,6 +11,9 @@ from bench.cli import main as cli
 from models.fast_decode import FastDecoder
 from models.linearize import LinearizeConfig, linearize
 from _tiny import inductor_works, perturb_new_params
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def tiny_model(mech, seed=1, **cfg):
@@ -109,8 +112,24 @@ def test_latency_cli_cpu_sweep_merges_rows(tmp_path):
     assert cli(argv[:2] + ["32"] + argv[3:]) == 0  # same keys again: replaced, not appended
     assert len(pd.read_csv(tmp_path / "latency.csv")) == 8
     md = (tmp_path / "latency.md").read_text()
-    assert "gdn-default" in md and "Targets" in md and "bound ms/tok" in md and "batch 2" in md
+    assert "gdn-default" in md and "bound ms/tok" in md and "batch 2" in md
+    assert "Targets" not in md  # CPU timings are not judged against the GPU targets
+    assert "n/a on CPU" in md and "nan" not in md  # no allocator statistics on CPU, said in words
     assert (tmp_path / "latency.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_latency_writes_under_runs_latency_by_default(tmp_path, monkeypatch, capsys):
+    """Without --out-dir the rows go to ./runs/latency, never into the tracked leaderboards/."""
+    monkeypatch.chdir(tmp_path)
+    published = ROOT / "leaderboards" / "latency.csv"
+    before = published.read_bytes()
+    assert cli(["latency", "--lengths", "16", "--batch", "1", "--new-tokens", "2", "--configs", "full",
+                "--prefill-chunk", "16", "--layers", "2"]) == 0
+    assert (tmp_path / "runs" / "latency" / "latency.csv").exists()
+    assert (tmp_path / "runs" / "latency" / "latency.md").exists()
+    assert published.read_bytes() == before
+    out = capsys.readouterr().out
+    assert "peak n/a on CPU" in out and "nan" not in out and "Targets" not in out
 
 
 def test_latency_full_static_config(tmp_path):

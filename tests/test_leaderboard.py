@@ -131,3 +131,14 @@ def test_rendering_is_deterministic_and_html_self_contained(store, tmp_path):
 def test_missing_store_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         L.render(tmp_path / "nope", tmp_path / "out")
+
+
+def test_a_reference_row_without_a_cache_size_shows_a_dash_not_nan():
+    """STILL's cache is "NA" in the paper's table: the row shows '-', and no reference cell reads 'nan'."""
+    import pandas as pd
+
+    from bench.leaderboard import load_reference, standard_table
+    table = standard_table(pd.DataFrame(), load_reference()["standard"])
+    still = table[table.model.str.startswith("STILL")]
+    assert list(still.cache) == ["-"]
+    assert not (table.astype(str) == "nan").any().any()

@@ -171,7 +171,7 @@ def test_bad_keys_and_missing_checkpoint():
         ModelSpec.from_checkpoint_config({"linearize": {"windw": 3}})
     with pytest.raises(ValueError, match="has no 'linearize' options"):
         ModelSpec.from_checkpoint_config({"base": "x"})
-    with pytest.raises(FileNotFoundError, match=r"^checkpoint folder '/no/such' does not exist$"):
+    with pytest.raises(FileNotFoundError, match=r"^checkpoint folder '/no/such' does not exist; looked in: /no/such$"):
         ModelSpec.from_model_args({"checkpoint": "/no/such"})
     with pytest.raises(ValueError, match="needs a window and/or sinks"):
         ModelSpec.from_string("mechanism=none")

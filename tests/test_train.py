@@ -266,7 +266,7 @@ def test_stop_at_seconds_keeps_the_schedule_and_resumes_exactly(tmp_path):
 
 
 def test_sigterm_stops_after_the_step_in_flight_and_resumes_exactly(tmp_path):
-    """catch_sigterm(): a deadline's TERM (scripts/study/device_train.sh) ends the run with a resumable state
+    """catch_sigterm(): a deadline's TERM (a cluster scheduler's) ends the run with a resumable state
     instead of killing it between saves; the resumed run ends where an uninterrupted one does."""
     model, tok = _stand_in()
     seqs, _ = _sequences(tmp_path, tok)

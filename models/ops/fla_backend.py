@@ -108,7 +108,7 @@ def _state_in(initial_state):
 # ChunkGLAFunction.forward); GDN and linear attention always run 64. On the H200 (triton 3.6) every GLA-family
 # lm-eval run (fp32, the backends' default dtype) died with "CUDA error: misaligned address" at the first batch
 # whose linear path had 17..32 tokens, i.e. chunk 32, after every earlier batch (chunk 64) had run. Isolated by
-# scripts/gpu/gla_eval_repro.py (2026-12-01, B 64, 9 heads of 64): fp32 inputs at T 17 and 32 fault in
+# Seen on an H200 (B 64, 9 heads of 64): fp32 inputs at T 17 and 32 fault in
 # chunk_gla_fwd_kernel_o (config BK 64, BV 64, 8 warps, 2 stages); fp32 at T 15 (chunk 16) and 300, and bf16 at
 # T 15/17/32, run. Shorter inputs are therefore zero-padded to GLA_MIN_T tokens, so chunk_gla runs chunk 64 only
 # (fp32 T 17 and 32 then run and match the reference). Exact: padded tokens come after the real ones (causal),

@@ -13,7 +13,7 @@ It serves GDN with a window (sinks and short conv optional, the conv on both pat
 slots, no q/k norm, every row past
 sinks + window (`steady`), inside FastDecoder's step (`decode_scope`: HF generate, hence lm-eval, keeps the
 definition); every other step runs the definition. GOLINEAR_FUSED_DECODE: 'auto' (default: on for CUDA tensors),
-'0' (off: the eager step), '1' (also on the CPU: the tests). scripts/gpu/fused_decode_check.sh passed on an H200
+'0' (off: the eager step), '1' (also on the CPU: the tests). The GPU tests (scripts/gpu/tests.sh) passed on an H200
 (tests/test_gpu.py against the eager step; 8B dims, batch 8, 32K: 7.24 ms/token fused, 11.48 eager).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`golinear train` plus each rank's peak GPU memory, for the scaling table (issue #16).
+"""`golinear train` plus each rank's peak GPU memory, for the scaling table.
 
     accelerate launch ... scripts/scaling/train_peak.py PEAK_PREFIX train --base ... --out RUN ...
 

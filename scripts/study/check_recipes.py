@@ -19,7 +19,7 @@ RECIPES = ROOT / "scripts" / "study" / "recipes.txt"
 
 
 def recipes(path: Path = RECIPES) -> list[tuple[str, list[str]]]:
-    """(name, options) of every non-comment line, as run_study.sh and device_train.sh read them."""
+    """(name, options) of every non-comment line, as run_study.sh and train.sh read them."""
     out = []
     for line in path.read_text().splitlines():
         if line.strip() and not line.startswith("#"):

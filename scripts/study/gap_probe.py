@@ -1,4 +1,4 @@
-"""Why the default recipe falls short of full attention on LAMBADA and CR (issue #13; docs/study.md, "Why the gap").
+"""Why the default recipe falls short of full attention on LAMBADA and CR (docs/study.md, "Why the gap").
 
 CPU probes on the real SmolLM2-135M weights and the committed checkpoints, fp32, reference ops:
   lengths  token lengths of the standard suites' requests (context + longest continuation), SmolLM2 tokenizer:
@@ -80,7 +80,7 @@ def build(name: str, device: str = "cpu"):
 
 # ------------------------------------------------------------------------------------------------ data
 def data_dir() -> Path:
-    """$GOLINEAR_DATA (e.g. /tmp/golinear-data on the H200, filled by device_eval.sh), else ../shared/data."""
+    """$GOLINEAR_DATA (the bundle's data/ on an offline machine), else ../shared/data."""
     from models.data import resolve_data_dir
     return resolve_data_dir()
 

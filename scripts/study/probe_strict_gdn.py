@@ -1,4 +1,4 @@
-"""Why strict GDN does not learn on SmolLM2-135M (issue #13): probes with the real weights, CPU or GPU.
+"""Why strict GDN does not learn on SmolLM2-135M: probes with the real weights, CPU or GPU.
 
     .venv/bin/python scripts/study/probe_strict_gdn.py init --variants gdn,gdn-scale1,gdn-onorm,hedgehog
     .venv/bin/python scripts/study/probe_strict_gdn.py train --variants gdn,gdn-onorm,hedgehog --steps 30 --seq-len 256

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# The study of issue #13, regenerated from nothing with the suite's own commands. Every stage resumes:
+# The study, regenerated from nothing with the suite's own commands. Every stage resumes:
 # `golinear train` continues an unfinished run folder and reports a finished one; `golinear run` skips cells
 # already in the store. Run on a CUDA machine (the stages' GPU times are in docs/study.md).
 # Usage: bash scripts/study/run_study.sh STAGE...   stages: train standard mmlu sniah ruler hybrid diagnose render
 # Env: DEVICE (cuda), BATCH (auto), STORE (leaderboards/store), CKPT (checkpoints/smollm2-135m),
-#      TOKENS (.device/train/books-smollm2-10m.npz, prepared once by `golinear train --prepare-only`), DATA (data dir)
+#      TOKENS (runs/train/books-smollm2-10m.npz, prepared once by `golinear train --prepare-only`), DATA (data dir)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEVICE=${DEVICE:-cuda}; BATCH=${BATCH:-auto}; STORE=${STORE:-leaderboards/store}; CKPT=${CKPT:-checkpoints/smollm2-135m}
-TOKENS=${TOKENS:-.device/train/books-smollm2-10m.npz}
+TOKENS=${TOKENS:-runs/train/books-smollm2-10m.npz}
 G="golinear"; command -v golinear >/dev/null || G="python -m bench.cli"
 DATA_ARGS=(); [ -n "${DATA:-}" ] && DATA_ARGS=(--data-dir "$DATA")
 RECIPES=scripts/study/recipes.txt

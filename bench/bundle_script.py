@@ -1,0 +1,54 @@
+"""The script an offline bundle ships (`run.sh`): install from the bundle's wheels with no network, then run one
+command with the bundle's data, checkpoints and output folder. Kept as text here so `golinear bundle` writes the
+same script from a checkout or an installed copy."""
+
+RUN_SH = r'''#!/usr/bin/env bash
+# golinear offline bundle: installs from the wheels in this folder (pip --no-index: no network needed), then
+# runs one command from the bundled repository with the bundled data and checkpoints.
+#
+#   bash run.sh OUT_DIR COMMAND [ARGS...]
+#
+# OUT_DIR is created; the text {out} in ARGS is replaced by its absolute path, e.g.
+#   bash run.sh /scratch/$USER/golinear-out golinear latency --out-dir {out}/latency
+# The first call creates the virtual environment (./venv, or $GOLINEAR_VENV) with $PYTHON (default python3).
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ $# -lt 2 ]; then
+  echo "usage: bash run.sh OUT_DIR COMMAND [ARGS...]  (e.g. bash run.sh out golinear run --store {out}/store)" >&2
+  exit 2
+fi
+mkdir -p "$1"
+OUT_DIR="$(cd "$1" && pwd)"
+shift
+VENV="${GOLINEAR_VENV:-$HERE/venv}"
+if [ ! -f "$VENV/.golinear-installed" ]; then
+  "${PYTHON:-python3}" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --no-index --find-links "$HERE/wheels" -r "$HERE/requirements.txt"
+  if [ -s "$HERE/requirements-nodeps.txt" ]; then
+    "$VENV/bin/python" -m pip install --quiet --no-index --no-deps --find-links "$HERE/wheels" \
+      -r "$HERE/requirements-nodeps.txt"
+  fi
+  printf '#!/bin/sh\nexec "%s/bin/python" -m bench.cli "$@"\n' "$VENV" > "$VENV/bin/golinear"
+  chmod +x "$VENV/bin/golinear"
+  touch "$VENV/.golinear-installed"
+fi
+export PATH="$VENV/bin:$PATH" PYTHONPATH="$HERE/repo${PYTHONPATH:+:$PYTHONPATH}"
+export GOLINEAR_DATA="$HERE/data" GOLINEAR_CHECKPOINTS="$HERE/checkpoints" GOLINEAR_OUT="$OUT_DIR"
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PIP_NO_INDEX=1
+if [ -d "$HERE/triton-cache" ]; then export TRITON_CACHE_DIR="$HERE/triton-cache"; fi
+args=()
+for a in "$@"; do args+=("${a//\{out\}/$OUT_DIR}"); done
+cd "$HERE/repo"
+"${args[@]}" 2>&1 | tee -a "$OUT_DIR/run.log"
+exit "${PIPESTATUS[0]}"
+'''
+
+UNPACK_SH = r'''#!/usr/bin/env bash
+# Join the parts of a golinear bundle and unpack it here: bash unpack.sh [DEST] (default: .)
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+DEST="${1:-.}"
+mkdir -p "$DEST"
+cat "$HERE"/golinear-bundle.tar.part-* | tar -x -C "$DEST"
+echo "unpacked into $DEST/golinear-bundle (next: bash $DEST/golinear-bundle/run.sh OUT_DIR COMMAND ...)"
+'''

@@ -1,0 +1,36 @@
+"""The compact table `golinear run` ends with: one row per model, one column per evaluated score."""
+from __future__ import annotations
+
+from tabulate import tabulate
+
+PERCENT_METRICS = ("acc", "acc_norm", "exact_match", "score", "contains")
+
+
+def score_text(cell: dict) -> str:
+    """A score as the leaderboard shows it: accuracies in percent, perplexities as they are."""
+    value, metric = cell.get("value"), str(cell.get("metric", ""))
+    if value is None or isinstance(value, str):
+        return "-" if value is None else value
+    if metric.startswith(PERCENT_METRICS) and 0.0 <= value <= 1.0:
+        return f"{100 * value:.1f}"
+    return f"{value:.2f}"
+
+
+def score_table(cells: list[dict | None]) -> str:
+    """Models x scores of the given cells (missing ones left out); '' when there is none."""
+    rows: dict[str, dict[str, str]] = {}
+    columns: list[str] = []
+    for cell in cells:
+        if not cell:
+            continue
+        model = cell.get("model", {}).get("label") or cell.get("key", {}).get("model", "?")
+        column = cell.get("display") or cell.get("task", "?")
+        if cell.get("n") is not None and (cell.get("key", {}).get("config", {}).get("limit") is not None):
+            column += f" (n={cell['n']})"
+        if column not in columns:
+            columns.append(column)
+        rows.setdefault(model, {})[column] = score_text(cell)
+    if not rows:
+        return ""
+    table = [[m] + [r.get(c, "-") for c in columns] for m, r in rows.items()]
+    return tabulate(table, headers=["model"] + columns, tablefmt="simple", disable_numparse=True)

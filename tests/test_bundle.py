@@ -1,0 +1,111 @@
+"""`golinear bundle` for a GPU machine without network: a small bundle (a locally built wheel, one suite's data,
+the default checkpoint, split into parts) is joined, installed into a fresh virtual environment with pip
+--no-index and no reachable network, and runs commands from it."""
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT.parent / "shared" / "data"
+NO_NETWORK = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9", "PIP_NO_INDEX": "1",
+              "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+PROBE = '''import json, os, sys
+from pathlib import Path
+
+
+def main():
+    from models.checkpoint_paths import resolve_checkpoint  # from the bundle's repo/, found through PYTHONPATH
+    data = Path(os.environ["GOLINEAR_DATA"])
+    files = sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.is_file())
+    out = {"python": sys.executable, "checkpoint": str(resolve_checkpoint("gdn-w56-s8-sc")), "data": files,
+           "cwd": os.getcwd()}
+    Path(sys.argv[1]).write_text(json.dumps(out))
+'''
+
+
+def probe_wheel(folder: Path) -> Path:
+    """A pure-Python wheel with a console script, written by hand (the wheel format is a zip with a RECORD)."""
+    files = {"golinear_probe/__init__.py": PROBE.encode(),
+             "golinear_probe-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: golinear-probe\nVersion: 0.1\n",
+             "golinear_probe-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                   b"Tag: py3-none-any\n",
+             "golinear_probe-0.1.dist-info/entry_points.txt": b"[console_scripts]\ngolinear-probe = golinear_probe:main\n"}
+    record = "".join(f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()},"
+                     f"{len(b)}\n" for n, b in files.items()) + "golinear_probe-0.1.dist-info/RECORD,,\n"
+    path = folder / "golinear_probe-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for n, b in files.items():
+            z.writestr(n, b)
+        z.writestr("golinear_probe-0.1.dist-info/RECORD", record)
+    return path
+
+
+def golinear(*argv, cwd=ROOT):
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "HOME": os.environ.get("HOME", "/tmp")}
+    return subprocess.run([sys.executable, "-m", "bench.cli", *argv], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (DATA / "lambada_openai").is_dir(), reason="needs the shared data folder")
+def test_a_split_bundle_installs_offline_and_runs(tmp_path):
+    wheel = probe_wheel(tmp_path)
+    bundle = tmp_path / "bundle"
+    r = golinear("bundle", "--out", str(bundle), "--no-download", "--wheel", str(wheel), "--no-backbone",
+                 "--suites", "lambada", "--data-dir", str(DATA), "--checkpoints", "gdn-w56-s8-sc", "--split-mb", "2",
+                 cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    parts = sorted(bundle.glob("golinear-bundle.tar.part-*"))
+    assert len(parts) > 1 and all(p.stat().st_size <= 2 * 2**20 for p in parts)
+    assert sorted(p.name for p in bundle.iterdir()) == sorted([p.name for p in parts] + ["unpack.sh"])
+
+    machine = tmp_path / "gpu-machine"  # what the offline machine does: join, install, run
+    subprocess.run(["bash", str(bundle / "unpack.sh"), str(machine)], check=True, capture_output=True)
+    here = machine / "golinear-bundle"
+    manifest = json.loads((here / "MANIFEST.json").read_text())
+    assert manifest["wheels"] == [wheel.name] and manifest["checkpoints"] == ["gdn-w56-s8-sc"]
+    assert manifest["data_files"] and all(f.startswith("lambada_openai/") for f in manifest["data_files"])
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHON": sys.executable, **NO_NETWORK}
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(here / "run.sh"), str(out), "golinear-probe", "{out}/probe.json"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    got = json.loads((out / "probe.json").read_text())
+    assert got["python"].startswith(str(here / "venv"))  # the bundle's fresh environment
+    assert Path(got["checkpoint"]) == here / "repo" / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
+    assert Path(got["cwd"]) == here / "repo"
+    assert set(manifest["data_files"]) | {"SHA256SUMS"} == set(got["data"])
+    lines = (here / "data" / "SHA256SUMS").read_text().splitlines()
+    sums = {name.lstrip("*./"): digest for digest, name in (line.split(maxsplit=1) for line in lines)}
+    for f in manifest["data_files"]:  # the copied data is byte for byte the data folder's
+        assert hashlib.sha256((here / "data" / f).read_bytes()).hexdigest() == sums[f]
+    # a golinear command from the bundle's repository, in the same environment (help needs no torch)
+    r = subprocess.run(["bash", str(here / "run.sh"), str(out), "golinear", "bundle", "--help"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "usage: golinear bundle" in r.stdout, r.stderr[-2000:]
+    assert "usage: golinear bundle" in (out / "run.log").read_text()
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
+    r = golinear("bundle", "--out", str(tmp_path / "b"), "--no-download", "--wheel", str(probe_wheel(tmp_path)),
+                 "--checkpoints", "no-such-run", cwd=tmp_path)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "looked in" in r.stderr and "no-such-run" in r.stderr
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    r = golinear("bundle", "--out", str(tmp_path / "full"), "--no-download", "--wheel", str(tmp_path / "nope.whl"))
+    assert r.returncode == 2 and "--out" in r.stderr
+    r = golinear("bundle", "--out", str(tmp_path / "b"), "--no-download", "--wheel", str(tmp_path / "nope.whl"))
+    assert r.returncode == 2 and "nope.whl" in r.stderr
+    r = golinear("bundle", "--out", str(tmp_path / "b"), "--no-download", "--wheel", str(probe_wheel(tmp_path)),
+                 "--split-mb", "0")
+    assert r.returncode == 2 and "--split-mb 0.0" in r.stderr
+    assert not (tmp_path / "b").exists() and not list(tmp_path.glob("b.partial-*"))
