@@ -26,6 +26,7 @@ import pandas as pd
 
 from bench.leaderboard import (CR_COLS, RULER_COLS, SNIAH_TASKS, load_reference, measured_frame, to_csv,
                                write_if_changed)
+from bench.fitted_format import fitted_label, fitted_value_type, needle_value_types
 from bench.store import Store
 from models.spec import checkpoint_identity
 
@@ -251,6 +252,7 @@ HYBRIDS = {"hardness": "hardness", "uniform": "uniform"}
 TRAINED_VS_WINDOW = {"GDN": "GDN (paper)", "window": "Sliding-window attention (no linear state)"}
 FITTED_SCORER = "value.safetensors"  # checkpoints/smollm2-135m/scorers/ (docs/retention.md "A fitted scorer")
 NUMBERS_SCORER = "numbers.safetensors"  # the same fit on number-valued tokens (matched to RULER's number needles)
+ISSUE17_VALUE_TYPES = needle_value_types(SNIAH_TASKS + RULER_COLS)  # the needles issue #17's rows are tested on
 BUDGETS = {128: "gdn-w120-s8-sc", 256: "gdn-w248-s8-sc", 512: "gdn-w504-s8-sc", 1024: "gdn-w1016-s8-sc"}
 DEFAULT = {"full": ("Full attention", None), "gdn": ("GDN", SC)}
 
@@ -274,7 +276,8 @@ def retention_roles(budgets, cols=None) -> dict:
                                     free + f"fitted,scorer={FITTED_SCORER}",
                                 "training-free, half as slots, numbers scorer":
                                     free + f"fitted,scorer={NUMBERS_SCORER}"}.items():
-            out[f"{variant}@{b}"] = (target, cols) if cols else target
+            out[f"{fitted_label(variant, fitted_value_type(target), ISSUE17_VALUE_TYPES)}@{b}"] = \
+                (target, cols) if cols else target
     return out
 
 
