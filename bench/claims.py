@@ -585,7 +585,7 @@ def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = Non
     for name in ("standard", "sniah", "ruler"):
         if not (Path(reference_dir) / f"paper_{name}.csv").is_file():
             raise FileNotFoundError(f"reference file {str(Path(reference_dir) / f'paper_{name}.csv')!r} is missing")
-    from bench import paper_tables, retention_plot, retention_table, seeds  # here: they import this module
+    from bench import needle_types, paper_tables, retention_plot, retention_table, seeds  # they import this module
     ev, ref = evidence(store, Path(checkpoints)), load_reference(reference_dir)  # read once for every output
     table = claims_table(store, Path(checkpoints), reference_dir, ev, ref)
     values = seeds.table_values(ev)
@@ -597,7 +597,7 @@ def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = Non
     tables = paper_tables.frame(ev, ref)
     files += ((out_dir / "tables.md", paper_tables.to_markdown(tables)), (out_dir / "tables.csv", to_csv(tables)))
     retention = retention_table.long_table(ev)
-    files += ((out_dir / "retention.md", retention_table.to_markdown(retention)),
+    files += ((out_dir / "retention.md", retention_table.to_markdown(retention) + needle_types.section(store.cells())),
               (out_dir / "retention.csv", to_csv(retention)))
     png = retention_plot.plot(retention)
     files += ((out_dir / "retention.png", png),) if png else ()

@@ -7,7 +7,10 @@ later); `retrieval`, log(mean weight from the last tokens of a question about a 
 `retrieval_texts`); `value`, 1 on the tokens of the inserted sentences' values, 0 elsewhere. The features are the
 32 magnitudes of the key's RoPE pairs (i, i + 32), which RoPE leaves unchanged, so the fit on the backbone's keys
 before RoPE applies to the op's keys after it. The file `fit` writes is a scorer file (models.retention_scorer):
-a model option (`retain_score=fitted,scorer=FILE`).
+a model option (`retain_score=fitted,scorer=FILE`). Its metadata records what it was fitted to: the inserted values'
+type and format and the seed they were drawn with (`--seed`, default 0; the evaluation prompts' seed 42 is refused,
+as `rank`'s and scripts/retention_slots.py's prompts default to seed 1): bench.fitted_format reads it, and a row
+tested on the value type its scorer was fitted to says so in its label.
 
     .venv/bin/python scripts/retention_scorer_probe.py fit --target value --passages 24 \
         --out checkpoints/smollm2-135m/scorers/value.safetensors --data-dir ../shared/data   # the committed one

@@ -173,7 +173,7 @@ def test_retention_table_lays_out_issue_17s_rows_at_equal_budget(tmp_path):
     assert (d["mean"], d["n"]) == (pytest.approx(6.0), 2) and d["std"] == pytest.approx(statistics.stdev([5, 7]))
     assert get("default", "S-NIAH").iloc[0]["mean"] == pytest.approx(6.0)
     assert get("default", "MK").iloc[0]["n"] == 1 and get("default", "RULER").empty  # seven tasks missing
-    free = "training-free, half as slots, numbers scorer"
+    free = "training-free, half as slots, numbers scorer [fitted to the test's value type: numbers]"
     assert get(free, "RULER").iloc[0]["mean"] == pytest.approx(10.0) and get(free, "S-NIAH").empty
     assert get(R.BASELINE, "S-NIAH-1").iloc[0]["mean"] == pytest.approx(5.0)
     assert set(table["budget"]) == {256} and "trained, half as slots" not in set(table["row"])
