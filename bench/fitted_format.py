@@ -75,3 +75,12 @@ def needle_value_types(tasks) -> set[str]:
     """The needle value types of RULER / S-NIAH tasks (lm-eval or display names); tasks without needles add none."""
     from tasks.ruler.api import resolve_task
     return {t for t in (resolve_task(name).value_type for name in tasks) if t}
+
+
+
+def row_label(name: str, model: str, tasks) -> str:
+    """`name` of a row whose runs are `model` (a spec label: checkpoint folder and cache options), shown on `tasks`
+    (RULER / S-NIAH task or display names; others, e.g. CR, have no needles), under the label rule."""
+    from tasks.ruler.api import TASKS
+    known = set(TASKS) | {t.display for t in TASKS.values()}
+    return fitted_label(name, fitted_value_type(model or ""), needle_value_types([t for t in tasks if t in known]))

@@ -100,3 +100,17 @@ def test_needle_types_table_labels_rows_by_their_test():
     text = needle_types.section(cells)
     assert "## S-NIAH by needle value type" in text and "2048 tokens, 50 samples a task, generation seed 42" in text
     assert needle_types.section(cells[-1:]) == ""
+
+
+def test_leaderboard_rows_say_it_per_task():
+    """sniah.md's rows are (model, task): only the rows of the value type the scorer was fitted to say so."""
+    import pandas as pd
+
+    from bench.leaderboard import sniah_table
+    numbers = "gdn-w504-s8-sc,window=252,retain=252,retain_score=fitted,scorer=numbers.safetensors"
+    df = pd.DataFrame([{"column": t, "full_attention": False, "model": numbers, "family_id": "label:" + numbers,
+                        "family_name": numbers, "model_key": "k", "budget": "512", "backbone": "smollm2-135m",
+                        "context_length": 4096, "n": 500, "value": v}
+                       for t, v in (("S-NIAH-1", 99.0), ("S-NIAH-3", 6.0))])
+    rows = dict(zip(sniah_table(df, None)["task"], sniah_table(df, None)["model"]))
+    assert rows == {"S-NIAH-1": f"{numbers} [fitted to the test's value type: numbers]", "S-NIAH-3": numbers}
