@@ -18,7 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cli_args import REFERENCE_DIR
-from bench.families import families
+from bench.families import families, family_of
+from bench.fitted_format import row_label
 from bench.figures import legend_entries, png_bytes, pyplot
 from bench.hybrid import hybrid_plot, hybrid_table
 from bench.measured import (LOWER_IS_BETTER, REF_STANDARD, RULER_COLS, SNIAH_TASKS, STANDARD_COLS, add_cr,
@@ -122,7 +123,7 @@ def sniah_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFram
     sub = df[df["column"].isin(SNIAH_TASKS)] if len(df) else df
     fams = families(sub)
     for i, r in (sub.iterrows() if len(sub) else []):
-        fam = "full attention" if r["full_attention"] else fams[i]
+        fam = "full attention" if r["full_attention"] else row_label(fams[i], r["model"], [r["column"]])
         key = ("measured", "measured", r["backbone"], fam, r["column"], r["context_length"], r["n"])
         rows.setdefault(key, {})[r["budget"]] = float(r["value"])
     if reference is not None:
@@ -146,7 +147,7 @@ def ruler_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFram
     sub = df[df["column"].isin(RULER_COLS)] if len(df) else df
     fams = families(sub)
     for i, r in (sub.iterrows() if len(sub) else []):
-        fam = "full attention" if r["full_attention"] else fams[i]
+        fam = "full attention" if r["full_attention"] else row_label(fams[i], r["model"], RULER_COLS)
         key = ("measured", "measured", r["backbone"], fam, r["budget"], r["context_length"])
         d = rows.setdefault(key, {})
         d[r["column"]] = float(r["value"])

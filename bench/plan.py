@@ -14,7 +14,7 @@ from models.data_hashes import verify_files
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STANDARD_SUITES = ("cr", "mmlu", "lambada")
-LONG_SUITES = ("sniah", "ruler")
+LONG_SUITES = ("sniah", "ruler", "sniah_values")
 ALL_SUITES = STANDARD_SUITES + LONG_SUITES
 DEFAULT_FEWSHOT = {"cr": 0, "mmlu": 5, "lambada": 0}
 

@@ -7,7 +7,10 @@ later); `retrieval`, log(mean weight from the last tokens of a question about a 
 `retrieval_texts`); `value`, 1 on the tokens of the inserted sentences' values, 0 elsewhere. The features are the
 32 magnitudes of the key's RoPE pairs (i, i + 32), which RoPE leaves unchanged, so the fit on the backbone's keys
 before RoPE applies to the op's keys after it. The file `fit` writes is a scorer file (models.retention_scorer):
-a model option (`retain_score=fitted,scorer=FILE`).
+a model option (`retain_score=fitted,scorer=FILE`). Its metadata records what it was fitted to: the inserted values'
+type and format and the seed they were drawn with (`--seed`, default 0; the evaluation prompts' seed 42 is refused,
+as `rank`'s and scripts/retention_slots.py's prompts default to seed 1): bench.fitted_format reads it, and a row
+tested on the value type its scorer was fitted to says so in its label.
 
     .venv/bin/python scripts/retention_scorer_probe.py fit --target value --passages 24 \
         --out checkpoints/smollm2-135m/scorers/value.safetensors --data-dir ../shared/data   # the committed one
@@ -32,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.backbone import fingerprint, load_backbone  # noqa: E402
 from models.data import book_files, read_jsonl_docs  # noqa: E402
 from models.retention_scorer import arrival_scores, load_scorer, pair_magnitudes, save_scorer  # noqa: E402
+from tasks.ruler.api import EVALUATION_SEED, TUNING_SEED, check_tuning_seed  # noqa: E402
 
 
 def far_mass(weights: torch.Tensor, group: int, gap: int, min_queries: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,6 +68,8 @@ NOUN = "door tower chest garden bridge river carriage window gate lamp".split()
 
 
 VALUES = ("words", "numbers")  # what the inserted sentences' values are: WORDS, or 7-digit numbers
+VALUE_FORMATS = {"words": "one of 24 English words (retention_scorer_probe.WORDS)",
+                 "numbers": "7-digit numbers, randrange(10**6, 10**7)"}  # recorded in the scorer file's metadata
 
 
 def retrieval_texts(passages: list[str], seed: int, values: str = VALUES[0]) -> list[str]:
@@ -89,6 +95,14 @@ def value_labels(text: str, offsets: list[tuple[int, int]]) -> torch.Tensor:
     """[T] 1.0 on the tokens of the inserted sentences' values (retrieval_texts), 0.0 elsewhere."""
     spans = [m.span(1) for m in re.finditer(r"The secret word for the \w+ \w+ is (\w+)", text)]
     return torch.tensor([float(any(a < e and b > s for s, e in spans)) for a, b in offsets])
+
+
+def fit_record(target: str, values: str, seed: int) -> dict:
+    """What a fit was fitted to, for the scorer file's metadata (bench.fitted_format reads it): the inserted values'
+    type and format and the seed they were drawn with; no value type for the attention-mass target `far`."""
+    if target == "far":
+        return {"value_type": None, "value_format": None, "seed": None}
+    return {"value_type": values, "value_format": VALUE_FORMATS[values], "seed": seed}
 
 
 def collect(model, tok, texts: list[str], seq_len: int, target, sinks: int):
@@ -149,6 +163,8 @@ def fit(argv=None):
     p.add_argument("--min-queries", type=int, default=64)
     p.add_argument("--sinks", type=int, default=8, help="leading tokens left out (the sinks keep them anyway)")
     p.add_argument("--lam", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the inserted sentences' keys, values and places (any but the evaluation prompts' 42)")
     p.add_argument("--values", choices=VALUES, default=VALUES[0],
                    help="retrieval/value targets: the inserted sentences' values (default words)")
     p.add_argument("--target", choices=("far", "retrieval", "value"), default="far",
@@ -158,6 +174,10 @@ def fit(argv=None):
     a = p.parse_args(argv)
     if a.seq_len <= a.gap + a.min_queries:
         p.error(f"--seq-len {a.seq_len} must exceed --gap + --min-queries ({a.gap + a.min_queries})")
+    try:
+        check_tuning_seed(a.seed, "--seed")
+    except ValueError as e:
+        p.error(str(e))
     model, tok = load_backbone(attn_implementation="eager")
     texts = []
     for _, text in read_jsonl_docs(book_files(a.data_dir)):  # passages from the middle of the first books
@@ -176,7 +196,7 @@ def fit(argv=None):
             return labels.expand(w.shape[0] // group, -1), torch.arange(w.shape[-1]) < w.shape[-1] - QUESTION_TAIL
         return torch.log(mass + 1e-7), ok
     if a.target != "far":
-        texts = retrieval_texts(texts, seed=0, values=a.values)
+        texts = retrieval_texts(texts, seed=a.seed, values=a.values)
     fx, fy = collect(model, tok, texts[:-1], a.seq_len, target, a.sinks)
     hx, hy = collect(model, tok, texts[-1:], a.seq_len, target, a.sinks)
     L, hkv = len(fx), fx[0].shape[1]
@@ -188,7 +208,8 @@ def fit(argv=None):
             fits.append(r2(hx[i][:, h].double(), hy[i][:, h].double(), W[i, h].double(), B[i, h].double()))
     q = torch.tensor(fits).quantile(torch.tensor([0.1, 0.5, 0.9]))
     save_scorer(a.out, W, B, {"fit": vars(a), "base": "smollm2-135m", "base_fingerprint": fingerprint(model),
-                              "keys": len(fy[0]), "heldout_r2_p10_p50_p90": [round(float(x), 4) for x in q]})
+                              "keys": len(fy[0]), "heldout_r2_p10_p50_p90": [round(float(x), 4) for x in q],
+                              **fit_record(a.target, a.values, a.seed)})
     print(f"fitted {L} layers x {hkv} KV heads on {len(fy[0])} keys; held-out R^2 "
           f"p10 / median / p90 {q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f} -> {a.out}")
 
@@ -207,9 +228,14 @@ def rank(argv=None):
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--sinks", type=int, default=8, help="leading tokens left out (the sinks keep them anyway)")
     p.add_argument("--length", type=int, default=4096)
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--seed", type=int, default=TUNING_SEED,
+                   help=f"prompt seed (default {TUNING_SEED}; the evaluation prompts' {EVALUATION_SEED} is refused)")
     p.add_argument("--data-dir", default=None)
     a = p.parse_args(argv)
+    try:
+        check_tuning_seed(a.seed, "--seed")
+    except ValueError as e:
+        p.error(str(e))
     (weight, bias, _), (model, tok) = load_scorer(a.scorer), load_backbone()
     cfg = model.config
     hkv, dim = cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads

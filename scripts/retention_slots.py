@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.load import load_model  # noqa: E402
 from models.retention_generate import RetentionDecoder  # noqa: E402
 from models.spec import RETAIN_SCORES  # noqa: E402
-from tasks.ruler.api import build_samples, resolve_task  # noqa: E402
+from tasks.ruler.api import EVALUATION_SEED, TUNING_SEED, build_samples, check_tuning_seed, resolve_task  # noqa: E402
 
 
 def pool_scores(width: int) -> None:
@@ -86,7 +86,8 @@ def main(argv=None):
     p.add_argument("--tasks", default="S-NIAH-1,S-NIAH-2,S-NIAH-3", help="RULER tasks with one needle")
     p.add_argument("--n", type=int, default=8, help="samples per task (RULER's first n at this seed)")
     p.add_argument("--length", type=int, default=4096)
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--seed", type=int, default=TUNING_SEED,
+                   help=f"prompt seed (default {TUNING_SEED}; the evaluation prompts' {EVALUATION_SEED} is refused)")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--device", default="cpu")
     p.add_argument("--span", type=int, default=0, help="probe: max-pool the arrival scores over +-SPAN tokens")
@@ -94,6 +95,10 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.span < 0:
         p.error(f"--span must be >= 0, got {a.span}")
+    try:
+        check_tuning_seed(a.seed, "--seed")
+    except ValueError as e:
+        p.error(str(e))
     if a.span:
         pool_scores(a.span)
     cache = {k: v for k, v in (("window", a.window), ("retain", a.retain), ("retain_score", a.score),

@@ -140,7 +140,8 @@ def test_the_retention_target_is_judged_as_one_and_names_its_caveats():
     assert len(retention) == 1
     r = retention.iloc[0]
     assert caveats.base(r["verdict"]) == "does not hold" and r["why"].startswith("no variant meets every part")
-    assert "numbers scorer (fitted to the test format): S-NIAH mean at 256 and 512 met" in r["why"]
+    assert ("numbers scorer [fitted to the test's value type: numbers] (fitted to the test format): S-NIAH mean at 256 "
+            "and 512 met") in r["why"]
 
 
 def test_a_verdict_cell_names_its_caveats():
@@ -215,7 +216,7 @@ def test_retention_table_lays_out_the_retention_rows_at_equal_budget(tmp_path):
     assert (d["mean"], d["n"]) == (pytest.approx(6.0), 2) and d["std"] == pytest.approx(statistics.stdev([5, 7]))
     assert get("default", "S-NIAH").iloc[0]["mean"] == pytest.approx(6.0)
     assert get("default", "MK").iloc[0]["n"] == 1 and get("default", "RULER").empty  # seven tasks missing
-    free = "training-free, half as slots, numbers scorer"
+    free = "training-free, half as slots, numbers scorer [fitted to the test's value type: numbers]"
     assert get(free, "RULER").iloc[0]["mean"] == pytest.approx(10.0) and get(free, "S-NIAH").empty
     assert get(R.BASELINE, "S-NIAH-1").iloc[0]["mean"] == pytest.approx(5.0)
     assert set(table["budget"]) == {256} and "trained, half as slots" not in set(table["row"])

@@ -9,6 +9,7 @@ from bench.claims import paper_tables, retention_plot, retention_table, seeds
 from bench.claims.evidence import evidence
 from bench.claims.page import readme_with_table, to_markdown
 from bench.claims.verdicts import claims_table
+from bench.needle_types import section as needle_types_section
 from bench.leaderboard import load_reference, to_csv, write_if_changed
 from bench.store import Store
 
@@ -33,7 +34,7 @@ def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = Non
     tables = paper_tables.frame(ev, ref)
     files += ((out_dir / "tables.md", paper_tables.to_markdown(tables)), (out_dir / "tables.csv", to_csv(tables)))
     retention = retention_table.long_table(ev)
-    files += ((out_dir / "retention.md", retention_table.to_markdown(retention)),
+    files += ((out_dir / "retention.md", retention_table.to_markdown(retention) + needle_types_section(store.cells())),
               (out_dir / "retention.csv", to_csv(retention)))
     png = retention_plot.plot(retention)
     files += ((out_dir / "retention.png", png),) if png else ()

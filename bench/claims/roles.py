@@ -5,6 +5,8 @@ each cache budget, the seven ways of adding retention slots); one list, read by 
 """
 from __future__ import annotations
 
+from bench.fitted_format import fitted_label, fitted_value_type, needle_value_types
+from bench.measured import RULER_COLS, SNIAH_TASKS
 
 DEFAULT_ROLE = "default"  # the retention rows are judged against this variant (the default recipe)
 RULER_AGG, RULER_RET = ["CWE", "FWE", "HQA", "SQA"], ["MK", "MQ", "MV", "VT"]
@@ -27,6 +29,7 @@ HYBRIDS = {"hardness": "hardness", "uniform": "uniform"}
 TRAINED_VS_WINDOW = {"GDN": "GDN (paper)", "window": "Sliding-window attention (no linear state)"}
 FITTED_SCORER = "value.safetensors"  # checkpoints/smollm2-135m/scorers/ (docs/retention.md "A fitted scorer")
 NUMBERS_SCORER = "numbers.safetensors"  # the same fit on number-valued tokens (matched to RULER's number needles)
+RETENTION_VALUE_TYPES = SNIAH_TASKS + RULER_COLS  # the tasks the retention rows are tested on (their needles)
 BUDGETS = {128: "gdn-w120-s8-sc", 256: "gdn-w248-s8-sc", 512: "gdn-w504-s8-sc", 1024: "gdn-w1016-s8-sc"}
 DEFAULT = {"full": ("Full attention", None), "gdn": ("GDN", SC)}
 
@@ -50,7 +53,8 @@ def retention_roles(budgets, cols=None) -> dict:
                                     free + f"fitted,scorer={FITTED_SCORER}",
                                 "training-free, half as slots, numbers scorer":
                                     free + f"fitted,scorer={NUMBERS_SCORER}"}.items():
-            out[f"{variant}@{b}"] = (target, cols) if cols else target
+            label = fitted_label(variant, fitted_value_type(target), needle_value_types(RETENTION_VALUE_TYPES))
+            out[f"{label}@{b}"] = (target, cols) if cols else target
     return out
 
 

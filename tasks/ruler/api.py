@@ -13,6 +13,16 @@ from .resources import hotpot_path, resolve_data_dir, squad_path
 
 MIN_SEQ_LENGTH, MAX_SEQ_LENGTH = 1024, 32768
 DEFAULT_SEQ_LENGTH, DEFAULT_NUM_SAMPLES, DEFAULT_SEED = 4096, 500, 42
+EVALUATION_SEED = DEFAULT_SEED  # the prompts every published S-NIAH / RULER number is measured on (RULER's seed)
+TUNING_SEED = 1  # what probes, slot censuses and scorer fits draw their prompts and values from instead
+
+
+def check_tuning_seed(seed: int, what: str) -> int:
+    """A seed for fitting or choosing something: any but the evaluation's, so nothing is tuned on the test prompts."""
+    if seed == EVALUATION_SEED:
+        raise ValueError(f"{what} {seed} is the evaluation prompts' seed; fit and probe on another seed "
+                         f"(default {TUNING_SEED})")
+    return seed
 
 
 @dataclass(frozen=True)
@@ -20,10 +30,22 @@ class RulerTask:
     name: str      # lm-eval task name
     display: str   # short name in tables
     ruler: str     # RULER's task name (scripts/synthetic.yaml)
+    needle_value: str | None = None  # a needle value type other than the RULER recipe's (S-NIAH by value type)
 
     @property
     def family(self) -> str:
         return RECIPES[self.ruler][0]
+
+    @property
+    def recipe(self) -> tuple[str, dict]:
+        """(family, generator arguments): RULER's recipe, with the needle value type replaced where one is set."""
+        family, args = RECIPES[self.ruler]
+        return family, ({**args, "type_needle_v": self.needle_value} if self.needle_value else dict(args))
+
+    @property
+    def value_type(self) -> str | None:
+        """The needles' value type (numbers, words, uuids) of a needle task; None for the others."""
+        return self.recipe[1].get("type_needle_v")
 
     @property
     def metric(self) -> str:
@@ -42,11 +64,18 @@ _TASK_LIST = [
     RulerTask("golinear_ruler_hqa", "HQA", "qa_2"),
     RulerTask("golinear_ruler_sqa", "SQA", "qa_1"),
     RulerTask("golinear_ruler_vt", "VT", "vt"),
+    # S-NIAH-1 (noise) and S-NIAH-2 (essays) with the value types RULER's niah.py defines that their recipes do not
+    # use (essays with UUIDs is S-NIAH-3): for scorers fitted to one value type, tested on the others
+    RulerTask("golinear_sniah_words_1", "S-NIAH-1 words", "niah_single_1", "words"),
+    RulerTask("golinear_sniah_uuids_1", "S-NIAH-1 UUIDs", "niah_single_1", "uuids"),
+    RulerTask("golinear_sniah_words_2", "S-NIAH-2 words", "niah_single_2", "words"),
 ]
+NEEDLE_VALUE_TYPES = ("numbers", "words", "uuids")  # RULER niah.py's generate_random kinds
 TASKS = {t.name: t for t in _TASK_LIST}
 DISPLAY_NAMES = {t.name: t.display for t in _TASK_LIST}
-SUITES = {"sniah": [t.name for t in _TASK_LIST[:3]], "ruler": [t.name for t in _TASK_LIST[3:]]}
-GROUPS = {"sniah": "golinear_sniah", "ruler": "golinear_ruler_ext"}
+SUITES = {"sniah": [t.name for t in _TASK_LIST[:3]], "ruler": [t.name for t in _TASK_LIST[3:11]],
+          "sniah_values": [t.name for t in _TASK_LIST[11:]]}
+GROUPS = {"sniah": "golinear_sniah", "ruler": "golinear_ruler_ext", "sniah_values": "golinear_sniah_values"}
 GENERATORS = {'niah': NIAH, 'variable_tracking': VariableTracking, 'common_words_extraction': CommonWords,
               'freq_words_extraction': FrequentWords, 'qa': QA}
 
@@ -96,7 +125,7 @@ def build_samples(task: str, tokenizer, max_seq_length: int = DEFAULT_SEQ_LENGTH
     if isinstance(tokenizer, str):
         from models.backbone import load_tokenizer
         tokenizer = load_tokenizer(tokenizer)
-    family, args = RECIPES[spec.ruler]
+    family, args = spec.recipe
     generator = GENERATORS[family](tokenizer, max_seq_length, seed, resolve_data_dir(data_dir), **args)
     rows = generator.samples(num_samples)
     for row in rows:

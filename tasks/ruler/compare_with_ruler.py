@@ -22,7 +22,7 @@ from pathlib import Path
 
 from models.backbone import load_tokenizer, resolve
 from tasks.ruler.api import build_samples, resolve_task
-from tasks.ruler.constants import RECIPES, TEMPLATES
+from tasks.ruler.constants import TEMPLATES
 from tasks.ruler.resources import hotpot_path, resolve_data_dir, squad_path
 
 
@@ -58,9 +58,9 @@ def compare(ruler_repo: str, length: int, num_samples: int, tasks: list[str], ba
         env = dict(os.environ, NLTK_DATA=str(work / "nltk_data"), PYTHONPATH=str(work / "stubs"))
         for task in tasks:
             spec = resolve_task(task)
-            family, args = RECIPES[spec.ruler]
+            family, args = spec.recipe  # RULER's arguments, with a value-type variant's --type_needle_v
             t = TEMPLATES[family]
-            cmd = [sys.executable, f"{family}.py", "--save_dir", str(work / "out"), "--save_name", spec.ruler,
+            cmd = [sys.executable, f"{family}.py", "--save_dir", str(work / "out"), "--save_name", spec.name,
                    "--tokenizer_path", str(resolve(base)), "--tokenizer_type", "hf", "--max_seq_length", str(length),
                    "--tokens_to_generate", str(t["tokens_to_generate"]), "--num_samples", str(num_samples),
                    "--random_seed", "42", "--template", t["template"] + t["answer_prefix"]]
@@ -70,7 +70,7 @@ def compare(ruler_repo: str, length: int, num_samples: int, tasks: list[str], ba
                 print(f"{task}: RULER failed\n{run.stderr[-1500:]}")
                 all_same = False
                 continue
-            theirs = [json.loads(line) for line in (work / "out" / spec.ruler / "validation.jsonl").open()]
+            theirs = [json.loads(line) for line in (work / "out" / spec.name / "validation.jsonl").open()]
             ours = build_samples(task, tok, length, num_samples, 42, data_dir)
             same = len(theirs) == len(ours) and all(
                 a[k] == b[k] for a, b in zip(theirs, ours) for k in ("input", "answer_prefix", "outputs", "length"))
