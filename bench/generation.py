@@ -64,7 +64,8 @@ def _check(args):
     args.samples = args.samples if args.samples is not None else (200 if cuda else 20)
     args.sequential_samples = (args.sequential_samples if args.sequential_samples is not None else (20 if cuda else 5))
     if args.new_tokens < 1:
-        raise ValueError(f"--new-tokens {args.new_tokens}: must be >= 1 (the tokens every timed row generates a sample)")
+        raise ValueError(f"--new-tokens {args.new_tokens}: must be >= 1 (the tokens every timed row generates a "
+                         "sample)")
     if args.samples < 1 or args.sequential_samples < 0 or args.parity < 0:
         raise ValueError(f"--samples {args.samples} must be >= 1, --sequential-samples {args.sequential_samples} and "
                          f"--parity {args.parity} >= 0")

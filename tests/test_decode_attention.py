@@ -1,29 +1,32 @@
 """The split-K decode attention kernel (models/ops/decode_attention_split_k.py) against its definition, the SDPA
-reference (models/ops/decode_attention.py), under Triton's interpreter on CPU tensors: rows of different filled
-lengths (some inside one key block, some spanning splits, one filling the whole buffer), GQA and MHA, head sizes
+reference (models/ops/decode_attention.py): on the CPU under Triton's interpreter, on a GPU compiled. Rows of
+different filled lengths (inside one key block, spanning splits, filling the whole buffer), GQA and MHA, head sizes
 that are and are not powers of two, more splits than a short row has keys. Skipped where Triton is not installed."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 import torch
 
 from models.ops.decode_attention import decode_attention, decode_attention_reference
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernel module is first imported
-if os.environ["TRITON_INTERPRET"] != "1" and not torch.cuda.is_available():
-    pytest.skip("TRITON_INTERPRET is set to something else and there is no GPU", allow_module_level=True)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":  # read when triton.language is first imported (its own functions are kernels too) and when a
+    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":  # kernel runs
+        pytest.skip("triton was imported before this module could turn its interpreter on (TRITON_INTERPRET=1 "
+                    "before it runs this file)", allow_module_level=True)
+    os.environ["TRITON_INTERPRET"] = "1"  # no GPU here, so no compiled kernels to keep
 pytest.importorskip("triton")
 from models.ops.decode_attention_split_k import decode_attention_split_k  # noqa: E402
 
 
 def _case(B, Hq, Hkv, D, L, lengths, dtype=torch.float32, seed=0):
     gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, Hq, D, generator=gen).to(dtype)
-    k = torch.randn(B, Hkv, L, D, generator=gen).to(dtype)
-    v = torch.randn(B, Hkv, L, D, generator=gen).to(dtype)
-    return q, k, v, torch.tensor(lengths)
+    q, k, v = (torch.randn(*shape, generator=gen).to(DEVICE, dtype) for shape in ((B, Hq, D), (B, Hkv, L, D),
+                                                                                  (B, Hkv, L, D)))
+    return q, k, v, torch.tensor(lengths, device=DEVICE)
 
 
 @pytest.mark.parametrize("B,Hq,Hkv,D,L,lengths,splits", [

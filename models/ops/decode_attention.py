@@ -33,10 +33,8 @@ def decode_attention_reference(q, k_buf, v_buf, lengths, scale: float, prefix: i
 
 
 def split_k_usable(q: torch.Tensor) -> bool:
-    """Whether the split-K kernel serves this call: on CUDA with Triton importable, or anywhere under Triton's
-    interpreter (TRITON_INTERPRET=1: the CPU tests)."""
-    import os
-    if not (q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"):
+    """Whether the split-K kernel serves this call: CUDA tensors, Triton importable (it comes with CUDA torch)."""
+    if not q.is_cuda:
         return False
     try:
         import triton  # noqa: F401
@@ -47,7 +45,7 @@ def split_k_usable(q: torch.Tensor) -> bool:
 
 def decode_attention(q, k_buf, v_buf, lengths, scale: float, prefix: int | None = None):
     """The split-K kernel where usable (CUDA), else the reference (over `prefix` slots when given)."""
-    if q.is_cuda and split_k_usable(q):
+    if split_k_usable(q):
         from models.ops.decode_attention_split_k import decode_attention_split_k
         return decode_attention_split_k(q, k_buf, v_buf, lengths, scale)
     return decode_attention_reference(q, k_buf, v_buf, lengths, scale, prefix)
