@@ -2,7 +2,9 @@
 
 For each batch size of `--batch` (e.g. 1,8: the interactive case and the paper's) and each prompt length:
 prefill the prompt (logits of the last position only), then `--new-tokens` greedy decode steps. Full
-attention is the backbone itself (HF model, SDPA, its own dynamic KV cache, eager). Linearized configurations
+attention is the backbone itself (HF model, SDPA, its own dynamic KV cache, eager); `full-static` the backbone
+through models.fast_decode (each row reads its filled KV prefix: the split-K kernel on CUDA), `full-static-sdpa`
+that decoder with SDPA over the whole KV buffer (one run measures both steps). Linearized configurations
 run through models.fast_decode (chunked prefill, static cache, decode captured in a CUDA graph on GPU); those
 with retention slots (retain > 0) through models.retention_generate.RetentionDecoder (each prompt prefilled
 alone and whole, eager decode: rows with prefill_chunk 0 and cuda_graph False).
