@@ -31,7 +31,10 @@ LATENCY_GPU_BATCHES = "1,8"  # the interactive case and the paper's batch
 LATENCY_CPU_BATCHES = "1,2"
 # generation
 DEFAULT_LINEAR = "checkpoints/smollm2-135m/gdn-w56-s8-sc"  # the default recipe, trained (10M tokens)
-GENERATION_ROWS = ("full", "full-static", "linear", "linear-sequential")
+# timed at a fixed number of new tokens a sample (stop rules off), then the as-evaluated runs (the task's stop
+# rules; the scores)
+GENERATION_ROWS = ("full", "full-static", "linear", "linear-sequential", "full-static-evaluated", "linear-evaluated")
+GENERATION_NEW_TOKENS = 128
 
 
 def demo(p):
@@ -139,7 +142,9 @@ def latency(p):
                         "real: load --model's weights")
     p.add_argument("--configs", default=LATENCY_CONFIGS,
                    help="';'-separated configuration specs (bench/specs.py), e.g. 'full;gdn-default;gla-default'; "
-                        "'full-static' = full attention through the same static-cache + CUDA-graph decoder")
+                        "'full-static' = full attention through the same static-cache + CUDA-graph decoder (each row reads its "
+                        "filled KV prefix, split-K on CUDA); 'full-static-sdpa' = that decoder with SDPA over the whole "
+                        "KV buffer (the step before the split-K kernel)")
     p.add_argument("--lengths", default=None,
                    help="comma-separated prompt lengths; default 1024..32768 on CUDA, 64,128,256 on CPU")
     p.add_argument("--batch", default=None,
@@ -173,6 +178,9 @@ def generation(p):
                    help="the linearized model: a checkpoint folder or a spec (bench/specs.py), e.g. gdn-default")
     p.add_argument("--rows", default=";".join(GENERATION_ROWS),
                    help=f"';'-separated rows to run, of {list(GENERATION_ROWS)} (linear = the --linear model)")
+    p.add_argument("--new-tokens", type=int, default=GENERATION_NEW_TOKENS,
+                   help="new tokens every timed row generates a sample, stop rules off (equal work in every speed "
+                        "ratio); the -evaluated rows keep the task's stop rules and give the scores")
     p.add_argument("--parity", type=int, default=0, help="compare batched vs alone on this many samples (0: off)")
     p.add_argument("--dtype", default=None, help="bfloat16 (default on CUDA) or float32 (default on CPU)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")

@@ -1,17 +1,22 @@
 """`golinear generation`: generation throughput on real S-NIAH-1 prompts, full attention against a linearized model.
 
-The prompts are the suite's own (tasks/ruler, S-NIAH-1 at --context-length tokens, --samples of them, the
-task's greedy settings: max_gen_toks 128, no stop string but EOS); every row runs them through the lm-eval
-backend's `generate_until` (HFLM's batching by length, tokenization, post-processing), in one process:
+The prompts are the suite's own (tasks/ruler, S-NIAH-1 at --context-length tokens, --samples of them, greedy);
+every row runs them through the lm-eval backend's `generate_until` (HFLM's batching by length, tokenization,
+post-processing), in one process. Equal work in every speed comparison: the timed rows generate exactly
+--new-tokens tokens a sample (default 128; stop rules off: no EOS, no stop string), so samples/s and tokens/s
+compare the same prompts and the same number of generated tokens:
   - full:             SmolLM2 full attention, lm-eval's own batched HF generate (left padding);
   - full-static:      the same backbone through the static-cache decoder (models/fast_decode.py), batched;
   - <linear>:         the linearized model (default: the shipped default recipe), batched on that decoder;
-  - <linear>-sequential: the old path, HF generate one prompt at a time (--sequential-samples of them).
-The rows run linear, linear-sequential, full-static, full (a run cut off by a time limit keeps those issue #12
-compares first); the files list them full, full-static, linear, linear-sequential whatever the run order.
-Each row is timed after an untimed warm-up batch of each batch size it uses (kernel compilation, graph capture).
-tokens_per_s counts the returned text re-tokenized. --parity N also compares, on the first N samples, the batched
-outputs of the linear model with each prompt generated alone (batch size 1, same decoder): the fraction of
+  - <linear>-sequential: the old path, HF generate one prompt at a time (the first --sequential-samples prompts).
+The as-evaluated rows (`full-static-evaluated`, `linear-evaluated`; labelled "(as evaluated)") run the task's own
+settings (max_gen_toks 128, stop at EOS): they give the scores, and their speeds are not compared with any row (a
+model that stops early does less work). The rows run linear, linear-sequential, full-static, full, then the
+as-evaluated ones; the files list them full, full-static, linear, linear-sequential, full-static (as evaluated),
+linear (as evaluated) whatever the run order. Each row is timed after an untimed warm-up batch of each batch size
+it uses (kernel compilation, graph capture). An as-evaluated row's tokens_per_s counts the returned text
+re-tokenized; a timed row's is samples x --new-tokens. --parity N also compares, on the first N samples, the
+batched outputs of the linear model with each prompt generated alone (batch size 1, same decoder): the fraction of
 identical generations; the sequential row's outputs are compared with the batched ones too.
 
 Rows merge by key into <out-dir>/generation.csv (parity into generation_parity.csv); generation.md is rendered
@@ -31,11 +36,12 @@ from bench.cli_args import DEFAULT_LINEAR, GENERATION_ROWS
 
 TASK = "golinear_sniah_1"
 KEY = ["model", "config", "device", "dtype", "context_length", "batch_size"]
-COLUMNS = KEY + ["generation", "samples", "samples_per_s", "tokens_per_s", "wall_s", "new_tokens", "score",
-                 "status", "commit", "date", "note"]
+COLUMNS = KEY + ["generation", "stop_rules", "tokens_per_sample", "samples", "samples_per_s", "tokens_per_s",
+                 "wall_s", "new_tokens", "score", "status", "commit", "date", "note"]
+EVALUATED = " (as evaluated)"  # the label suffix of a row run with the task's stop rules
 PARITY_KEY = ["model", "reference", "device", "dtype", "context_length", "batch_size"]
 PARITY_COLUMNS = PARITY_KEY + ["samples", "identical", "fraction", "commit", "date"]
-RUN_ORDER = ("linear", "linear-sequential", "full-static", "full")  # the rows issue #12 needs most first
+RUN_ORDER = ("linear", "linear-sequential", "full-static", "full", "linear-evaluated", "full-static-evaluated")
 
 
 def _repo_root() -> Path:
@@ -59,6 +65,9 @@ def _check(args):
         raise ValueError(f"--seed {args.seed}: expected a non-negative integer")
     args.samples = args.samples if args.samples is not None else (200 if cuda else 20)
     args.sequential_samples = (args.sequential_samples if args.sequential_samples is not None else (20 if cuda else 5))
+    if args.new_tokens < 1:
+        raise ValueError(f"--new-tokens {args.new_tokens}: must be >= 1 (the tokens every timed row generates a "
+                         "sample)")
     if args.samples < 1 or args.sequential_samples < 0 or args.parity < 0:
         raise ValueError(f"--samples {args.samples} must be >= 1, --sequential-samples {args.sequential_samples} and "
                          f"--parity {args.parity} >= 0")
@@ -77,7 +86,7 @@ def _check(args):
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise FileNotFoundError(f"--data-dir {args.data_dir!r} does not exist")
     from bench.lm_backend import check_model_args
-    for label, backend, margs, _ in _plan(args):
+    for label, backend, margs, *_ in _plan(args):
         try:  # e.g. a model with retention slots has no batched row
             check_model_args(backend, {**margs, "device": args.device})
         except ValueError as e:
@@ -93,6 +102,14 @@ def _requests(args, tokenizer):
                                                              "do_sample": False, "temperature": 0.0}), i)
             for i, row in enumerate(rows)]
     return rows, reqs
+
+
+def fixed_length(reqs, new_tokens: int):
+    """The same requests with stop rules off: exactly new_tokens tokens a sample (no stop string; min_new_tokens keeps
+    HF generate from stopping at EOS, and the batched decoder then stops at nothing)."""
+    from lm_eval.api.instance import Instance
+    return [Instance("generate_until", r.doc, (r.args[0], {**r.args[1], "until": [], "max_gen_toks": new_tokens,
+                                                           "min_new_tokens": new_tokens}), r.idx) for r in reqs]
 
 
 def _sync(device: str):
@@ -120,22 +137,27 @@ def _warm(lm, reqs, device):
     from lm_eval.api.instance import Instance
     bs = lm.batch_size if isinstance(lm.batch_size, int) else 1
     for size in warm_sizes(len(reqs), bs):
-        warm = [Instance("generate_until", r.doc, (r.args[0], {**r.args[1], "max_gen_toks": 4}), r.idx)
+        fixed = {"min_new_tokens": 4} if "min_new_tokens" in reqs[0].args[1] else {}
+        warm = [Instance("generate_until", r.doc, (r.args[0], {**r.args[1], "max_gen_toks": 4, **fixed}), r.idx)
                 for r in reqs[:size]]
         _timed(lm, warm, device)
 
 
 def _plan(args):
-    """(row label, backend, model args, samples) per requested row."""
+    """(row label, backend, model args, samples, timed: stop rules off) per requested row."""
     lin = args.linear_spec
     name = lin.label or Path(args.linear).name
     if args.linear == DEFAULT_LINEAR:
         name = f"gdn-default ({name})"
-    plan = {"full": ("full", "golinear-hf", {"generation": "hf"}, args.samples),
-            "full-static": ("full-static", "golinear-hf", {"generation": "batched"}, args.samples),
-            "linear": (name, "linearized", {**lin.model_args(), "generation": "batched"}, args.samples),
+    batched = {**lin.model_args(), "generation": "batched"}
+    plan = {"full": ("full", "golinear-hf", {"generation": "hf"}, args.samples, True),
+            "full-static": ("full-static", "golinear-hf", {"generation": "batched"}, args.samples, True),
+            "linear": (name, "linearized", batched, args.samples, True),
             "linear-sequential": (f"{name}-sequential", "linearized", {**lin.model_args(), "generation": "sequential"},
-                                  min(args.sequential_samples, args.samples))}
+                                  min(args.sequential_samples, args.samples), True),
+            "full-static-evaluated": ("full-static" + EVALUATED, "golinear-hf", {"generation": "batched"},
+                                      args.samples, False),
+            "linear-evaluated": (name + EVALUATED, "linearized", batched, args.samples, False)}
     return [plan[r] for r in sorted(args.rows, key=RUN_ORDER.index) if plan[r][3] > 0]
 
 
@@ -153,18 +175,20 @@ def run(args, publish) -> tuple[list[dict], list[dict]]:
           f"(the batched encode is parallel unless it is false)", flush=True)
     rows, parity = [], []
     data_rows = reqs = linear = None
-    for label, backend, margs, n in _plan(args):
+    for label, backend, margs, n, timed in _plan(args):
         lm = make_lm(backend, **margs, dtype=args.dtype, device=args.device, batch_size=args.batch_size)
         if reqs is None:
             data_rows, reqs = _requests(args, lm.tokenizer)
+        row_reqs = fixed_length(reqs[:n], args.new_tokens) if timed else reqs[:n]
         row = dict(model="smollm2-135m", config=label, device=device_label, dtype=args.dtype,
                    context_length=args.context_length, batch_size=args.batch_size, generation=margs["generation"],
+                   stop_rules="off" if timed else "task", tokens_per_sample=args.new_tokens if timed else None,
                    samples=n, commit=commit, date=date,
-                   note="one prompt at a time (old path), own sample cap"
+                   note=f"one prompt at a time (old path), the first {n} prompts"
                    if margs["generation"] == "sequential" else "")
         try:
-            _warm(lm, reqs[:n], args.device)
-            outs, wall = _timed(lm, reqs[:n], args.device)
+            _warm(lm, row_reqs, args.device)
+            outs, wall = _timed(lm, row_reqs, args.device)
         except (torch.OutOfMemoryError, ValueError) as e:  # a batch that does not fit: recorded, the rest goes on
             row.update(status=f"failed: {str(e).splitlines()[0][:200]}")
             rows.append(row)
@@ -173,13 +197,17 @@ def run(args, publish) -> tuple[list[dict], list[dict]]:
             del lm
             _free(args.device)
             continue
-        tokens = sum(len(lm.tokenizer(o, add_special_tokens=False)["input_ids"]) for o in outs)
-        row.update(samples_per_s=n / wall, tokens_per_s=tokens / wall, wall_s=wall, new_tokens=tokens,
-                   score=score(TASK, outs, [r["outputs"] for r in data_rows[:n]]), status="ok")
+        if timed:  # exactly new_tokens a sample (stop rules off); the text is scored only as evaluated
+            tokens, got = n * args.new_tokens, None
+        else:
+            tokens = sum(len(lm.tokenizer(o, add_special_tokens=False)["input_ids"]) for o in outs)
+            got = score(TASK, outs, [r["outputs"] for r in data_rows[:n]])
+        row.update(samples_per_s=n / wall, tokens_per_s=tokens / wall, wall_s=wall, new_tokens=tokens, score=got,
+                   status="ok")
         rows.append(row)
         print(f"{label}: {n} samples in {wall:.1f} s ({n / wall:.2f} samples/s, {tokens / wall:.1f} tokens/s), "
               f"score {row['score']}", flush=True)
-        if backend == "linearized" and margs["generation"] == "batched":
+        if backend == "linearized" and margs["generation"] == "batched" and timed:
             linear = (lm, row, outs)  # kept for the parity runs
         elif margs["generation"] == "sequential" and linear is not None:
             parity.append(_parity_row(row, "one at a time (old path: HF generate)", linear[2][:n], outs))
@@ -190,7 +218,7 @@ def run(args, publish) -> tuple[list[dict], list[dict]]:
         lm, row, outs = linear
         m = min(args.parity, len(outs))
         lm.batch_size_per_gpu = 1  # each prompt alone, same decoder
-        alone, _ = _timed(lm, reqs[:m], args.device)
+        alone, _ = _timed(lm, fixed_length(reqs[:m], args.new_tokens), args.device)
         parity.append(_parity_row(row, f"batch size 1 (same decoder), {m} samples", outs[:m], alone))
         publish(rows, parity)
     return rows, parity
@@ -233,6 +261,8 @@ def _merged(old, rows: list[dict], columns: list[str], key: list[str]):
 
 def row_kind(config: str) -> str:
     """Which of GENERATION_ROWS a row's config label is (the linear rows carry the model's name)."""
+    if config.endswith(EVALUATED):
+        return ("full-static" if config == "full-static" + EVALUATED else "linear") + "-evaluated"
     if config in ("full", "full-static"):
         return config
     return "linear-sequential" if config.endswith("-sequential") else "linear"
@@ -260,27 +290,43 @@ def merge(csv_path: Path, rows: list[dict], columns: list[str], key: list[str]):
     return df
 
 
+def equal_work(r) -> int | None:
+    """The fixed number of new tokens a sample a row was timed at (stop rules off), else None: rows recorded with
+    the task's stop rules (or before the column existed) generate what each model chooses to, so no ratio."""
+    stop = r.get("stop_rules") if hasattr(r, "get") else None
+    n = r.get("tokens_per_sample") if hasattr(r, "get") else None
+    return int(n) if stop == "off" and n == n and n is not None else None
+
+
 def render(df, parity) -> str:
-    """Markdown: one table per (device, dtype, context length), speed-ups of the linear row over the others."""
+    """Markdown: one table per (device, dtype, context length); the linear row's speed-up over the rows timed at
+    the same number of new tokens a sample (equal work), and over no other row."""
     lines = ["# Generation throughput (S-NIAH-1, `golinear generation`)", "",
-             "Real S-NIAH-1 prompts through the lm-eval backends' `generate_until` (greedy, 128 new tokens at most, "
-             "stop at EOS), timed after a warm-up batch. `full`: lm-eval's batched HF generate; `full-static`: the "
-             "backbone through the static-cache decoder (models/fast_decode.py); the linear rows: batched on that "
-             "decoder, or one prompt at a time through HF generate (`-sequential`, its own sample cap). "
-             "tokens/s counts the returned text re-tokenized. Produced by `golinear generation`; see "
+             "Real S-NIAH-1 prompts through the lm-eval backends' `generate_until` (greedy), timed after a warm-up "
+             "batch. Timed rows generate the same number of new tokens a sample (column `new tokens/sample`; stop "
+             "rules off), so their samples/s and tokens/s compare equal work; rows marked \"(as evaluated)\" run the "
+             "task's stop rules (EOS, 128 new tokens at most) and give the scores, and no ratio is computed from "
+             "them. `full`: lm-eval's batched HF generate; `full-static`: the backbone through the static-cache "
+             "decoder (models/fast_decode.py); the linear rows: batched on that decoder, or one prompt at a time "
+             "through HF generate (`-sequential`, the first prompts only). The speed-up is the linear row's tokens/s "
+             "over the row's, at equal new tokens a sample. Produced by `golinear generation`; see "
              "docs/generation.md.", ""]
+    num = (lambda v, f: "" if v is None or v != v else format(v, f))  # noqa: E731  (NaN -> blank)
     for (device, dtype, ctx), g in df.groupby(["device", "dtype", "context_length"], sort=False):
         ok = g[g.status == "ok"]
-        lin = ok[~ok.config.str.endswith("-sequential") & ~ok.config.str.startswith("full")]
-        base = lin.samples_per_s.iloc[-1] if len(lin) else None
+        lin = [r for _, r in ok.iterrows() if row_kind(r.config) == "linear" and equal_work(r)]
+        base = lin[-1] if lin else None
         lines += [f"## {device}, {dtype}, {ctx} tokens", "",
-                  "| config | generation | batch | samples | samples/s | tokens/s | wall s | score | linear speed-up "
-                  "| status | commit |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+                  "| config | generation | batch | samples | new tokens/sample | samples/s | tokens/s | wall s "
+                  "| score | linear speed-up (equal work) | status | commit |",
+                  "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|---|"]
         for _, r in g.iterrows():
-            up = f"{base / r.samples_per_s:.2f}x" if base and r.status == "ok" and r.samples_per_s > 0 else ""
-            num = (lambda v, f: "" if v != v else format(v, f))  # noqa: E731  (NaN -> blank)
-            lines.append(f"| {r.config} | {r.generation} | {r.batch_size} | {r.samples} "
+            n = equal_work(r)
+            comparable = (base is not None and n is not None and n == equal_work(base) and r.status == "ok"
+                          and r.tokens_per_s > 0)
+            up = f"{base.tokens_per_s / r.tokens_per_s:.2f}x" if comparable else ""
+            each = str(n) if n is not None else "task stop rules (at most 128)"
+            lines.append(f"| {r.config} | {r.generation} | {r.batch_size} | {r.samples} | {each} "
                          f"| {num(r.samples_per_s, '.3f')} "
                          f"| {num(r.tokens_per_s, '.1f')} | {num(r.wall_s, '.1f')} | {num(r.score, '.2f')} | {up} | "
                          f"{r.status} | {str(r.commit)[:7]} |")

@@ -2,7 +2,9 @@
 
 For each batch size of `--batch` (e.g. 1,8: the interactive case and the paper's) and each prompt length:
 prefill the prompt (logits of the last position only), then `--new-tokens` greedy decode steps. Full
-attention is the backbone itself (HF model, SDPA, its own dynamic KV cache, eager). Linearized configurations
+attention is the backbone itself (HF model, SDPA, its own dynamic KV cache, eager); `full-static` the backbone
+through models.fast_decode (each row reads its filled KV prefix: the split-K kernel on CUDA), `full-static-sdpa`
+that decoder with SDPA over the whole KV buffer (one run measures both steps). Linearized configurations
 run through models.fast_decode (chunked prefill, static cache, decode captured in a CUDA graph on GPU); those
 with retention slots (retain > 0) through models.retention_generate.RetentionDecoder (each prompt prefilled
 alone and whole, eager decode: rows with prefill_chunk 0 and cuda_graph False).
@@ -30,7 +32,7 @@ import torch
 
 from bench.cli_args import LATENCY_CPU_BATCHES, LATENCY_GPU_BATCHES
 from bench.latency_render import render
-from bench.latency_targets import STATIC_FULL, checks_markdown
+from bench.latency_targets import STATIC_FULL, STATIC_FULL_SDPA, checks_markdown
 from models.atomic import atomic_path
 
 KEY = ["model", "weights", "dtype", "config", "length", "batch", "device"]  # weights/dtype: part of "model"
@@ -39,6 +41,8 @@ DEFAULT_OUT = "runs/latency"  # never the tracked leaderboards/ unless asked (--
 COLUMNS = KEY + ["new_tokens", "prefill_s", "decode_ms_per_token", "e2e_s", "peak_gib", "status", *BOUND_COLUMNS,
                  "prefill_chunk", "cuda_graph", "torch", "fla", "date", "note"]
 GPU_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768]
+# full attention through the static-cache decoder: the config label -> FastDecoder's full_decode
+STATIC_DECODES = {STATIC_FULL: "split-k", STATIC_FULL_SDPA: "sdpa"}
 CPU_LENGTHS = [64, 128, 256]
 
 
@@ -166,8 +170,9 @@ def _runner(args, model, spec, dtype, device, max_len):
     from models.batch_generate import decoder_for
     from models.fast_decode import FastDecoder
     use_graph = not args.no_graph and device.type == "cuda"
-    if spec is None:  # full attention through the same static-cache / CUDA-graph decoder as ours
-        decoder = FastDecoder(model, prefill_chunk=0, use_graph=use_graph, max_len=max_len)
+    if isinstance(spec, str):  # full attention through the same static-cache / CUDA-graph decoder as ours
+        decoder = FastDecoder(model, prefill_chunk=0, use_graph=use_graph, max_len=max_len,
+                              full_decode=STATIC_DECODES[spec])
         return (lambda ids: run_fast(decoder, ids, args.new_tokens),
                 dict(prefill_chunk=0, cuda_graph=decoder.use_graph), decoder, None)
     if spec.is_full_attention:
@@ -204,7 +209,7 @@ def sweep(args) -> list[dict]:
     labels = list(dict.fromkeys(t.strip() for t in args.configs.split(";") if t.strip()))
     if not labels:
         raise ValueError("--configs is empty; e.g. 'full;gdn-default'")
-    specs = [None if t == STATIC_FULL else parse_model_spec(t) for t in labels]
+    specs = [t if t in STATIC_DECODES else parse_model_spec(t) for t in labels]
     copy_bps = copy_bandwidth(device)  # once per run, before the model takes the memory
     print(f"copy bandwidth on {device_name(device)}: {copy_bps / 1e9:.1f} GB/s (read + written)", flush=True)
     _reset_memory(device)
@@ -224,9 +229,10 @@ def sweep(args) -> list[dict]:
             seen = set()  # prefill chunk shapes already run at this batch size (FLA compiles/autotunes per shape)
             for length in args.lengths:
                 ids = torch.randint(0, vocab, (batch, length), generator=gen).to(device)
-                if spec is None:  # static KV buffer sized for this length (not for the longest prompt)
+                if isinstance(spec, str):  # static KV buffer sized for this length (not for the longest prompt)
                     decoder.max_len = length + args.new_tokens + 1
-                row = dict(info, config=label if spec is None else spec.label, length=length, batch=batch, **extra)
+                row = dict(info, config=label if isinstance(spec, str) else spec.label, length=length, batch=batch,
+                           **extra)
                 try:
                     if warm:  # compile / autotune / graph capture outside the timings
                         _warm_up(run, ids, None if undo is None else decoder)  # (full-static: one chunk)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.latency_targets import checks_markdown
+from bench.latency_targets import against_fastest_markdown, checks_markdown
 from models.atomic import atomic_path, atomic_write
 
 METRICS = (("prefill_s", "prefill s"), ("decode_ms_per_token", "decode ms/tok"), ("peak_gib", "peak GiB"))
@@ -55,8 +55,10 @@ def render_markdown(df, md_path: Path, png_name: str):
            "(logits of the last position); decode: per greedy token after the prefill; peak: "
            "torch.cuda.max_memory_allocated over prefill + decode (weights included). `full` is HF's own model "
            "(SDPA, dynamic KV cache, eager decoding); `full-static` is the same backbone through "
-           "models/fast_decode.py (static KV cache, CUDA-graph decoding), the decoder every linearized "
-           "configuration runs through (chunked prefill, static state, CUDA-graph decoding). Bound: the bytes "
+           "models/fast_decode.py (static KV cache, CUDA-graph decoding; each row reads only its filled KV prefix, "
+           "split over the key length on CUDA), the decoder every linearized configuration runs through (chunked "
+           "prefill, static state, CUDA-graph decoding); `full-static-sdpa` is that decoder with SDPA over the "
+           "whole KV buffer and a per-row mask. Bound: the bytes "
            "one decode step reads and writes (weights, KV cache or recurrent state, window, conv state; "
            "bench/decode_bound.py) over the measured copy bandwidth; decode/bound is how far the measured step "
            "is from it.", "",
@@ -66,6 +68,7 @@ def render_markdown(df, md_path: Path, png_name: str):
                 _wide(g, METRICS), ""]
         if any(column in g and g[column].notna().any() for column, _ in BOUND_METRICS):  # not in older rows
             out += ["Decode against the bandwidth bound (ms/token; measured / bound):", "", _wide(g, BOUND_METRICS), ""]
+        out += against_fastest_markdown(df, dict(model=model, device=device, batch=batch, weights=weights, dtype=dtype))
         if "note" in g:
             for _, r in g[g.note.notna() & (g.note.astype(str) != "")].iterrows():
                 out.append(f"- {r.config} at {int(r.length)}: {r.note}")

@@ -321,9 +321,15 @@ class GolinearHF(HFLM):
         width = padded_width(max(len(p) for p in prompts)) if self.device.type == "cuda" else max(map(len, prompts))
         pad_to = width
         decoder.max_len = -(-(width + new_tokens) // 1024) * 1024
+        eos, stop = eos_ids(self.model, self.tokenizer), list(stop)
+        least = generation_kwargs.get("min_new_tokens") or 0
+        if least >= new_tokens:  # HF generate's min_new_tokens: no stop before it, so here no stop at all
+            eos, stop = set(), []
+        elif least:
+            raise ValueError(f"generation=batched takes min_new_tokens only equal to the tokens to generate "
+                             f"({new_tokens}: every row generates exactly that many), got {least}")
         try:
-            return generate_batch(decoder, prompts, new_tokens,
-                                  eos=eos_ids(self.model, self.tokenizer), stop=list(stop),
+            return generate_batch(decoder, prompts, new_tokens, eos=eos, stop=stop,
                                   decode=lambda t: self.tokenizer.decode(t, skip_special_tokens=False), pad_to=pad_to)
         except torch.OutOfMemoryError:
             self._decoders.pop(len(prompts), None)

@@ -31,11 +31,17 @@ import torch
 from models.decode_state import DecodeState, assign
 from models.layers import LinearizedAttention
 from models.ops import decode_glue, fused_decode
+from models.ops.decode_attention import decode_attention, decode_attention_reference
 from models.prefill import ChunkEnds, check_lengths
 from models.projection import decoder_layers, project_qkv
 from models.spec import CONV_ON
 
 DEFAULT_PREFILL_CHUNK = 8192
+# how a full-attention layer's decode step attends over its static KV buffer: "split-k" reads each row's filled
+# prefix only (models.ops.decode_attention: the split-K Triton kernel on CUDA; elsewhere SDPA over the slots an
+# eager loop knows to be filled); "sdpa": SDPA over the whole buffer with a per-row mask (the definition, and the
+# step as it was before the kernel: bench/decode_step.py times both)
+FULL_DECODE = ("split-k", "sdpa")
 __all__ = ["DEFAULT_PREFILL_CHUNK", "FastDecoder", "decoder_layers"]  # decoder_layers: bench/latency.py imports it here
 
 
@@ -77,7 +83,10 @@ class FastDecoder:
     prefills_whole_prompts = False  # the chunked prefill (models.prefill) implements conv_on "both" only
 
     def __init__(self, model, prefill_chunk: int = DEFAULT_PREFILL_CHUNK, use_graph: bool | None = None,
-                 max_len: int | None = None):
+                 max_len: int | None = None, full_decode: str = FULL_DECODE[0]):
+        if full_decode not in FULL_DECODE:
+            raise ValueError(f"full_decode {full_decode!r}; allowed: {', '.join(FULL_DECODE)}")
+        self.full_decode = full_decode
         if prefill_chunk < 0:
             raise ValueError(f"prefill_chunk must be >= 0 (0 = the whole prompt at once), got {prefill_chunk}")
         self.model = model
@@ -102,6 +111,7 @@ class FastDecoder:
                                 in zip(self.layers, self.linear) if lin), default=0)
         self.graph = None
         self.graph_steady = None  # the step variant the captured graph replays
+        self.prefix = None  # the current eager step's bound on filled KV slots (None: the whole buffer)
         self.io: dict[str, torch.Tensor] = {}
 
     # ------------------------------------------------------------------ public API
@@ -203,11 +213,12 @@ class FastDecoder:
                 self.graph = None
             if self.graph is None:
                 self._capture(steady)
+        filled = max(self.positions) - n  # the furthest row's position before this call (host side)
         for i in range(n):
             if self.graph is not None:
                 self.graph.replay()
-            else:
-                self._step(steady=first + i >= self.steady_from)
+            else:  # eager: the host knows how many KV slots any row has filled after this step's write
+                self._step(steady=first + i >= self.steady_from, prefix=filled + i + 1)
             out.append(self.io["ids"].clone())
         return torch.cat(out, 1) if out else self.io["ids"].new_zeros(self.io["ids"].shape[0], 0)
 
@@ -260,8 +271,11 @@ class FastDecoder:
         return _assign(st, "k", kb) | _assign(st, "v", vb)
 
     # ------------------------------------------------------------------ decode step (static shapes)
-    def _step(self, steady: bool = False):
+    def _step(self, steady: bool = False, prefix: int | None = None):
+        """One token for every row; prefix: a host-side bound on the KV slots any row has filled after this step's
+        write (eager loops), None inside a CUDA graph (static shapes)."""
         io = self.io
+        self.prefix = prefix  # read by _attend for the full-attention layers (the subclass keeps _attend's signature)
         pos, pos_ids = io["pos"], io["pos_ids"]
         h = self.model.model.embed_tokens(io["ids"])
         pe = self.model.model.rotary_emb(h, pos_ids)
@@ -283,7 +297,7 @@ class FastDecoder:
         layer = self.layers[i]
         if self.linear[i]:
             return layer.self_attn.step(x, pe, self.states[i], pos, self.io["rows"], steady)
-        return self._step_full(layer.self_attn, self.states[i], x, pe, pos)
+        return self._step_full(layer.self_attn, self.states[i], x, pe, pos, self.prefix)
 
     def _layers_fused_glue(self, h, pe, pos, steady):
         """The decoder layers with each residual add and the norm after it in one kernel (models.ops.decode_glue);
@@ -295,19 +309,21 @@ class FastDecoder:
             h, x = decode_glue.add_rms_norm(h, decode_glue.mlp(layer.mlp, x), after)
         return x
 
-    def _step_full(self, attn, st: dict, x, pe, pos):
-        """One query per row against the static KV buffer, written at the row's position (slots > pos masked):
-        SDPA with the query heads of a KV head as G query rows, so no GQA expansion of the cache is needed."""
+    def _step_full(self, attn, st: dict, x, pe, pos, prefix=None):
+        """One query per row against the static KV buffer, written at the row's position; the row then attends to
+        its slots 0..pos (models.ops.decode_attention: the query heads of a KV head as G query rows, no GQA
+        expansion of the cache). With full_decode "split-k" only those slots are read (on CUDA the split-K kernel,
+        which needs no mask; eager elsewhere SDPA over the first `prefix` slots); "sdpa" masks the whole buffer."""
         B = x.shape[0]
         _, q, k, v, _ = project_qkv(attn, x, pe, fused=False)
         rows = self.io["rows"]
         st["k"][rows, :, pos] = k[:, 0].to(st["k"].dtype)  # [B, Hkv, D] at (row, :, pos[row])
         st["v"][rows, :, pos] = v[:, 0].to(st["v"].dtype)
-        Hkv, L = st["k"].shape[1], st["k"].shape[2]
-        qg = q.reshape(B, Hkv, -1, q.shape[-1])  # [B, Hkv, G, D]: query head h*G+g -> row g of KV head h
-        allowed = (torch.arange(L, device=x.device).view(1, L) <= pos.view(B, 1)).view(B, 1, 1, L)
-        o = torch.nn.functional.scaled_dot_product_attention(qg, st["k"], st["v"], attn_mask=allowed,
-                                                              scale=attn.scaling)
+        filled = pos + 1
+        if self.full_decode == "sdpa":
+            o = decode_attention_reference(q[:, 0], st["k"], st["v"], filled, attn.scaling)
+        else:
+            o = decode_attention(q[:, 0], st["k"], st["v"], filled, attn.scaling, prefix)
         return attn.o_proj(o.reshape(B, 1, -1).to(x.dtype))
 
     # ------------------------------------------------------------------ CUDA graph

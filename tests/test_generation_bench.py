@@ -36,7 +36,34 @@ def test_rows_merge_by_key(tmp_path):
     assert len(pd.read_csv(path)) == 2 == len(df)
     assert df.set_index("config").samples_per_s.to_dict() == {"full-static": 1.0, "full": 2.0}
     md = generation.render(df, None)
-    assert "| full | hf | 4 | 20 | 2.000 |" in md
+    assert "| full | hf | 4 | 20 | task stop rules (at most 128) | 2.000 |" in md
+
+
+def test_speed_ups_compare_equal_work_only():
+    """The committed H200 table's linear speed-up over full-static (samples/s, ~4 against ~50 new tokens a sample)
+    is no longer printed; rows timed at the same new tokens a sample are compared by tokens/s."""
+    row = dict(model="m", device="H200", dtype="bfloat16", context_length=4096, batch_size=32, samples=200,
+               status="ok", commit="abc")
+    old = [dict(row, config="full-static", generation="batched", samples_per_s=30.085, tokens_per_s=1507.1),
+           dict(row, config="gdn-default", generation="batched", samples_per_s=71.663, tokens_per_s=287.7)]
+    md = generation.render(pd.DataFrame(old, columns=generation.COLUMNS), None)
+    assert "2.38x" not in md and "x |" not in md.split("## ")[-1]
+    timed = [dict(r, stop_rules="off", tokens_per_sample=128, tokens_per_s=t) for r, t in zip(old, (400.0, 1000.0))]
+    evaluated = dict(old[1], config="gdn-default" + generation.EVALUATED, stop_rules="task", tokens_per_s=287.7)
+    md = generation.render(pd.DataFrame([*timed, evaluated], columns=generation.COLUMNS), None)
+    lines = {line.split(" | ")[0]: line for line in md.splitlines() if line.startswith("| ")}
+    assert "| 128 |" in lines["| full-static"] and "| 2.50x |" in lines["| full-static"]
+    assert "| 1.00x |" in lines["| gdn-default"]
+    evaluated = lines["| gdn-default (as evaluated)"]
+    assert "x |" not in evaluated and "task stop rules" in evaluated
+
+
+def test_timed_requests_have_stop_rules_off():
+    from lm_eval.api.instance import Instance
+    req = Instance("generate_until", {}, ("prompt", {"until": ["\n"], "max_gen_toks": 128, "do_sample": False}), 0)
+    fixed = generation.fixed_length([req], 32)[0].args[1]
+    assert fixed == {"until": [], "max_gen_toks": 32, "min_new_tokens": 32, "do_sample": False}
+    assert req.args[1]["until"] == ["\n"]  # the as-evaluated request unchanged
 
 
 @pytest.mark.parametrize("n,batch,sizes", [(200, 32, [8, 32]), (64, 32, [32]), (20, 32, [20]), (32, 32, [32]),
@@ -56,8 +83,8 @@ def test_rows_run_linear_first_and_files_list_them_in_table_order(tmp_path):
                                                   "--rows", "full;full-static;linear-sequential;linear"])
     generation._check(args)
     plan = generation._plan(args)
-    assert [(p[3], p[2]["generation"]) for p in plan] == [(20, "batched"), (5, "sequential"), (20, "batched"),
-                                                         (20, "hf")]
+    assert [(p[3], p[2]["generation"], p[4]) for p in plan] == [(20, "batched", True), (5, "sequential", True),
+                                                                 (20, "batched", True), (20, "hf", True)]
     assert [p[0] for p in plan][2:] == ["full-static", "full"] and plan[1][0] == plan[0][0] + "-sequential"
     path = tmp_path / "generation.csv"
     row = dict(model="m", device="cpu", dtype="float32", context_length=2048, batch_size=4, status="ok")
