@@ -73,7 +73,7 @@ class FastDecoder:
     [B, n]. `use_graph=None` means: on CUDA. `max_len` bounds prompt + generated tokens (it sizes the KV
     buffers of full-attention layers only)."""
 
-    handles_retention = False  # models.retention_generate.RetentionDecoder, a subclass, does
+    serves = "static"  # the cache policies' decoder it serves (models.policies.base.CachePolicy.decoder)
     prefills_whole_prompts = False  # the chunked prefill (models.prefill) implements conv_on "both" only
 
     def __init__(self, model, prefill_chunk: int = DEFAULT_PREFILL_CHUNK, use_graph: bool | None = None,
@@ -87,10 +87,7 @@ class FastDecoder:
         self.use_graph = (self.device.type == "cuda") if use_graph is None else use_graph
         self.max_len = max_len
         self.linear = [isinstance(layer.self_attn, LinearizedAttention) for layer in self.layers]
-        if not self.handles_retention and any(lin and layer.self_attn.retain
-                                              for layer, lin in zip(self.layers, self.linear)):
-            raise ValueError("FastDecoder has no static cache for retention slots (retain > 0); decode such a "
-                             "model with models.retention_generate.RetentionDecoder or HF generate")
+        self.check_policies()
         if not self.prefills_whole_prompts and any(lin and layer.self_attn.conv_linear_only
                                                    for layer, lin in zip(self.layers, self.linear)):
             raise ValueError(f"FastDecoder's chunked prefill implements conv_on={CONV_ON[0]!r} only; decode a "
@@ -103,6 +100,13 @@ class FastDecoder:
         self.graph = None
         self.graph_steady = None  # the step variant the captured graph replays
         self.io: dict[str, torch.Tensor] = {}
+
+    def check_policies(self):
+        """Every linearized layer's cache policy is one this decoder serves (its `decoder`)."""
+        if any(lin and layer.self_attn.cache_policy.decoder != self.serves
+               for layer, lin in zip(self.layers, self.linear)):
+            raise ValueError("FastDecoder has no static cache for retention slots (retain > 0); decode such a "
+                             "model with models.retention_generate.RetentionDecoder or HF generate")
 
     # ------------------------------------------------------------------ public API
     @torch.no_grad()
