@@ -16,7 +16,7 @@ from array import array
 
 import torch
 
-from models.decode_state import _FIELDS, DecodeState
+from models.decode_state import TENSOR_FIELDS, DecodeState
 from models.fast_decode import FastDecoder
 from models.projection import decoder_layers
 from models.retention_generate import RetentionDecoder
@@ -54,7 +54,7 @@ class WholePromptDecoder(FastDecoder):
     def _stack_linear(layers) -> DecodeState:
         """The rows' DecodeStates (one row each, the same shapes: fixed whatever the prompt length) as one."""
         states = [c.state for c in layers]
-        out = DecodeState(**{name: _cat_rows([getattr(st, name) for st in states]) for name in _FIELDS})
+        out = DecodeState(**{name: _cat_rows([getattr(st, name) for st in states]) for name in TENSOR_FIELDS})
         out.ring_lin = {key: _cat_rows([st.ring_lin[key] for st in states]) for key in states[0].ring_lin}
         out.state = (tuple(_cat_rows(list(parts)) for parts in zip(*(st.state for st in states)))
                      if isinstance(states[0].state, tuple) else _cat_rows([st.state for st in states]))
