@@ -6,9 +6,10 @@ token after which its continuation contains a stop string (lm-eval cuts the text
 running keep the batch going, and a stopped row's later tokens are dropped, so they change nothing. The host
 looks at the tokens every `check_every` steps (one device sync per check; every step on the CPU).
 `decoder_for` picks the decoder by the layers' cache policies (models.policies: their `decoder`): retention slots
-get models.retention_generate.RetentionDecoder (one-pass right-padded prefill, batched per-row decode), a model whose short conv feeds the linear path only
-(conv_on "linear", which the chunked prefill refuses) WholePromptDecoder (each prompt alone through the model's
-forward, then FastDecoder's batched decode), every other model FastDecoder.
+get models.retention_generate.RetentionDecoder (one-pass right-padded prefill, batched per-row decode), a model
+whose short conv feeds the linear path only (conv_on "linear", which the chunked prefill refuses)
+WholePromptDecoder (each prompt alone through the model's forward, then FastDecoder's batched decode), every
+other model FastDecoder.
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ from models.retention_generate import RetentionDecoder
 
 def decoder_for(model, **kwargs) -> FastDecoder:
     """The batched decoder for `model`: models.retention_generate.RetentionDecoder (kwargs: max_len, use_graph) for a
-    model whose cache policy it serves (retention slots), WholePromptDecoder (the same kwargs) for one whose short conv feeds the
-    linear path only (conv_on "linear"), else FastDecoder(model, **kwargs)."""
+    model whose cache policy it serves (retention slots), WholePromptDecoder (the same kwargs) for one whose short
+    conv feeds the linear path only (conv_on "linear"), else FastDecoder(model, **kwargs)."""
     attns = [layer.self_attn for layer in decoder_layers(model)]
     if any(a.cache_policy.decoder == RetentionDecoder.serves for a in attns if hasattr(a, "cache_policy")):
         return RetentionDecoder(model, max_len=kwargs.get("max_len"), use_graph=kwargs.get("use_graph"))

@@ -1,8 +1,9 @@
 """The decode state of one linearized layer: fixed shapes, whatever the prompt length.
 
 `DecodeState` is what `LinearizedAttention.prefill` fills and `LinearizedAttention.step` reads and updates in
-place, through the layer's cache policy (models.policies: the fields below are the window + sinks policy's). Both decoders hold it: `models.cache.LinearLayerCache` (HF generate) and `models.fast_decode.FastDecoder`
-(static buffers, replayed in a CUDA graph). Per row b:
+place, through the layer's cache policy (models.policies: the fields below are the window + sinks policy's).
+Both decoders hold it: `models.cache.LinearLayerCache` (HF generate) and `models.fast_decode.FastDecoder` (static
+buffers, replayed in a CUDA graph). Per row b:
   - sink_k/v [B, s, Hkv, D]: the first s tokens' keys/values (post-RoPE); slots a short row has not reached
     yet hold zeros or padding, masked by the step until the row's own tokens overwrite them;
   - ring_k/v [B, w, Hkv, D], ring_pos [B, w]: the last w tokens, slot = position % w, and the position each
@@ -12,7 +13,8 @@ place, through the layer's cache policy (models.policies: the fields below are t
   - conv [B, C, W-1]: the short conv's previous inputs over [q|k|v];
   - state: the recurrent state, fp32 ([B, H, D, D], or (S, Z) for Hedgehog);
   - retention: with a retention-slots policy (models.policies.retention_slots), a RetentionState
-    (models.ops.retention) instead of the sink, ring and state fields (sinks, window ring, slots, GDN state; fixed shapes; conv stays here).
+    (models.ops.retention) instead of the sink, ring and state fields (sinks, window ring, slots, GDN state;
+    fixed shapes; conv stays here).
 """
 from __future__ import annotations
 

@@ -31,14 +31,14 @@ def _shared_normaliser(swa, num, den, window_logmass):
 class LinearizedAttention(nn.Module):
     """A drop-in replacement for a Llama/Mistral/Qwen2/Qwen3 attention module (the paper's layer).
 
-    The frozen q/k/v/o projections (and Qwen3's q/k norm) keep their names; RoPE is applied to q/k of both paths. At
-    query t (0-indexed) the softmax path sees the first `sinks` tokens and the last `window`, the linear path exactly the
-    others before it (GLA/kGLA/GDN: y = y_lin + y_swa; Hedgehog: one shared normaliser). The parallel pass runs the
-    chunked op over tokens sinks..T-1-w with q shifted by `window` (rows before w + s read a zero state).
+    The frozen q/k/v/o projections (and Qwen3's q/k norm) keep their names; RoPE is applied to q/k of both paths.
+    At query t (0-indexed) the softmax path sees the first `sinks` tokens and the last `window`, the linear path
+    exactly the others before it (GLA/kGLA/GDN: y = y_lin + y_swa; Hedgehog: one shared normaliser). The parallel
+    pass runs the chunked op over tokens sinks..T-1-w with q shifted by `window` (earlier rows read a zero state).
     The layer composes its options, each documented where it lives: the cache policy (what the softmax path keeps;
-    models.policies: window + sinks, or retention slots), the short conv and which path it feeds (models.conv_on), the
-    mechanism and its opt-in output norm (models.mechanisms). Decoding: `prefill` fills a models.decode_state.DecodeState
-    (whole prompt: HF generate through models.cache; chunk by chunk: models.prefill, driven by models.fast_decode) and
+    models.policies: window + sinks, or retention slots), which path the short conv feeds (models.conv_on), the
+    mechanism and its opt-in output norm (models.mechanisms). `prefill` fills a models.decode_state.DecodeState
+    (whole prompt: HF generate via models.cache; chunk by chunk: models.prefill, from models.fast_decode) and
     `step` decodes one token per row in place; both hand over to the policy.
     """
 
