@@ -10,7 +10,7 @@ from models import ops
 from models.cache import LinearLayerCache
 from models.conv_on import conv_feed
 from models.decode_state import LIN_KEYS, DecodeState
-from models.mechanisms import MECHANISM_CLASSES, ShortConvs
+from models.mechanisms import MECHANISM_CLASSES, ShortConvs, normed_output
 from models.policies import make_policy
 from models.policies.window_sinks import step_attention
 from models.projection import matmul_dtype, project_qkv, rope, rope_formula
@@ -134,7 +134,7 @@ class LinearizedAttention(nn.Module):
                 o, state = (ops.gla_chunk if chunked else ops.gla_recurrent)(
                     q_for_state, lin["k"], lin["v"], lin["log_a"], self.lin.scale,
                     initial_state=initial_state, output_final_state=True)
-            return self.lin.out_norm(o), state  # the opt-in output norm (nn.Identity when off)
+            return normed_output(self.lin, o), state  # the opt-in output norm (models.mechanisms.OutputNorm)
         f = ops.linear_attn_chunk if chunked else ops.linear_attn_recurrent
         num, den, state = f(q_for_state, lin["phi_k"], lin["v"], initial_state=initial_state,
                             output_final_state=True)
