@@ -43,15 +43,15 @@ __all__ = ["DEFAULT_PREFILL_CHUNK", "FastDecoder", "decoder_layers"]  # decoder_
 # shapes (one kernel for every chunk length from the second length on, where the decode step compiles each static
 # shape), they do not share a function's cache of compiled variants with the decode step's
 def _glue_rms_norm(h, weight, eps):
-    return decode_glue._rms_norm(h, weight, eps)
+    return decode_glue.rms_norm_formula(h, weight, eps)
 
 
 def _glue_add_rms_norm(h, a, weight, eps):
-    return decode_glue._add_rms_norm(h, a, weight, eps)
+    return decode_glue.add_rms_norm_formula(h, a, weight, eps)
 
 
 def _glue_silu_mul(g, u):
-    return decode_glue._silu_mul(g, u)
+    return decode_glue.silu_mul_formula(g, u)
 
 
 @functools.cache
@@ -74,6 +74,7 @@ class FastDecoder:
     buffers of full-attention layers only)."""
 
     serves = "static"  # the cache policies' decoder it serves (models.policies.base.CachePolicy.decoder)
+    handles_retention = False  # whether it serves retention slots (bench/latency.py reads it)
     prefills_whole_prompts = False  # the chunked prefill (models.prefill) implements conv_on "both" only
 
     def __init__(self, model, prefill_chunk: int = DEFAULT_PREFILL_CHUNK, use_graph: bool | None = None,

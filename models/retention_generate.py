@@ -57,6 +57,7 @@ class RetentionDecoder(FastDecoder):
     """FastDecoder's interface (`prefill(input_ids, lengths)`, `decode(n)`) for a model with retention slots."""
 
     serves = "retention"
+    handles_retention = True
     one_pass = True  # False: always prefill each prompt alone (scripts/bench_retention_generate.py compares them)
 
     def __init__(self, model, max_len: int | None = None, use_graph: bool | None = None):
