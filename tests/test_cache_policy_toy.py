@@ -17,7 +17,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 from models.batch_generate import decoder_for, generate_batch  # noqa: E402
 from models.ops.retention import retention_recurrent  # noqa: E402
-from models.policies import make_policy, policy_class, policy_names, register_policy, retention_scores  # noqa: E402
+from models.policies import (make_policy, policy_class, policy_names, register_policy, retention_scores,  # noqa: E402
+                             unregister_policy)
 from models.policies.base import CachePolicy  # noqa: E402
 from models.policies.retention_slots import RetentionSlots  # noqa: E402
 from models.retention_generate import RetentionDecoder  # noqa: E402
@@ -34,7 +35,14 @@ class KeyNorm(RetentionSlots):
         return keys.float().norm(dim=-1)
 
 
-register_policy("key_norm", KeyNorm)  # the one registry line
+@pytest.fixture(autouse=True, scope="module")
+def key_norm_registered():
+    """Registered for this file's tests only (other files compare the list of allowed scores)."""
+    register_policy("key_norm", KeyNorm)  # the one registry line
+    yield
+    unregister_policy("key_norm")
+
+
 RECIPE = dict(window=4, sinks=2, short_conv=True, retain=3, retain_score="key_norm")
 
 
@@ -52,6 +60,8 @@ def test_the_registry_lists_it_beside_the_built_in_policies():
     with pytest.raises(ValueError, match=r"unknown retention score 'key_nrom'; allowed: \['delta_error'"):
         ModelSpec.from_string("mechanism=gdn,window=4,retain=3,retain_score=key_nrom")
     assert issubclass(KeyNorm, CachePolicy)
+    with pytest.raises(ValueError, match="was not added with register_policy"):
+        unregister_policy("delta_error")
 
 
 def test_prefill_keeps_the_largest_norm_keys_and_is_the_definition():
@@ -106,3 +116,12 @@ def test_lm_eval_generate_until_batched_equals_one_at_a_time(tmp_path):
     assert all(isinstance(a.cache_policy, KeyNorm) for a in lms["batched"].model.modules() if hasattr(a, "retain"))
     outs = {mode: lm.generate_until(reqs, disable_tqdm=True) for mode, lm in lms.items()}
     assert outs["batched"] == outs["sequential"] and len(outs["batched"]) == 3
+
+
+def test_a_policy_added_then_removed_leaves_the_registry_as_it_was():
+    class Other(KeyNorm):
+        pass
+    register_policy("key_norm_2", Other)
+    assert policy_class("key_norm_2") is Other and Other.name == "key_norm_2" and KeyNorm.name == "key_norm"
+    unregister_policy("key_norm_2")
+    assert "key_norm_2" not in retention_scores()

@@ -3,7 +3,8 @@
 `retain=0` (the default recipe) is the policy "window_sinks"; with `retain > 0` retention slots, `retain_score`
 names the policy that scores tokens for them. A policy is one file (a dataclass subclassing
 models.policies.base.CachePolicy, or models.policies.retention_slots.RetentionSlots with one scoring method)
-and one line in BUILTIN; code outside the package (a test, an experiment) adds one with `register_policy`.
+and one line in BUILTIN; code outside the package (a test, an experiment) adds one with `register_policy` (and
+removes it with `unregister_policy`).
 This module imports no torch (models.spec validates `retain_score` against `retention_scores()`): the built-in
 policies load on first use.
 """
@@ -21,7 +22,7 @@ BUILTIN = {  # name -> "module:class"
 _registered: dict[str, type] = {}
 
 __all__ = ["BUILTIN", "WINDOW_SINKS", "make_policy", "policy_class", "policy_names", "register_policy",
-           "retention_scores"]
+           "retention_scores", "unregister_policy"]
 
 
 def register_policy(name: str, cls: type) -> type:
@@ -35,6 +36,13 @@ def register_policy(name: str, cls: type) -> type:
     _registered[name] = cls
     cls.name = name
     return cls
+
+
+def unregister_policy(name: str) -> None:
+    """Remove a policy `register_policy` added (a test's, an experiment's); built-in names cannot be removed."""
+    if name not in _registered:
+        raise ValueError(f"cache policy {name!r} was not added with register_policy")
+    del _registered[name]
 
 
 def policy_names() -> tuple[str, ...]:
