@@ -5,10 +5,11 @@ state); each row then decodes from its own position. A row stops at its first EO
 token after which its continuation contains a stop string (lm-eval cuts the text there); the rows still
 running keep the batch going, and a stopped row's later tokens are dropped, so they change nothing. The host
 looks at the tokens every `check_every` steps (one device sync per check; every step on the CPU).
-`decoder_for` picks the decoder: a model with retention slots gets models.retention_generate.RetentionDecoder
-(prefill one prompt at a time, batched eager decode), a model whose short conv feeds the linear path only
-(conv_on "linear", which the chunked prefill refuses) WholePromptDecoder (each prompt alone through the model's
-forward, then FastDecoder's batched decode), every other model FastDecoder.
+`decoder_for` picks the decoder by the layers' cache policies (models.policies: their `decoder`): retention slots
+get models.retention_generate.RetentionDecoder (one-pass right-padded prefill, batched per-row decode), a model
+whose short conv feeds the linear path only (conv_on "linear", which the chunked prefill refuses)
+WholePromptDecoder (each prompt alone through the model's forward, then FastDecoder's batched decode), every
+other model FastDecoder.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from array import array
 
 import torch
 
-from models.decode_state import _FIELDS, DecodeState
+from models.decode_state import TENSOR_FIELDS, DecodeState
 from models.fast_decode import FastDecoder
 from models.projection import decoder_layers
 from models.retention_generate import RetentionDecoder
@@ -24,10 +25,10 @@ from models.retention_generate import RetentionDecoder
 
 def decoder_for(model, **kwargs) -> FastDecoder:
     """The batched decoder for `model`: models.retention_generate.RetentionDecoder (kwargs: max_len, use_graph) for a
-    model with retention slots (retain > 0), WholePromptDecoder (the same kwargs) for one whose short conv feeds the
-    linear path only (conv_on "linear"), else FastDecoder(model, **kwargs)."""
+    model whose cache policy it serves (retention slots), WholePromptDecoder (the same kwargs) for one whose short
+    conv feeds the linear path only (conv_on "linear"), else FastDecoder(model, **kwargs)."""
     attns = [layer.self_attn for layer in decoder_layers(model)]
-    if any(getattr(a, "retain", 0) for a in attns):
+    if any(a.cache_policy.decoder == RetentionDecoder.serves for a in attns if hasattr(a, "cache_policy")):
         return RetentionDecoder(model, max_len=kwargs.get("max_len"), use_graph=kwargs.get("use_graph"))
     if any(getattr(a, "conv_linear_only", False) for a in attns):
         return WholePromptDecoder(model, max_len=kwargs.get("max_len"), use_graph=kwargs.get("use_graph"))
@@ -54,7 +55,7 @@ class WholePromptDecoder(FastDecoder):
     def _stack_linear(layers) -> DecodeState:
         """The rows' DecodeStates (one row each, the same shapes: fixed whatever the prompt length) as one."""
         states = [c.state for c in layers]
-        out = DecodeState(**{name: _cat_rows([getattr(st, name) for st in states]) for name in _FIELDS})
+        out = DecodeState(**{name: _cat_rows([getattr(st, name) for st in states]) for name in TENSOR_FIELDS})
         out.ring_lin = {key: _cat_rows([st.ring_lin[key] for st in states]) for key in states[0].ring_lin}
         out.state = (tuple(_cat_rows(list(parts)) for parts in zip(*(st.state for st in states)))
                      if isinstance(states[0].state, tuple) else _cat_rows([st.state for st in states]))

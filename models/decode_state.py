@@ -1,8 +1,9 @@
 """The decode state of one linearized layer: fixed shapes, whatever the prompt length.
 
 `DecodeState` is what `LinearizedAttention.prefill` fills and `LinearizedAttention.step` reads and updates in
-place. Both decoders hold it: `models.cache.LinearLayerCache` (HF generate) and `models.fast_decode.FastDecoder`
-(static buffers, replayed in a CUDA graph). Per row b:
+place, through the layer's cache policy (models.policies: the fields below are the window + sinks policy's).
+Both decoders hold it: `models.cache.LinearLayerCache` (HF generate) and `models.fast_decode.FastDecoder` (static
+buffers, replayed in a CUDA graph). Per row b:
   - sink_k/v [B, s, Hkv, D]: the first s tokens' keys/values (post-RoPE); slots a short row has not reached
     yet hold zeros or padding, masked by the step until the row's own tokens overwrite them;
   - ring_k/v [B, w, Hkv, D], ring_pos [B, w]: the last w tokens, slot = position % w, and the position each
@@ -11,8 +12,9 @@ place. Both decoders hold it: `models.cache.LinearLayerCache` (HF generate) and 
     state when the token leaves the window;
   - conv [B, C, W-1]: the short conv's previous inputs over [q|k|v];
   - state: the recurrent state, fp32 ([B, H, D, D], or (S, Z) for Hedgehog);
-  - retention: with retention slots (retain > 0), a models.ops.retention.RetentionState instead of the sink,
-    ring and state fields (sinks, window ring, slots, GDN state; fixed shapes; conv stays here).
+  - retention: with a retention-slots policy (models.policies.retention_slots), a RetentionState
+    (models.ops.retention) instead of the sink, ring and state fields (sinks, window ring, slots, GDN state;
+    fixed shapes; conv stays here).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 LIN_KEYS = ("k", "v", "log_a", "beta", "phi_k")  # per-token inputs a window token carries into the state
-_FIELDS = ("sink_k", "sink_v", "ring_pos", "ring_k", "ring_v", "conv")
+TENSOR_FIELDS = ("sink_k", "sink_v", "ring_pos", "ring_k", "ring_v", "conv")
 
 
 @dataclass
@@ -38,7 +40,7 @@ class DecodeState:
 
     def tensors(self) -> list[torch.Tensor]:
         """Every tensor, in a fixed order (a CUDA graph's buffers, memory accounting, batch reordering)."""
-        out = [getattr(self, name) for name in _FIELDS if getattr(self, name) is not None]
+        out = [getattr(self, name) for name in TENSOR_FIELDS if getattr(self, name) is not None]
         out += [self.ring_lin[key] for key in LIN_KEYS if key in self.ring_lin]
         out += list(self.state) if isinstance(self.state, tuple) else ([self.state] if self.state is not None else [])
         return out + (self.retention.tensors() if self.retention is not None else [])
@@ -50,7 +52,7 @@ class DecodeState:
         """Keep (reorder, repeat) the rows `index` of every tensor."""
         def pick(t):
             return None if t is None else t.index_select(0, index.to(t.device))
-        for name in _FIELDS:
+        for name in TENSOR_FIELDS:
             setattr(self, name, pick(getattr(self, name)))
         self.ring_lin = {key: pick(val) for key, val in self.ring_lin.items()}
         self.state = tuple(pick(t) for t in self.state) if isinstance(self.state, tuple) else pick(self.state)
@@ -64,7 +66,7 @@ class DecodeState:
             raise ValueError("a retention state (retain > 0) is not loaded into static buffers; decode it with "
                              "HF generate (models.cache.LinearCache)")
         changed = False
-        for name in _FIELDS:
+        for name in TENSOR_FIELDS:
             new, old = getattr(other, name), getattr(self, name)
             value, c = assign(old, new)
             setattr(self, name, value)

@@ -28,24 +28,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from models.ops.key_stats import normalize_keys, running_mean  # noqa: F401  (diagnostics' names for them too)
+
 C_EDGES = np.linspace(-1.0, 1.0, 21)
 R_EDGES = np.linspace(0.0, 1.0, 21)  # R <= 1 + |kbar| <= 2; values above the last edge go in the last bin
 
 
 # ---------------------------------------------------------------------------------------------- metric math
-def normalize_keys(k: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    return k / (k.norm(dim=-1, keepdim=True) + eps)
-
-
-def running_mean(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
-    """Mean of x over positions <= t along `dim` (inclusive prefix mean)."""
-    T = x.shape[dim]
-    counts = torch.arange(1, T + 1, device=x.device, dtype=x.dtype)
-    shape = [1] * x.dim()
-    shape[dim] = T
-    return x.cumsum(dim) / counts.view(shape)
-
-
 def key_concentration(k: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """C_t = cos(k~_t, kbar_t). k [B, T, H, D] -> [B, T, H]."""
     kt = normalize_keys(k.float(), eps)

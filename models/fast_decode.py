@@ -49,15 +49,15 @@ __all__ = ["DEFAULT_PREFILL_CHUNK", "FastDecoder", "decoder_layers"]  # decoder_
 # shapes (one kernel for every chunk length from the second length on, where the decode step compiles each static
 # shape), they do not share a function's cache of compiled variants with the decode step's
 def _glue_rms_norm(h, weight, eps):
-    return decode_glue._rms_norm(h, weight, eps)
+    return decode_glue.rms_norm_formula(h, weight, eps)
 
 
 def _glue_add_rms_norm(h, a, weight, eps):
-    return decode_glue._add_rms_norm(h, a, weight, eps)
+    return decode_glue.add_rms_norm_formula(h, a, weight, eps)
 
 
 def _glue_silu_mul(g, u):
-    return decode_glue._silu_mul(g, u)
+    return decode_glue.silu_mul_formula(g, u)
 
 
 @functools.cache
@@ -79,7 +79,8 @@ class FastDecoder:
     [B, n]. `use_graph=None` means: on CUDA. `max_len` bounds prompt + generated tokens (it sizes the KV
     buffers of full-attention layers only)."""
 
-    handles_retention = False  # models.retention_generate.RetentionDecoder, a subclass, does
+    serves = "static"  # the cache policies' decoder it serves (models.policies.base.CachePolicy.decoder)
+    handles_retention = False  # whether it serves retention slots (bench/latency.py reads it)
     prefills_whole_prompts = False  # the chunked prefill (models.prefill) implements conv_on "both" only
 
     def __init__(self, model, prefill_chunk: int = DEFAULT_PREFILL_CHUNK, use_graph: bool | None = None,
@@ -96,10 +97,7 @@ class FastDecoder:
         self.use_graph = (self.device.type == "cuda") if use_graph is None else use_graph
         self.max_len = max_len
         self.linear = [isinstance(layer.self_attn, LinearizedAttention) for layer in self.layers]
-        if not self.handles_retention and any(lin and layer.self_attn.retain
-                                              for layer, lin in zip(self.layers, self.linear)):
-            raise ValueError("FastDecoder has no static cache for retention slots (retain > 0); decode such a "
-                             "model with models.retention_generate.RetentionDecoder or HF generate")
+        self.check_policies()
         if not self.prefills_whole_prompts and any(lin and layer.self_attn.conv_linear_only
                                                    for layer, lin in zip(self.layers, self.linear)):
             raise ValueError(f"FastDecoder's chunked prefill implements conv_on={CONV_ON[0]!r} only; decode a "
@@ -113,6 +111,13 @@ class FastDecoder:
         self.graph_steady = None  # the step variant the captured graph replays
         self.prefix = None  # the current eager step's bound on filled KV slots (None: the whole buffer)
         self.io: dict[str, torch.Tensor] = {}
+
+    def check_policies(self):
+        """Every linearized layer's cache policy is one this decoder serves (its `decoder`)."""
+        if any(lin and layer.self_attn.cache_policy.decoder != self.serves
+               for layer, lin in zip(self.layers, self.linear)):
+            raise ValueError("FastDecoder has no static cache for retention slots (retain > 0); decode such a "
+                             "model with models.retention_generate.RetentionDecoder or HF generate")
 
     # ------------------------------------------------------------------ public API
     @torch.no_grad()

@@ -1,35 +1,4 @@
-"""LinearizedAttention: a drop-in replacement for a Llama/Mistral/Qwen2/Qwen3 attention module.
-
-The frozen q/k/v/o projections (and Qwen3's q/k RMSNorm) are reused under their original names; RoPE
-is applied to q/k of both paths. Positions are 0-indexed. At query t:
-  - the softmax path sees I = {j < sinks} U {t - window < j <= t};
-  - the linear path sees exactly the tokens s <= j <= t - w (w = 0: s <= j <= t);
-  - GLA/kGLA/GDN: y = y_lin + y_swa (the paper's disjoint sum); Hedgehog: one shared normaliser.
-The parallel pass runs the chunked op over tokens sinks..T-1-w with q shifted by `window`
-(o_t = q_t^T S_{t-w}; earlier rows read a zero state and get no linear term).
-Decoding (one implementation, two holders): `prefill(x, pe, state)` fills a models.decode_state.DecodeState
-(sinks, a ring of the last w tokens, the conv state, the recurrent state; fixed shapes), either in one parallel
-pass (HF generate through models.cache.LinearLayerCache) or chunk by chunk for a right-padded batch
-(models.prefill, driven by models.fast_decode.FastDecoder); `step(x, pe, state, pos, rows)` decodes one token
-per row in place with device-side indexing (no host sync, static shapes: FastDecoder captures it in a CUDA
-graph), folding the token leaving the window into the state.
-conv_on (models.spec.CONV_ON): "both" (the default, the paper's recipe) feeds one convolved q/k/v to both paths;
-"linear" feeds the convolved q/k/v to the linear path and its conv state only, while the window + sinks (and the
-decode ring's and sinks' K/V) read the frozen projections' q/k/v (a second projection without the conv: an
-ablation, docs/study.md "Why the gap"). The chunked prefill and the fused decode step do not implement it
-(models.prefill refuses it, fused_decode.applies leaves such a layer to `step`).
-Launch overhead (tests/test_overhead.py counts kernels per layer): q/k/v are one matmul, the three short
-convs one conv over [q|k|v], RoPE/l2norm run on q and k at once, window + sinks are one fused attention
-call; GOLINEAR_COMPILE=1 compiles the elementwise regions (models.ops.compiled). The steady GDN decode step
-runs models.ops.fused_decode on CUDA (GOLINEAR_FUSED_DECODE=auto, the default; `step` below stays the definition).
-The opt-in output norm (out_norm; models.mechanisms.OutputNorm) follows the GLA/kGLA/GDN op inside `run`, the
-one place every path (parallel pass, chunked prefill, decode step) gets the op's output from.
-Retention slots (retain > 0, GDN with a window; docs/retention.md): the prompt runs models.ops.retention_prefill
-(`prefill_rows`: a right-padded batch, models.ops.retention_prefill_rows) and decoding
-models.ops.retention.retention_step on the fixed-size RetentionState held in DecodeState.retention (HF generate,
-or models.retention_generate.RetentionDecoder: FastDecoder refuses such models). With retain_score=fitted the layer
-scores each key itself (`op_score`, models.retention_scorer) and hands the op the scores as "given".
-"""
+"""LinearizedAttention, the paper's layer: the core every option plugs into (its docstring says how)."""
 from __future__ import annotations
 
 import torch
@@ -39,17 +8,15 @@ from transformers.cache_utils import DynamicLayer
 
 from models import ops
 from models.cache import LinearLayerCache
-from models.decode_state import LIN_KEYS, DecodeState, gather_ring, put, ring_index
-from models.mechanisms import MECHANISM_CLASSES, ShortConvs
-from models.ops import fused_decode
-from models.ops.retention import retention_step
-from models.ops.retention_prefill import retention_prefill
-from models.ops.retention_prefill_rows import retention_prefill_rows
-from models.prefill import prefill_chunk
-from models.projection import fused_qkv, matmul_dtype, project_qkv
-from models.projection import _rope_formula, rope as _rope  # noqa: F401  (the names tests/test_overhead.py uses)
-from models.retention_scorer import arrival_scores
+from models.conv_on import conv_feed
+from models.decode_state import LIN_KEYS, DecodeState
+from models.mechanisms import MECHANISM_CLASSES, ShortConvs, normed_output
+from models.policies import make_policy
+from models.policies.window_sinks import step_attention
+from models.projection import matmul_dtype, project_qkv, rope, rope_formula
 from models.spec import CONV_ON, check_conv_on, parse_value
+
+_rope_formula, _rope = rope_formula, rope  # (the names tests/test_overhead.py uses)
 
 __all__ = ["LIN_KEYS", "LinearizedAttention", "step_attention"]
 
@@ -61,19 +28,20 @@ def _shared_normaliser(swa, num, den, window_logmass):
     return (swa.float() * mass + num) / (mass + den.unsqueeze(-1))
 
 
-def step_attention(q, keys, vals, allowed, scale):
-    """One decode query per sequence against a few keys, in one fused SDPA call: q [B,1,Hq,D], keys/vals
-    [B,L,Hkv,D], allowed [B, L] bool (per row) or None (all) -> out [B,1,Hq,D]. The G query heads of a KV
-    head are G query rows of that head, so keys are not expanded."""
-    B, _, Hq, D = q.shape
-    Hkv = keys.shape[2]
-    qg = q.reshape(B, Hkv, Hq // Hkv, D)
-    mask = None if allowed is None else allowed.view(B, 1, 1, -1)
-    o = F.scaled_dot_product_attention(qg, keys.transpose(1, 2), vals.transpose(1, 2), attn_mask=mask, scale=scale)
-    return o.reshape(B, 1, Hq, vals.shape[-1])
-
-
 class LinearizedAttention(nn.Module):
+    """A drop-in replacement for a Llama/Mistral/Qwen2/Qwen3 attention module (the paper's layer).
+
+    The frozen q/k/v/o projections (and Qwen3's q/k norm) keep their names; RoPE is applied to q/k of both paths.
+    At query t (0-indexed) the softmax path sees the first `sinks` tokens and the last `window`, the linear path
+    exactly the others before it (GLA/kGLA/GDN: y = y_lin + y_swa; Hedgehog: one shared normaliser). The parallel
+    pass runs the chunked op over tokens sinks..T-1-w with q shifted by `window` (earlier rows read a zero state).
+    The layer composes its options, each documented where it lives: the cache policy (what the softmax path keeps;
+    models.policies: window + sinks, or retention slots), which path the short conv feeds (models.conv_on), the
+    mechanism and its opt-in output norm (models.mechanisms). `prefill` fills a models.decode_state.DecodeState
+    (whole prompt: HF generate via models.cache; chunk by chunk: models.prefill, from models.fast_decode) and
+    `step` decodes one token per row in place; both hand over to the policy.
+    """
+
     def __init__(self, attn: nn.Module, config, layer_idx: int, mechanism: str, window: int = 0,
                  sinks: int = 0, short_conv: bool = False, conv_size: int = 4, gate_rank: int = 16,
                  feature_dim: int = 64, retain: int = 0, retain_score: str = "delta_error", out_norm: bool = False,
@@ -86,11 +54,10 @@ class LinearizedAttention(nn.Module):
         self.groups = self.num_heads // self.num_kv_heads
         self.scaling = attn.scaling
         self.mechanism, self.window, self.sinks = mechanism, window, sinks
-        self.retain, self.retain_score = retain, retain_score  # retention slots (models.ops.retention)
-        if (retain_score == "fitted") != (scorer is not None):
-            raise ValueError("retain_score=fitted needs a scorer (weight [Hkv, D/2], bias [Hkv]), and only it")
+        self.retain_score, self.scorer = retain_score, scorer
         self.conv_on = parse_value("conv_on", conv_on)
         check_conv_on(mechanism, short_conv, self.conv_on, retain)
+        self.conv_feed = conv_feed(self.conv_on, short_conv)
         # frozen modules, same attribute names as the original attention => same state-dict keys
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
         self.q_norm = getattr(attn, "q_norm", None)
@@ -98,9 +65,7 @@ class LinearizedAttention(nn.Module):
         hidden = config.hidden_size
         q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         dev = self.q_proj.weight.device
-        if scorer is not None:  # not parameters: a checkpoint keeps the scorer file itself (models.checkpoint)
-            self.register_buffer("score_weight", scorer[0].to(dev, torch.float32), persistent=False)
-            self.register_buffer("score_bias", scorer[1].to(dev, torch.float32), persistent=False)
+        self.retain = retain  # the cache policy (models.policies), rebuilt when retain is set
         with torch.device(dev):
             self.conv = ShortConvs(q_dim, kv_dim, conv_size) if short_conv else None
             self.lin = None
@@ -108,6 +73,15 @@ class LinearizedAttention(nn.Module):
                 self.lin = MECHANISM_CLASSES[mechanism](hidden, self.num_heads, self.num_kv_heads, self.head_dim,
                                                         gate_rank=gate_rank, feature_dim=feature_dim,
                                                         windowed=(window + sinks) > 0, out_norm=out_norm)
+
+    @property
+    def retain(self) -> int:
+        """Retention slots per KV head beside sinks + window (0: the window + sinks policy)."""
+        return self.cache_policy.slots
+
+    @retain.setter
+    def retain(self, slots: int):
+        self.cache_policy = make_policy(slots, self.retain_score, self.scorer).to(self.q_proj.weight.device)
 
     # ------------------------------------------------------------------ projections
     def conv_weight(self):
@@ -121,11 +95,15 @@ class LinearizedAttention(nn.Module):
         return q, k, v, (None if new is None else {"qkv": new})
 
     def softmax_qkv(self, x, position_embeddings, q, k, v):
-        """The window + sinks path's q/k/v: the convolved q, k, v themselves (conv_on "both"), or with conv_on
-        "linear" the frozen projections' (norm + RoPE, no conv), projected once more (when there is a softmax path)."""
-        if not (self.conv_linear_only and self.has_softmax_path):
-            return q, k, v
-        return project_qkv(self, x, position_embeddings)[1:4]
+        """The window + sinks path's q/k/v (models.conv_on: the convolved ones, or the frozen projections')."""
+        return self.conv_feed.softmax_qkv(self, x, position_embeddings, q, k, v)
+
+    def project_step(self, x, position_embeddings, state: DecodeState):
+        """project_qkv for one decode token, moving the conv state on in place: (qk, q, k, v, new conv state)."""
+        qk, q, k, v, new_conv = project_qkv(self, x, position_embeddings, self.conv_weight(), state.conv)
+        if new_conv is not None:
+            state.conv.copy_(new_conv)
+        return qk, q, k, v, new_conv
 
     def linear_inputs(self, x, q, k, v, qk=None):
         """The mechanism's op inputs, keys/values expanded to the query heads (qk: q and k in one tensor)."""
@@ -156,7 +134,7 @@ class LinearizedAttention(nn.Module):
                 o, state = (ops.gla_chunk if chunked else ops.gla_recurrent)(
                     q_for_state, lin["k"], lin["v"], lin["log_a"], self.lin.scale,
                     initial_state=initial_state, output_final_state=True)
-            return (o if self.lin.out_norm is None else self.lin.out_norm(o)), state
+            return normed_output(self.lin, o), state  # the opt-in output norm (models.mechanisms.OutputNorm)
         f = ops.linear_attn_chunk if chunked else ops.linear_attn_recurrent
         num, den, state = f(q_for_state, lin["phi_k"], lin["v"], initial_state=initial_state,
                             output_final_state=True)
@@ -181,9 +159,7 @@ class LinearizedAttention(nn.Module):
             return torch.zeros(B, H, F2, D, device=device), torch.zeros(B, H, F2, device=device)
         return torch.zeros(B, H, D, D, device=device)
 
-    _run, _query, _zero_output = run, query, zero_output  # (the names tests/test_models.py uses)
-
-    def _linear_parallel(self, lin: dict, T: int):
+    def linear_parallel(self, lin: dict, T: int):
         """(out, state, first): out holds q_t^T S_{t-w} for the rows t >= first (every earlier row reads a
         zero state), state is the state after token T-1-w (None if no token entered it).
 
@@ -198,6 +174,9 @@ class LinearizedAttention(nn.Module):
         entering = {key: val[:, s:n] for key, val in lin.items()}
         out, state = self.run(entering, qx[:, w + s:], None, chunked=True)
         return out, state, w + s
+
+    # (the names tests/test_models.py and scripts/study/gap_probe.py use)
+    _run, _query, _zero_output, _linear_parallel = run, query, zero_output, linear_parallel
 
     # ------------------------------------------------------------------ combination
     def combine(self, lin_out, swa_out, dtype, first: int = 0):
@@ -231,7 +210,7 @@ class LinearizedAttention(nn.Module):
     @property
     def conv_linear_only(self) -> bool:
         """The short conv feeds the linear path only (conv_on "linear"): the one rule the decoders check."""
-        return self.conv is not None and self.conv_on != CONV_ON[0]
+        return self.conv_feed.linear_only
 
     # ------------------------------------------------------------------ forward
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None,
@@ -269,165 +248,26 @@ class LinearizedAttention(nn.Module):
         chunk of a right-padded variable-length batch (see models.prefill); `state` is complete after the
         last chunk."""
         if chunk is not None:
-            if self.retain:
-                raise ValueError("a chunked, right-padded prefill (models.prefill) has no retention slots "
-                                 f"(retain={self.retain}); prefill the whole prompt (HF generate)")
-            return prefill_chunk(self, x, position_embeddings, state, chunk, carry)
+            return self.cache_policy.prefill_chunk(self, x, position_embeddings, state, chunk, carry)
         B, T = x.shape[:2]
         y = self._parallel(x, position_embeddings, state)
         return self.o_proj(y.reshape(B, T, -1).to(matmul_dtype(x)))
 
     def _parallel(self, x, position_embeddings, state: DecodeState | None = None):
-        """The parallel pass: y [B, T, H, D] before o_proj (filling `state` when given)."""
-        T = x.shape[1]
+        """The parallel pass: y [B, T, H, D] before o_proj (filling `state` when given), through the cache policy."""
         x = x.to(matmul_dtype(x))  # cast once under autocast (each projection would cast it again)
         qk, q, k, v, conv = project_qkv(self, x, position_embeddings, self.conv_weight(),
                                         want_conv_state=state is not None)
-        if self.retain:
-            return self._retention_parallel(x, qk, q, k, v, conv, state)
-        sq, sk, sv = self.softmax_qkv(x, position_embeddings, q, k, v)
-        swa = None
-        if self.has_softmax_path:
-            swa = ops.window_sink_softmax(sq, sk, sv, sinks=self.sinks, window=self.window, scale=self.scaling)
-        lin_out = lin = lin_state = None
-        first = 0
-        if self.lin is not None:
-            lin = self.linear_inputs(x, q, k, v, qk=qk)
-            lin_out, lin_state, first = self._linear_parallel(lin, T)
-        if state is not None:
-            self._fill(state, sk, sv, lin, lin_state, conv)
-        return self.combine(lin_out, swa, x.dtype, first)
-
-    def _retention_parallel(self, x, qk, q, k, v, conv, state: DecodeState | None):
-        """Sinks + window + retention slots + GDN state over the whole prompt (models.ops.retention_prefill).
-        Training: plain autograd through the values on the chosen paths; which token takes a slot is a
-        selection (argmin of the scores) and gets no gradient."""
-        lin = self.linear_inputs(x, q, k, v, qk=qk)
-        y, kept = retention_prefill(q, k, v, lin, self.scaling, self.lin.scale, self.sinks, self.window,
-                                    self.retain, *self.op_score(k), want_state=state is not None)
-        if state is not None:
-            state.conv = None if conv is None else conv.clone(memory_format=torch.contiguous_format)
-            state.retention = kept
-        return y
+        return self.cache_policy.parallel(self, x, position_embeddings, qk, q, k, v, conv, state)
 
     def prefill_rows(self, x, position_embeddings, lengths: list[int]):
-        """Whole prompts of a right-padded batch with retention slots, in one pass (row b: its first lengths[b]
-        tokens; models.ops.retention_prefill_rows): (attention output [B, T, hidden], meaningful at each row's
-        real positions; a DecodeState per row stacked: the short conv's inputs before each row's last token and
-        the RetentionRows batched decoding continues). position_embeddings: [1, T, D], shared by every row."""
-        B, T = x.shape[:2]
-        x, weight = x.to(matmul_dtype(x)), self.conv_weight()
-        qk, q, k, v, _ = project_qkv(self, x, position_embeddings, weight, want_conv_state=False)
-        lin = self.linear_inputs(x, q, k, v, qk=qk)
-        score, scores = self.op_score(k)
-        y, rows = retention_prefill_rows(q, k, v, lin, self.scaling, self.lin.scale, self.sinks, self.window,
-                                         self.retain, score, lengths, scores)
-        conv = None
-        if weight is not None:  # the conv's inputs [q|k|v] of each row's last W - 1 tokens
-            W1 = weight.shape[-1] - 1
-            at = torch.tensor(lengths, device=x.device).view(B, 1) - W1 + torch.arange(W1, device=x.device)
-            rows_x = x[torch.arange(B, device=x.device).view(B, 1), at.clamp(min=0)]  # [B, W1, hidden]
-            conv = torch.where((at >= 0).unsqueeze(-1), fused_qkv(self, rows_x), 0).transpose(1, 2).contiguous()
-        return self.o_proj(y.reshape(B, T, -1).to(x.dtype)), DecodeState(conv=conv, retention=rows)
-
-    def _retention_step(self, x, position_embeddings, state: DecodeState, step=retention_step):
-        """One decode token on the fixed-size retention state: every row at the same position (retention_step), or
-        each at its own (models.ops.retention_rows.retention_rows_step, from models.retention_generate)."""
-        qk, q, k, v, new_conv = project_qkv(self, x, position_embeddings, self.conv_weight(), state.conv)
-        if new_conv is not None:
-            state.conv.copy_(new_conv)
-        lin = self.linear_inputs(x, q, k, v, qk=qk)
-        y, state.retention = step(state.retention, q, k, v, lin, self.scaling, self.lin.scale, *self.op_score(k))
-        return self.o_proj(y.reshape(x.shape[0], 1, -1).to(matmul_dtype(x)))
-
-    def op_score(self, k: torch.Tensor) -> tuple[str, torch.Tensor | None]:
-        """The retention op's (score, scores): a fitted scorer's arrival scores go in as "given" (computed here,
-        from the same keys, by the prompt's pass and by each decode step alike)."""
-        if self.retain_score != "fitted":
-            return self.retain_score, None
-        return "given", arrival_scores(k, self.score_weight, self.score_bias)
-
-    def _fill(self, state: DecodeState, k, v, lin, lin_state, conv):
-        """The decode state after a whole prompt (every row of length T) from the parallel pass's tensors (k, v:
-        the softmax path's)."""
-        B, T = k.shape[:2]
-        s, w = self.sinks, self.window
-        if s > 0:
-            state.sink_k, state.sink_v = (F.pad(t[:, :s], (0, 0, 0, 0, 0, max(0, s - T))) for t in (k, v))
-        if w > 0:
-            idx, pos = ring_index(T, w, 0)
-            rows = torch.arange(B, device=k.device)
-            idx = torch.tensor(idx, device=k.device).expand(B, w)
-            state.ring_pos = torch.tensor(pos, device=k.device).expand(B, w).contiguous()
-            empty = any(p < 0 for p in pos)
-            state.ring_k, state.ring_v = (gather_ring(t, rows, idx, state.ring_pos, empty) for t in (k, v))
-            if lin is not None:
-                state.ring_lin = {key: gather_ring(lin[key], rows, idx, state.ring_pos, empty)
-                                  for key in LIN_KEYS if key in lin}
-        state.conv = None if conv is None else conv.clone(memory_format=torch.contiguous_format)
-        if self.lin is not None:
-            st = lin_state if lin_state is not None else self.zero_state(B, k.device)
-            state.state = tuple(t.float() for t in st) if isinstance(st, tuple) else st.float()
+        """Whole prompts of a right-padded batch in one pass (row b: its first lengths[b] tokens), where the cache
+        policy has one (retention slots): (attention output [B, T, hidden], the rows' DecodeState stacked)."""
+        return self.cache_policy.prefill_rows(self, x, position_embeddings, lengths)
 
     # ------------------------------------------------------------------ decode step (static shapes)
     def step(self, x, position_embeddings, state: DecodeState, pos, rows, steady: bool = False):
-        """One token per row [B, 1, hidden] at the row's own position pos [B] (ring slot pos % w, sink slot, masks
-        per row; rows = arange(B)); updates `state` in place and returns the attention output [B, 1, hidden].
-        steady (every row's pos >= sinks + window, known when the step is built): the sinks are written, every
-        slot is a real token and the leaving one is not a sink, so no sink write, mask or validity check."""
-        if self.retain:
-            return self._retention_step(x, position_embeddings, state)
-        if fused_decode.applies(self, x, steady):  # the same step in few kernels (CUDA by default)
-            return fused_decode.fused_step(self, x, position_embeddings, state, pos)
-        B = x.shape[0]
-        s, w = self.sinks, self.window
-        qk, q, k, v, new_conv = project_qkv(self, x, position_embeddings, self.conv_weight(), state.conv)
-        if new_conv is not None:
-            state.conv.copy_(new_conv)
-        sq, sk, sv = self.softmax_qkv(x, position_embeddings, q, k, v)
-        slot = pos % w if w > 0 else None
-        lin_out = None
-        if self.lin is not None:
-            lin = self.linear_inputs(x, q, k, v, qk=qk)
-            qx = self.query(lin)
-            cur = {key: lin[key] for key in LIN_KEYS if key in lin}
-            if w > 0:  # the token leaving the window (position pos - w) folds into the state
-                leaving = {key: state.ring_lin[key][rows, slot].unsqueeze(1) for key in cur}
-                for key, val in cur.items():
-                    put(state.ring_lin[key], rows, slot, val[:, 0])
-            else:
-                leaving = cur
-            if not steady:  # a sink or an empty slot (zeros) leaves nothing in the state: zero its inputs
-                valid = state.ring_pos[rows, slot] >= s if w > 0 else pos >= s
-                leaving = {key: val * valid.view(B, 1, *([1] * (val.dim() - 2))) for key, val in leaving.items()}
-            lin_out, new = self.run(leaving, qx, state.state, chunked=False)
-            if isinstance(new, tuple):
-                state.state[0].copy_(new[0])
-                state.state[1].copy_(new[1])
-            else:
-                state.state.copy_(new)
-        if w > 0 and not steady:  # (read only by non-steady steps; a prefill rewrites it)
-            put(state.ring_pos, rows, slot, pos)
-        swa = None
-        if self.has_softmax_path:
-            keys, vals, allowed = [], [], []
-            if s > 0 and not steady:  # a row still inside its first s tokens writes its sink slot
-                idx = pos.clamp(max=s - 1)
-                is_sink = (pos < s).view(B, 1, 1)
-                for buf, new in ((state.sink_k, sk), (state.sink_v, sv)):
-                    put(buf, rows, idx, torch.where(is_sink, new[:, 0], buf[rows, idx]))
-                allowed.append(torch.arange(s, device=x.device).view(1, s) <= pos.view(B, 1))
-            if s > 0:
-                keys.append(state.sink_k)
-                vals.append(state.sink_v)
-            if w > 0:
-                put(state.ring_k, rows, slot, sk[:, 0])
-                put(state.ring_v, rows, slot, sv[:, 0])
-                keys.append(state.ring_k)
-                vals.append(state.ring_v)
-                if not steady:
-                    allowed.append(state.ring_pos >= s)
-            cat = lambda xs: xs[0] if len(xs) == 1 else torch.cat(xs, 1)  # noqa: E731
-            swa = step_attention(sq, cat(keys), cat(vals), None if steady else cat(allowed), self.scaling)
-        y = self.combine(lin_out, swa, x.dtype)
-        return self.o_proj(y.reshape(B, 1, -1).to(matmul_dtype(x)))
+        """One token per row [B, 1, hidden] at the row's own position pos [B] (rows = arange(B)); updates `state`
+        in place and returns the attention output [B, 1, hidden]. steady: every row's pos >= sinks + window (known
+        when the step is built). The cache policy's step (models.policies)."""
+        return self.cache_policy.step(self, x, position_embeddings, state, pos, rows, steady)

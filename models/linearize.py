@@ -16,7 +16,7 @@ from models.backbone import check_architecture, fingerprint
 from models.cache import LinearCache
 from models.layers import LinearizedAttention
 from models.retention_scorer import scorer_for_model
-from models.projection import decoder_layers as _decoder_layers  # one definition (train*.py use this name)
+from models.projection import decoder_layers
 from models.spec import (CONV_ON, RETAIN_SCORES, check_conv_on, check_out_norm, check_retention,  # checked there
                          check_window_only, linearize_values, without_unused_retention)
 
@@ -117,14 +117,14 @@ def linearize(model, cfg: LinearizeConfig, base_name: str | None = None, stored_
     output's per-head rms on its first batch before step 0 (models.out_norm_calibration)."""
     check_architecture(model.config)
     full = validate(cfg, model.config)
-    if any(isinstance(layer.self_attn, LinearizedAttention) for layer in _decoder_layers(model)):
+    if any(isinstance(layer.self_attn, LinearizedAttention) for layer in decoder_layers(model)):
         raise ValueError("model is already linearized")
     base_fp = None if model.device.type == "meta" else fingerprint(model)
     if stored_fingerprint is None and base_fp and next(model.parameters()).dtype == torch.float32:
         stored_fingerprint = base_fp
     scorer = scorer_for_model(cfg.scorer, model.config, stored_fingerprint) if cfg.scorer else None
     model.requires_grad_(False)
-    for idx, layer in enumerate(_decoder_layers(model)):
+    for idx, layer in enumerate(decoder_layers(model)):
         if idx in full:
             continue
         layer.self_attn = LinearizedAttention(layer.self_attn, model.config, idx, cfg.mechanism, cfg.window,

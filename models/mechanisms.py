@@ -58,7 +58,11 @@ class OutputNorm(nn.Module):
     y * rsqrt(mean_d(y^2) + 1e-6) * weight. Strict GDN/kGLA read the state of L2-normalised keys with scale
     D^-1/2, so their output is ~7% of the attention output's size and no gate can enlarge it (docs/study.md,
     "Strict GDN at 135M"). The weight starts at 1; `golinear train` calibrates it to the attention output's
-    per-head rms before step 0 (models.out_norm_calibration)."""
+    per-head rms before step 0 (models.out_norm_calibration). A GLA/kGLA/GDN mechanism holds it as `out_norm`
+    (None when off: no parameters, so checkpoints keep their keys); `normed_output` applies it where
+    LinearizedAttention.run makes the op's output for every path (parallel pass, chunked prefill, decode step), as
+    models.ops.fused_decode does; the retention path computes its GDN output itself, without it
+    (models.spec.check_out_norm refuses the pair)."""
 
     def __init__(self, heads: int, head_dim: int, eps: float = 1e-6):
         super().__init__()
@@ -67,6 +71,12 @@ class OutputNorm(nn.Module):
 
     def forward(self, y: torch.Tensor) -> torch.Tensor:  # [B, T, H, D] -> same shape and dtype
         return _rms_norm(y, self.weight, self.eps)
+
+
+def normed_output(mechanism: nn.Module, o: torch.Tensor) -> torch.Tensor:
+    """The op's output o through the mechanism's opt-in output norm (unchanged when it has none)."""
+    norm = getattr(mechanism, "out_norm", None)
+    return o if norm is None else norm(o)
 
 
 @compiled
@@ -91,7 +101,7 @@ class GLA(nn.Module):
         self.groups = heads // kv_heads
         self.gate = GLAGate(hidden, heads, head_dim, gate_rank)
         self.scale = head_dim ** -0.5
-        self.out_norm = OutputNorm(heads, head_dim) if out_norm else None
+        self.out_norm = OutputNorm(heads, head_dim) if out_norm else None  # opt-in (models.mechanisms.OutputNorm)
 
     def inputs(self, x, q, k, v, qk=None, expand_kv=True):
         g = self.groups if expand_kv else 1
@@ -144,7 +154,7 @@ class GatedDeltaNet(nn.Module):
         self.A_log = nn.Parameter(torch.empty(heads))
         self.dt_bias = nn.Parameter(torch.empty(heads))
         self.scale = head_dim ** -0.5
-        self.out_norm = OutputNorm(heads, head_dim) if out_norm else None
+        self.out_norm = OutputNorm(heads, head_dim) if out_norm else None  # opt-in (models.mechanisms.OutputNorm)
         self.reset_gate()
 
     @torch.no_grad()

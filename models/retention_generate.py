@@ -1,4 +1,4 @@
-"""Batched greedy decoding for models with retention slots (retain > 0, issue #17), with a CUDA graph on CUDA.
+"""Batched greedy decoding for models with retention slots (retain > 0), with a CUDA graph on CUDA.
 
 The static-cache decoder (models.fast_decode.FastDecoder) prefills a right-padded batch in chunks, which
 retention's prefill (models.ops.retention_prefill) cannot do. `RetentionDecoder` keeps FastDecoder's decode
@@ -40,10 +40,11 @@ from models.ops.retention_rows import RetentionRows, retention_rows_step, steady
 
 
 def _layer_step(attn, x, pe, state: DecodeState, pos: torch.Tensor) -> torch.Tensor:
-    """LinearizedAttention._retention_step with the in-place steady step, each row at its position pos [B]."""
+    """The cache policy's decode (models.policies.retention_slots) with the in-place steady step, each row at its
+    position pos [B]."""
     def step(rows, q, k, v, lin, scale, lin_scale, score, scores):
         return steady_step_inplace(rows, q, k, v, lin, pos, scale, lin_scale, score, scores), rows
-    return attn._retention_step(x, pe, state, step=step)
+    return attn.cache_policy.decode(attn, x, pe, state, step)
 
 
 @functools.cache
@@ -55,12 +56,17 @@ def _compiled_layer_step():
 class RetentionDecoder(FastDecoder):
     """FastDecoder's interface (`prefill(input_ids, lengths)`, `decode(n)`) for a model with retention slots."""
 
+    serves = "retention"
     handles_retention = True
     one_pass = True  # False: always prefill each prompt alone (scripts/bench_retention_generate.py compares them)
 
     def __init__(self, model, max_len: int | None = None, use_graph: bool | None = None):
         super().__init__(model, prefill_chunk=0, use_graph=use_graph, max_len=max_len)
-        if not any(lin and layer.self_attn.retain for layer, lin in zip(self.layers, self.linear)):
+
+    def check_policies(self):
+        """Every linearized layer keeps retention slots (its cache policy's decoder is "retention")."""
+        if not all(layer.self_attn.cache_policy.decoder == self.serves
+                   for layer, lin in zip(self.layers, self.linear) if lin) or not any(self.linear):
             raise ValueError("RetentionDecoder is for models with retention slots (retain > 0); use FastDecoder")
 
     @torch.no_grad()
@@ -158,11 +164,11 @@ class RetentionDecoder(FastDecoder):
         return {"k": kb, "v": vb}
 
     def _attend(self, i, x, pe, pos, steady):
-        """LinearizedAttention._retention_step with each row at its own position (in place when steady)."""
+        """The cache policy's decode with each row at its own position (in place when steady)."""
         if not self.linear[i]:
             return super()._attend(i, x, pe, pos, steady)
         attn = self.layers[i].self_attn
         if steady:  # (GOLINEAR_FUSED_DECODE, by default on CUDA: compiled)
             run = _compiled_layer_step() if fused_decode.enabled(x) else _layer_step
             return run(attn, x, pe, self.states[i], pos)
-        return attn._retention_step(x, pe, self.states[i], step=retention_rows_step)
+        return attn.cache_policy.decode(attn, x, pe, self.states[i], retention_rows_step)

@@ -54,9 +54,9 @@ def shard_model(model, device: torch.device, num_processes: int, reshard_after_f
     weights and trainable new ones freely; gradients exist (and are reduce-scattered) only for the latter."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from models.linearize import _decoder_layers
+    from models.projection import decoder_layers
 
-    layers = _decoder_layers(model)
+    layers = decoder_layers(model)
     scalars = [n for n, p in model.named_parameters() if p.dim() == 0]
     if scalars:
         raise ValueError(f"FSDP shards parameters on their first dimension; 0-dim parameters cannot be sharded: "
@@ -92,14 +92,15 @@ def load_sharded(base: str, lin_cfg, seed: int, acc, fsdp: dict):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     from models import random_base
     from models.backbone import load_backbone, resolve
-    from models.linearize import _decoder_layers, linearize, new_parameters
+    from models.linearize import linearize, new_parameters
+    from models.projection import decoder_layers
 
     rnd = random_base.read_spec(resolve(base))
     if acc.is_main_process and rnd is None:
         model, _ = load_backbone(base, dtype="float32", device="cpu")
     else:
         model = backbone_skeleton(base)
-    attention_modules = [layer.self_attn for layer in _decoder_layers(model)]
+    attention_modules = [layer.self_attn for layer in decoder_layers(model)]
     plan = random_base.plan(model) if rnd else None
     seed_everything(seed)  # new-parameter initialisation is a function of the seed (rank 0's is kept)
     with random_base.new_parameters_on_cpu(model) if rnd else contextlib.nullcontext():
@@ -135,8 +136,8 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
 def full_attention(model, attention_modules: list):
     """Run `model` with its original softmax attention modules (they share the frozen q/k/v/o projections,
     so under FSDP the layer's unit gathers them as usual): the full-attention reference of a sharded model."""
-    from models.linearize import _decoder_layers
-    layers = _decoder_layers(model)
+    from models.projection import decoder_layers
+    layers = decoder_layers(model)
     current = [layer.self_attn for layer in layers]
     for layer, attn in zip(layers, attention_modules):
         layer.self_attn = attn

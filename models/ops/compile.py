@@ -17,7 +17,7 @@ def compile_enabled() -> bool:
 
 
 @functools.cache
-def _warn_compile_experimental() -> None:
+def warn_compile_experimental() -> None:
     warnings.warn("GOLINEAR_COMPILE=1 is experimental: on the H200 (2026-11-29) its fp32 gradients differed from "
                   "eager by 1.6e-3 (relative; tests/test_gpu_overhead.py allows 1e-4; on the CPU reference path they "
                   "agree to 1e-6, so FLA's TF32 dot products are the likely cause, not verified) and a training step "
@@ -32,7 +32,7 @@ def compiled(fn):
     def run(*args, **kwargs):
         if not compile_enabled():
             return fn(*args, **kwargs)
-        _warn_compile_experimental()  # once per process
+        warn_compile_experimental()  # once per process
         if "fn" not in holder:
             holder["fn"] = torch.compile(fn)
         return holder["fn"](*args, **kwargs)

@@ -22,7 +22,7 @@ def short_conv(x, weight, state=None, output_final_state=False):
     if x.dim() != 3 or weight.dim() != 2 or weight.shape[0] != x.shape[-1] or weight.shape[1] < 1:
         return reference.short_conv(x, weight, state, output_final_state)  # raises the reference's error
     if state is not None:
-        reference._check_state(state, (x.shape[0], x.shape[-1], weight.shape[1] - 1), "state")
+        reference.check_state(state, (x.shape[0], x.shape[-1], weight.shape[1] - 1), "state")
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                     (state is not None and state.requires_grad)):
         return _short_conv_autograd(x, weight, state, output_final_state)
@@ -68,7 +68,7 @@ def _short_conv_autograd(x, weight, state, output_final_state):
     B, T, D = x.shape
     W = weight.shape[1]
     autocast = torch.is_autocast_enabled(x.device.type)
-    dt = x.dtype if autocast else reference._compute_dtype(x)
+    dt = x.dtype if autocast else reference.compute_dtype(x)
     xt = x.to(dt).transpose(1, 2)  # [B, D, T]
     if state is None:  # zero left padding inside the conv; it also pads W-1 columns on the right: drop them
         y = F.conv1d(xt, weight.to(dt).unsqueeze(1), padding=W - 1, groups=D)[..., :T]

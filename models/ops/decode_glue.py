@@ -31,18 +31,18 @@ def usable(layers, final_norm, x: torch.Tensor) -> bool:
                     and all(hasattr(m, p) for p in ("gate_proj", "up_proj", "down_proj")) for m in mlps))
 
 
-def _rms_norm(h, weight, eps: float):
+def rms_norm_formula(h, weight, eps: float):
     hf = h.float()
     return weight * (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)).to(h.dtype)
 
 
-def _add_rms_norm(h, a, weight, eps: float):
+def add_rms_norm_formula(h, a, weight, eps: float):
     """(h + a, RMSNorm(h + a)): a residual add and the norm after it."""
     h = h + a
-    return h, _rms_norm(h, weight, eps)
+    return h, rms_norm_formula(h, weight, eps)
 
 
-def _silu_mul(g, u):
+def silu_mul_formula(g, u):
     return F.silu(g) * u
 
 
@@ -52,13 +52,13 @@ def _compiled(name: str):
 
 
 def rms_norm(h, norm):
-    return _compiled("_rms_norm")(h, norm.weight, norm.variance_epsilon)
+    return _compiled("rms_norm_formula")(h, norm.weight, norm.variance_epsilon)
 
 
 def add_rms_norm(h, a, norm):
-    return _compiled("_add_rms_norm")(h, a, norm.weight, norm.variance_epsilon)
+    return _compiled("add_rms_norm_formula")(h, a, norm.weight, norm.variance_epsilon)
 
 
 def mlp(module, x):
     """LlamaMLP/Qwen's down(silu(gate(x)) * up(x)) with the activation product in one kernel."""
-    return module.down_proj(_compiled("_silu_mul")(module.gate_proj(x), module.up_proj(x)))
+    return module.down_proj(_compiled("silu_mul_formula")(module.gate_proj(x), module.up_proj(x)))

@@ -122,7 +122,7 @@ def _pad_time(x, n):
 
 
 def gla_chunk(q, k, v, log_a, scale, initial_state=None, output_final_state=False, chunk_size=64):
-    reference._check_qkv(q, k, v)
+    reference.check_qkv(q, k, v)
     T = q.shape[1]
     if T == 0:
         return reference.gla_chunk(q, k, v, log_a, scale, initial_state, output_final_state, chunk_size)
@@ -138,7 +138,7 @@ def gla_chunk(q, k, v, log_a, scale, initial_state=None, output_final_state=Fals
 
 
 def gla_recurrent(q, k, v, log_a, scale, initial_state=None, output_final_state=False):
-    reference._check_qkv(q, k, v)
+    reference.check_qkv(q, k, v)
     if q.shape[1] == 0:
         return reference.gla_recurrent(q, k, v, log_a, scale, initial_state, output_final_state)
     out_dtype = q.dtype
@@ -163,9 +163,9 @@ def hopper_guard_bypassed():
 
 
 def gdn_chunk(q, k, v, log_a, beta, scale, initial_state=None, output_final_state=False, chunk_size=64):
-    reference._check_qkv(q, k, v)
-    reference._check_gates("log_a", log_a, q)
-    reference._check_gates("beta", beta, q)
+    reference.check_qkv(q, k, v)
+    reference.check_gates("log_a", log_a, q)
+    reference.check_gates("beta", beta, q)
     if q.shape[1] == 0:
         return reference.gdn_chunk(q, k, v, log_a, beta, scale, initial_state, output_final_state, chunk_size)
     fla_chunk = chunk_size if chunk_size in (16, 32, 64) else 64  # the result does not depend on it
@@ -182,9 +182,9 @@ def gdn_chunk(q, k, v, log_a, beta, scale, initial_state=None, output_final_stat
 
 
 def gdn_recurrent(q, k, v, log_a, beta, scale, initial_state=None, output_final_state=False):
-    reference._check_qkv(q, k, v)
-    reference._check_gates("log_a", log_a, q)
-    reference._check_gates("beta", beta, q)
+    reference.check_qkv(q, k, v)
+    reference.check_gates("log_a", log_a, q)
+    reference.check_gates("beta", beta, q)
     if q.shape[1] == 0:
         return reference.gdn_recurrent(q, k, v, log_a, beta, scale, initial_state, output_final_state)
     needs_grad = torch.is_grad_enabled() and any(
@@ -205,7 +205,7 @@ def gdn_step_inplace(q, k, v, log_a, beta, scale, state):
     """gdn_recurrent with the fp32 state [B, H, K, V] updated in place (the decode step: no new state, no copy
     back): FLA's fused recurrent kernel with h0 = ht (each program loads its state slice before it stores it).
     q/k/v [B, T, H, D] contiguous, log_a [B, T, H] fp32, beta [B, T, H] in q's dtype -> o [B, T, H, V]."""
-    reference._check_qkv(q, k, v)
+    reference.check_qkv(q, k, v)
     want = (q.shape[0], q.shape[2], q.shape[3], v.shape[-1])
     if state.dtype != torch.float32 or not state.is_contiguous() or tuple(state.shape) != want:
         raise ValueError(f"state {tuple(state.shape)} {state.dtype}: must be fp32, contiguous, {want}")
@@ -249,7 +249,7 @@ def _split(o, state, V, output_final_state):
 
 
 def _linear_attn(fn, phi_q, phi_k, v, initial_state, output_final_state):
-    reference._check_qkv(phi_q, phi_k, v, "phi_q", "phi_k")
+    reference.check_qkv(phi_q, phi_k, v, "phi_q", "phi_k")
     S0 = Z0 = None
     if initial_state is not None:
         S0, Z0 = initial_state
@@ -277,7 +277,7 @@ def linear_attn_recurrent(phi_q, phi_k, v, initial_state=None, output_final_stat
 def window_sink_softmax(q, k, v, sinks, window, scale):
     """window_sink_attention's output alone (no lse), q/k/v at the same positions: one fused attention
     call for window + sinks, forward and backward (the layer's parallel pass). -> out in q's dtype."""
-    reference._grouped(q, k)
+    reference.grouped(q, k)
     T = q.shape[1]
     if window < 1 or window >= T or q.dtype == torch.float64 or k.shape[1] != T:
         return window_sink_attention(q, k, v, sinks, window, scale)[0]
@@ -295,7 +295,7 @@ def window_part_fla(q, k, v, window, scale):
 
 
 def window_sink_attention(q, k, v, sinks, window, scale, q_offset=0):
-    reference._grouped(q, k)
+    reference.grouped(q, k)
     B, Tq, Hq, D = q.shape
     Tk = k.shape[1]
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))

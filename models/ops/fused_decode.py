@@ -50,7 +50,7 @@ def applies(layer, x: torch.Tensor, steady: bool) -> bool:
     """Whether `fused_step` serves this layer's step (else LinearizedAttention.step's definition runs)."""
     if not (steady and enabled(x)):
         return False
-    return (layer.mechanism == "gdn" and layer.window > 0 and not layer.retain and layer.q_norm is None
+    return (layer.mechanism == "gdn" and layer.window > 0 and layer.q_norm is None
             and not layer.conv_linear_only  # one convolved q/k/v for both paths
             and not torch.is_autocast_enabled(x.device.type))
 

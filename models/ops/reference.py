@@ -16,23 +16,23 @@ import torch.nn.functional as F
 GLA_SUBCHUNK = 16  # secondary chunk for GLA's per-key decay (see gla_chunk)
 GLA_MAX_EXP = 40.0  # largest exponent used in GLA's factorized scores (e^40 ~ 2e17, far from fp32 overflow)
 
-from models.ops.ref_common import (_causal_mask, _check_chunk_size, _check_qkv, _check_state,  # noqa: F401
-                                   _compute_dtype, _from_chunks, _to_chunks)
+from models.ops.ref_common import (causal_mask, check_chunk_size, check_qkv, check_state,  # noqa: F401
+                                   compute_dtype, from_chunks, to_chunks)
 # the softmax side of the reference backend lives beside it; this module is the backend's one namespace
-from models.ops.reference_window import (_grouped, _masked_softmax, window_sink_attention,  # noqa: F401
+from models.ops.reference_window import (grouped, masked_softmax, window_sink_attention,  # noqa: F401
                                          window_sink_decode, window_sink_softmax)
 
 
 # ----------------------------------------------------------------------------------------------- GLA
 def gla_recurrent(q, k, v, log_a, scale, initial_state=None, output_final_state=False):
     """Step-by-step GLA: S_t = diag(exp(log_a_t)) S_{t-1} + k_t v_t^T, o_t = scale * q_t^T S_t."""
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     if log_a.shape != q.shape:
         raise ValueError(f"log_a must be [B, T, H, K] like q {tuple(q.shape)}, got {tuple(log_a.shape)}")
     B, T, H, K = q.shape
     V = v.shape[-1]
-    _check_state(initial_state, (B, H, K, V))
-    dt = _compute_dtype(q)
+    check_state(initial_state, (B, H, K, V))
+    dt = compute_dtype(q)
     out_dtype = q.dtype
     q, k, v, log_a = (x.to(dt) for x in (q, k, v, log_a))
     S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(dt)
@@ -44,14 +44,14 @@ def gla_recurrent(q, k, v, log_a, scale, initial_state=None, output_final_state=
     return o.to(out_dtype), (S if output_final_state else None)
 
 
-def _exclusive_suffix_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
+def exclusive_suffix_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
     """sum_{m > s} x_m along dim, summing only same-sign terms (no cancellation, -inf safe)."""
     x = x.transpose(dim, -1)
     rev = torch.cat([x[..., 1:], torch.zeros_like(x[..., :1])], dim=-1).flip(-1).cumsum(-1).flip(-1)
     return rev.transpose(dim, -1)
 
 
-def _pairwise_segment_sum(x: torch.Tensor) -> torch.Tensor:
+def pairwise_segment_sum(x: torch.Tensor) -> torch.Tensor:
     """x [..., L, K] -> D [..., L(t), L(s), K] with D[t, s] = sum_{s < m <= t} x_m (0 for s >= t):
     exact relative decays from same-sign sums, -inf safe."""
     L = x.shape[-2]
@@ -71,14 +71,14 @@ def gla_chunk(q, k, v, log_a, scale, initial_state=None, output_final_state=Fals
     -GLA_MAX_EXP per key. Sub-chunks decaying faster than that are recomputed elementwise. Every
     exponent is built from sums of same-sign terms (no cancellation of large cumulative sums).
     """
-    _check_qkv(q, k, v)
-    _check_chunk_size(chunk_size)
+    check_qkv(q, k, v)
+    check_chunk_size(chunk_size)
     if log_a.shape != q.shape:
         raise ValueError(f"log_a must be [B, T, H, K] like q {tuple(q.shape)}, got {tuple(log_a.shape)}")
     B, T, H, K = q.shape
     V = v.shape[-1]
-    _check_state(initial_state, (B, H, K, V))
-    dt = _compute_dtype(q)
+    check_state(initial_state, (B, H, K, V))
+    dt = compute_dtype(q)
     out_dtype = q.dtype
     S0 = q.new_zeros(B, H, K, V, dtype=dt) if initial_state is None else initial_state.to(dt)
     if T == 0:
@@ -87,14 +87,14 @@ def gla_chunk(q, k, v, log_a, scale, initial_state=None, output_final_state=Fals
     c = math.gcd(C, GLA_SUBCHUNK)
     n = C // c
     dev = q.device
-    qc, kc, vc, gc = (_to_chunks(x.to(dt), C) for x in (q, k, v, log_a))  # [B,H,N,C,*]
+    qc, kc, vc, gc = (to_chunks(x.to(dt), C) for x in (q, k, v, log_a))  # [B,H,N,C,*]
     N = qc.shape[2]
     qs, ks, gs = (x.view(B, H, N, n, c, K) for x in (qc, kc, gc))
     zero = torch.zeros((), dtype=dt, device=dev)
 
     bl = gs.cumsum(-2)  # decay from sub-chunk start to t (inclusive)  [B,H,N,n,c,K]
     tot = bl[..., -1, :]  # whole sub-chunk  [B,H,N,n,K]
-    sfx = _exclusive_suffix_sum(gs, -2)  # decay after s to sub-chunk end  [B,H,N,n,c,K]
+    sfx = exclusive_suffix_sum(gs, -2)  # decay after s to sub-chunk end  [B,H,N,n,c,K]
     # Scores of query sub-chunk i against keys s of sub-chunk j <= i, relative to r_i = b at the start
     # of sub-chunk i: exp(r_i - b_s) = exp(sfx_s) * F[i, j] with F[i, j] = exp(sum of the sub-chunks
     # strictly between j and i) for j < i, F[i, i] = exp(-tot_i) (clamped; see `bad`), F = 0 for j > i.
@@ -111,12 +111,12 @@ def gla_chunk(q, k, v, log_a, scale, initial_state=None, output_final_state=Fals
     bad = (-tot > GLA_MAX_EXP).any(-1)  # [B,H,N,n]
     if bool(bad.any()):
         idx = bad.nonzero(as_tuple=True)
-        D = _pairwise_segment_sum(gs[idx])  # [M, c(t), c(s), K]
+        D = pairwise_segment_sum(gs[idx])  # [M, c(t), c(s), K]
         blocks = (qs[idx].unsqueeze(-2) * ks[idx].unsqueeze(-3) * torch.exp(D)).sum(-1)  # [M, c, c]
         blocks = torch.zeros(B, H, N, n, c, c, dtype=dt, device=dev).index_put(idx, blocks)
         use = bad[..., None, None, None] & own[:, None, :, None]  # [B,H,N,n,1,n,1]
         A = torch.where(use, blocks.unsqueeze(-2), A.view(B, H, N, n, c, n, c))
-    A = A.reshape(B, H, N, C, C) * _causal_mask(C, dev).to(dt)
+    A = A.reshape(B, H, N, C, C) * causal_mask(C, dev).to(dt)
     o = A @ vc
 
     # inter-chunk: states entering each chunk
@@ -132,12 +132,12 @@ def gla_chunk(q, k, v, log_a, scale, initial_state=None, output_final_state=Fals
         states_in.append(S)
         S = decay[:, :, i] * S + U[:, :, i]
     o = o + (qc * torch.exp(b_in)) @ torch.stack(states_in, 2)
-    o = _from_chunks(o * scale, T)
+    o = from_chunks(o * scale, T)
     return o.to(out_dtype), (S if output_final_state else None)
 
 
 # ----------------------------------------------------------------------------------------------- GDN
-def _check_gates(name, x, q):
+def check_gates(name, x, q):
     if tuple(x.shape) != tuple(q.shape[:3]):
         raise ValueError(f"{name} must be [B, T, H] = {tuple(q.shape[:3])}, got {tuple(x.shape)}")
 
@@ -145,13 +145,13 @@ def _check_gates(name, x, q):
 def gdn_recurrent(q, k, v, log_a, beta, scale, initial_state=None, output_final_state=False):
     """Step-by-step gated delta rule (FLA convention):
     S <- S * exp(g_t); u = beta_t (v_t - S^T k_t); S <- S + k_t u^T; o_t = scale * q_t^T S."""
-    _check_qkv(q, k, v)
-    _check_gates("log_a", log_a, q)
-    _check_gates("beta", beta, q)
+    check_qkv(q, k, v)
+    check_gates("log_a", log_a, q)
+    check_gates("beta", beta, q)
     B, T, H, K = q.shape
     V = v.shape[-1]
-    _check_state(initial_state, (B, H, K, V))
-    dt = _compute_dtype(q)
+    check_state(initial_state, (B, H, K, V))
+    dt = compute_dtype(q)
     out_dtype = q.dtype
     q, k, v, log_a, beta = (x.to(dt) for x in (q, k, v, log_a, beta))
     S = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(dt)
@@ -200,28 +200,28 @@ def gdn_chunk(q, k, v, log_a, beta, scale, initial_state=None, output_final_stat
     S_end step loops over chunks (two small matmuls each).
     Relative decays are sums of same-sign terms (no cancellation of large cumulative sums).
     """
-    _check_qkv(q, k, v)
-    _check_chunk_size(chunk_size)
-    _check_gates("log_a", log_a, q)
-    _check_gates("beta", beta, q)
+    check_qkv(q, k, v)
+    check_chunk_size(chunk_size)
+    check_gates("log_a", log_a, q)
+    check_gates("beta", beta, q)
     B, T, H, K = q.shape
     V = v.shape[-1]
-    _check_state(initial_state, (B, H, K, V))
-    dt = _compute_dtype(q)
+    check_state(initial_state, (B, H, K, V))
+    dt = compute_dtype(q)
     out_dtype = q.dtype
     S0 = q.new_zeros(B, H, K, V, dtype=dt) if initial_state is None else initial_state.to(dt)
     if T == 0:
         return q.new_zeros(B, 0, H, V), (S0 if output_final_state else None)
     C = chunk_size
     dev = q.device
-    qc, kc, vc = (_to_chunks(x.to(dt), C) for x in (q, k, v))  # [B,H,N,C,*]
-    gc, bc = (_to_chunks(x.to(dt).unsqueeze(-1), C).squeeze(-1) for x in (log_a, beta))  # [B,H,N,C]
+    qc, kc, vc = (to_chunks(x.to(dt), C) for x in (q, k, v))  # [B,H,N,C,*]
+    gc, bc = (to_chunks(x.to(dt).unsqueeze(-1), C).squeeze(-1) for x in (log_a, beta))  # [B,H,N,C]
     N = qc.shape[2]
     b = gc.cumsum(-1)  # decay from chunk start to t
-    to_end = _exclusive_suffix_sum(gc, -1)  # decay after t to chunk end
-    later = _causal_mask(C, dev, strict=True)  # [t, j]: t > j
+    to_end = exclusive_suffix_sum(gc, -1)  # decay after t to chunk end
+    later = causal_mask(C, dev, strict=True)  # [t, j]: t > j
     seg = torch.where(later, gc.unsqueeze(-1), torch.zeros((), dtype=dt, device=dev)).cumsum(-2)
-    decay = torch.exp(seg).masked_fill(~_causal_mask(C, dev), 0)  # [..,C,C]: exp(b_t - b_j), j <= t
+    decay = torch.exp(seg).masked_fill(~causal_mask(C, dev), 0)  # [..,C,C]: exp(b_t - b_j), j <= t
 
     A = (bc.unsqueeze(-1) * (kc @ kc.transpose(-1, -2)) * decay).masked_fill(~later, 0)
     rhs = torch.cat([bc.unsqueeze(-1) * vc, (bc * torch.exp(b)).unsqueeze(-1) * kc], dim=-1)
@@ -237,23 +237,23 @@ def gdn_chunk(q, k, v, log_a, beta, scale, initial_state=None, output_final_stat
         S = chunk_decay[:, :, i] * S + k_dec_t[:, :, i] @ u_i
     S_in, u = torch.stack(states_in, 2), torch.stack(us, 2)  # [B,H,N,K,V], [B,H,N,C,V]
     o = (qc * torch.exp(b).unsqueeze(-1)) @ S_in + ((qc @ kc.transpose(-1, -2)) * decay) @ u
-    o = _from_chunks(o * scale, T)
+    o = from_chunks(o * scale, T)
     return o.to(out_dtype), (S if output_final_state else None)
 
 
 # ----------------------------------------------------------------------------------------------- linear attention
 def _linear_attn_state(phi_q, phi_k, v, initial_state):
-    _check_qkv(phi_q, phi_k, v, "phi_q", "phi_k")
+    check_qkv(phi_q, phi_k, v, "phi_q", "phi_k")
     B, T, H, K = phi_q.shape
     V = v.shape[-1]
-    dt = _compute_dtype(phi_q)
+    dt = compute_dtype(phi_q)
     if initial_state is None:
         return phi_q.new_zeros(B, H, K, V, dtype=dt), phi_q.new_zeros(B, H, K, dtype=dt)
     if not isinstance(initial_state, (tuple, list)) or len(initial_state) != 2:
         raise ValueError("initial_state for linear attention must be a pair (S [B,H,K,V], Z [B,H,K])")
     S, Z = initial_state
-    _check_state(S, (B, H, K, V), "initial_state S")
-    _check_state(Z, (B, H, K), "initial_state Z")
+    check_state(S, (B, H, K, V), "initial_state S")
+    check_state(Z, (B, H, K), "initial_state Z")
     return S.to(dt), Z.to(dt)
 
 
@@ -281,7 +281,7 @@ def linear_attn_recurrent(phi_q, phi_k, v, initial_state=None, output_final_stat
 def linear_attn_chunk(phi_q, phi_k, v, initial_state=None, output_final_state=False, chunk_size=64):
     """Chunked linear attention. The normalizer rides along as an extra all-ones value column, so
     [S | Z] is one state and num/den come out of the same matmuls."""
-    _check_chunk_size(chunk_size)
+    check_chunk_size(chunk_size)
     S0, Z0 = _linear_attn_state(phi_q, phi_k, v, initial_state)
     B, T, H, K = phi_q.shape
     V = v.shape[-1]
@@ -291,15 +291,15 @@ def linear_attn_chunk(phi_q, phi_k, v, initial_state=None, output_final_state=Fa
         return (phi_q.new_zeros(B, 0, H, V), phi_q.new_zeros(B, 0, H),
                 ((S0, Z0) if output_final_state else None))
     v1 = torch.cat([v.to(dt), v.new_ones(B, T, H, 1, dtype=dt)], dim=-1)
-    qc, kc, vc = (_to_chunks(x.to(dt), chunk_size) for x in (phi_q, phi_k, v1))
+    qc, kc, vc = (to_chunks(x.to(dt), chunk_size) for x in (phi_q, phi_k, v1))
     N = qc.shape[2]
     KV = kc.transpose(-1, -2) @ vc  # [B,H,N,K,V+1]
     S, states_in = torch.cat([S0, Z0.unsqueeze(-1)], dim=-1), []
     for i in range(N):
         states_in.append(S)
         S = S + KV[:, :, i]
-    A = (qc @ kc.transpose(-1, -2)) * _causal_mask(chunk_size, qc.device).to(dt)
-    out = _from_chunks(qc @ torch.stack(states_in, 2) + A @ vc, T)
+    A = (qc @ kc.transpose(-1, -2)) * causal_mask(chunk_size, qc.device).to(dt)
+    out = from_chunks(qc @ torch.stack(states_in, 2) + A @ vc, T)
     num, den = out[..., :V], out[..., V]
     state = (S[..., :V], S[..., V]) if output_final_state else None
     return num.to(out_dtype), den.to(out_dtype), state
@@ -318,14 +318,28 @@ def short_conv(x, weight, state=None, output_final_state=False):
     W = weight.shape[1]
     if W < 1:
         raise ValueError(f"short_conv kernel width must be >= 1, got weight {tuple(weight.shape)}")
-    dt = _compute_dtype(x)
+    dt = compute_dtype(x)
     xt = x.to(dt).transpose(1, 2)  # [B, D, T]
     if state is None:
         state = xt.new_zeros(B, D, W - 1)
     else:
-        _check_state(state, (B, D, W - 1), "state")
+        check_state(state, (B, D, W - 1), "state")
         state = state.to(dt)
     full = torch.cat([state, xt], dim=-1)  # [B, D, W-1+T]
     y = F.conv1d(full, weight.to(dt).unsqueeze(1), groups=D).transpose(1, 2)
     new_state = full[..., full.shape[-1] - (W - 1):].to(x.dtype) if output_final_state else None
     return y.to(x.dtype), new_state
+
+
+# the underscore names this namespace has exported (tests and scripts use them)
+_compute_dtype = compute_dtype
+_check_qkv = check_qkv
+_check_state = check_state
+_check_chunk_size = check_chunk_size
+_to_chunks = to_chunks
+_from_chunks = from_chunks
+_causal_mask = causal_mask
+_grouped = grouped
+_masked_softmax = masked_softmax
+_exclusive_suffix_sum = exclusive_suffix_sum
+_pairwise_segment_sum = pairwise_segment_sum

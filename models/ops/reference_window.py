@@ -7,13 +7,13 @@ import math
 
 import torch
 
-from models.ops.ref_common import _compute_dtype
+from models.ops.ref_common import compute_dtype
 
 ATTN_QUERY_BLOCK = 32  # queries per block in window_sink_attention
 ATTN_MAX_SCORES = 1 << 24  # scores held at once by window_sink_attention (64 MiB in fp32)
 
 
-def _grouped(q, k):
+def grouped(q, k):
     if q.dim() != 4 or k.dim() != 4 or q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"attention needs q [B, Tq, Hq, D] and k/v [B, Tk, Hkv, D]; got "
                          f"{tuple(q.shape)}, {tuple(k.shape)}")
@@ -23,7 +23,7 @@ def _grouped(q, k):
     return Hq // Hkv
 
 
-def _masked_softmax(scores, allowed):
+def masked_softmax(scores, allowed):
     """Softmax over the last dim restricted to `allowed`; returns (probs, lse). Rows with no allowed
     entry give probs 0 and lse -inf, without NaN gradients."""
     s = scores.masked_fill(~allowed, -math.inf)
@@ -45,14 +45,14 @@ def window_sink_attention(q, k, v, sinks, window, scale, q_offset=0):
     Queries go in blocks of ATTN_QUERY_BLOCK; each block gathers only the sink keys and the keys its
     window can reach (sinks + window + block - 1), so work and memory are O(Tq x (sinks + window)).
     When that span covers all keys, every block uses all keys (blocks grouped to bound memory)."""
-    G = _grouped(q, k)
+    G = grouped(q, k)
     if v.shape[:3] != k.shape[:3]:
         raise ValueError(f"v {tuple(v.shape)} must match k {tuple(k.shape)} in [B, Tk, Hkv]")
     if sinks < 0 or window < 0 or q_offset < 0:
         raise ValueError(f"sinks, window and q_offset must be >= 0; got {sinks}, {window}, {q_offset}")
     B, Tq, Hq, D = q.shape
     Tk, Hkv, Dv = k.shape[1], k.shape[2], v.shape[-1]
-    dt = _compute_dtype(q)
+    dt = compute_dtype(q)
     dev = q.device
     if Tq == 0 or Tk == 0:
         return (q.new_zeros(B, Tq, Hq, Dv), torch.full((B, Tq, Hq), -math.inf, dtype=dt, device=dev))
@@ -88,12 +88,12 @@ def window_sink_attention(q, k, v, sinks, window, scale, q_offset=0):
         if sparse:
             idx = kpos[m0:m1]
             s = torch.einsum("bmqhgd,bmlhd->bmhgql", qg, kd[:, idx]) * scale
-            p, lse = _masked_softmax(s, allowed[m0:m1, None, None])
+            p, lse = masked_softmax(s, allowed[m0:m1, None, None])
             o = torch.einsum("bmhgql,bmlhd->bmqhgd", p, vd[:, idx])
         else:  # causal: keys after the group's last query are never visible
             hi = max(1, min(Tk, q_offset + m1 * Bq))
             s = torch.einsum("bmqhgd,blhd->bmhgql", qg, kd[:, :hi]) * scale
-            p, lse = _masked_softmax(s, allowed[m0:m1, None, None, :, :hi])
+            p, lse = masked_softmax(s, allowed[m0:m1, None, None, :, :hi])
             o = torch.einsum("bmhgql,blhd->bmqhgd", p, vd[:, :hi])
         outs.append(o)
         lses.append(lse)
@@ -112,16 +112,19 @@ def window_sink_decode(q, k_cache, v_cache, scale):
     """Decoding step: every query row attends to all cached keys (the caller passes exactly the sink +
     window keys it may see, the current token included). q [B, Tq, Hq, D], caches [B, L, Hkv, D].
     Returns (out [B, Tq, Hq, D], lse [B, Tq, Hq]); with L == 0 the output is 0 and lse -inf."""
-    G = _grouped(q, k_cache)
+    G = grouped(q, k_cache)
     if v_cache.shape[:3] != k_cache.shape[:3]:
         raise ValueError(f"v_cache {tuple(v_cache.shape)} must match k_cache {tuple(k_cache.shape)}")
     B, Tq, Hq, D = q.shape
     Hkv, L = k_cache.shape[2], k_cache.shape[1]
-    dt = _compute_dtype(q)
+    dt = compute_dtype(q)
     if L == 0:
         return (q.new_zeros(B, Tq, Hq, v_cache.shape[-1]),
                 torch.full((B, Tq, Hq), -math.inf, dtype=dt, device=q.device))
     s = torch.einsum("bqhgd,bkhd->bhgqk", q.to(dt).reshape(B, Tq, Hkv, G, D), k_cache.to(dt)) * scale
-    p, lse = _masked_softmax(s, torch.ones(L, dtype=torch.bool, device=q.device))
+    p, lse = masked_softmax(s, torch.ones(L, dtype=torch.bool, device=q.device))
     out = torch.einsum("bhgqk,bkhd->bqhgd", p, v_cache.to(dt))
     return out.reshape(B, Tq, Hq, v_cache.shape[-1]).to(q.dtype), lse.permute(0, 3, 1, 2).reshape(B, Tq, Hq)
+
+
+_grouped, _masked_softmax = grouped, masked_softmax  # (the names models.ops.reference has exported)

@@ -1,4 +1,4 @@
-"""GDN + sinks + sliding window + content-aware retention slots (issue #17): the pure-PyTorch reference.
+"""GDN + sinks + sliding window + content-aware retention slots: the pure-PyTorch reference.
 
 The cache budget per KV head is `sinks + window + retain` softmax slots. Token j (j >= sinks) leaves the
 window at step t = j + window. It then competes with the tokens in the `retain` slots: the candidate with
@@ -33,8 +33,8 @@ import math
 
 import torch
 
-from models.diagnostics import normalize_keys, running_mean
-from models.ops.reference import _compute_dtype, _masked_softmax
+from models.ops.key_stats import normalize_keys, running_mean
+from models.ops.reference import compute_dtype, masked_softmax
 
 SCORES = ("delta_error", "proj_residual", "given")
 EPS = 1e-6  # models.diagnostics' eps
@@ -94,7 +94,7 @@ def gdn_fold(S, k, v, log_a, beta):
     return S + k.unsqueeze(-1) * u.unsqueeze(-2)
 
 
-def _check(q, k, v, lin, sinks, window, retain):
+def check_inputs(q, k, v, lin, sinks, window, retain):
     B, T, H, D = q.shape
     if k.shape[:2] != (B, T) or v.shape[:3] != k.shape[:3] or H % k.shape[2]:
         raise ValueError(f"q [B,T,H,D], k/v [B,T,Hkv,D] with H % Hkv == 0; got {tuple(q.shape)}, "
@@ -113,11 +113,11 @@ def retention_recurrent(q, k, v, lin, scale, lin_scale, sinks, window, retain, s
     """The definition, token by token with Python lists per (row, KV head). Returns (y [B, T, H, V], info):
     info["S"] the final state, "retained"/"folded" [b][h] lists of positions (folded in fold order),
     "exit_score" [B, T, Hkv] (nan for tokens that never left the window)."""
-    _check(q, k, v, lin, sinks, window, retain)
+    check_inputs(q, k, v, lin, sinks, window, retain)
     B, T, H, D = q.shape
     Hkv = k.shape[2]
     G = H // Hkv
-    dt = _compute_dtype(q)
+    dt = compute_dtype(q)
     q, k, v = (x.to(dt) for x in (q, k, v))
     lq, lk, lv, la, be = (lin[key].to(dt) for key in ("q", "k", "v", "log_a", "beta"))
     static = entry_scores(k, score, scores)
@@ -261,7 +261,7 @@ def retention_step(state: RetentionState, q, k, v, lin, scale, lin_scale, score=
     through torch.where/gather; the only Python branches depend on the step t, the same for every row.
     Returns (y [B, 1, H, V], new state); the input state is not modified."""
     t, s, w, r = state.seen, state.sink_k.shape[2], state.win_pos.shape[0], state.ret_pos.shape[-1]
-    _check(q, k, v, lin, s, w, r)
+    check_inputs(q, k, v, lin, s, w, r)
     if q.shape[1] != 1:
         raise ValueError(f"retention_step takes one token, got T={q.shape[1]}")
     B, _, H, D = q.shape
@@ -306,6 +306,6 @@ def retention_step(state: RetentionState, q, k, v, lin, scale, lin_scale, score=
     ok = torch.cat([(torch.arange(s, device=k1.device) <= t).expand(B, Hkv, s),
                     (st.win_pos >= 0).expand(B, Hkv, w), st.ret_pos >= 0], -1)
     sc = torch.einsum("bhgd,bhld->bhgl", q1.view(B, Hkv, G, D), keys) * scale
-    p, _ = _masked_softmax(sc, ok.unsqueeze(2))
+    p, _ = masked_softmax(sc, ok.unsqueeze(2))
     y = y + torch.einsum("bhgl,bhld->bhgd", p, vals).reshape(B, H, -1)
     return y.unsqueeze(1).to(q.dtype), st

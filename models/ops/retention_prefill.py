@@ -25,10 +25,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from models.diagnostics import normalize_keys
-from models.ops.reference import (_check_chunk_size, _compute_dtype, _exclusive_suffix_sum, _masked_softmax,
-                                  _pairwise_segment_sum)
-from models.ops.retention import EPS, KV_KEYS, LIN, Q_KEYS, RetentionState, _check, entry_scores, take
+from models.ops.key_stats import normalize_keys
+from models.ops.reference import (check_chunk_size, compute_dtype, exclusive_suffix_sum, masked_softmax,
+                                  pairwise_segment_sum)
+from models.ops.retention import EPS, KV_KEYS, LIN, Q_KEYS, RetentionState, check_inputs, entry_scores, take
 from models.ops.retention_static import end_slots, fold_order, fold_steps, fold_steps_of, linear_path, softmax_path
 
 
@@ -39,8 +39,8 @@ def retention_prefill(q, k, v, lin, scale, lin_scale, sinks, window, retain, sco
     needs no decode state). The slot decisions come first, without autograd (fold_steps from arrival-time
     scores; the walk for delta_error); the values then come from one GDN op over the fold sequence and one
     masked attention (models/ops/retention_static.py), whatever the score."""
-    _check(q, k, v, lin, sinks, window, retain)
-    T, dt = q.shape[1], _compute_dtype(q)
+    check_inputs(q, k, v, lin, sinks, window, retain)
+    T, dt = q.shape[1], compute_dtype(q)
     fold, static, exits = fold_decisions(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, scores,
                                          chunk_size)
     y_lin, S = linear_path(lin, fold_order(fold), lin_scale, want_state)
@@ -62,11 +62,11 @@ def fold_decisions(q, k, v, lin, scale, lin_scale, sinks, window, retain, score,
     each token's score as the slots compare it, 0 for a token that never left the window). Scores fixed at
     arrival decide from the scalars (fold_steps); delta_error walks the state (_walk_prompt). A row's decisions
     up to step t read only its tokens up to t, so right-padded rows decide as each row alone would."""
-    dt = _compute_dtype(q)
+    dt = compute_dtype(q)
     if score != "delta_error":
         static = entry_scores(k.to(dt), score, scores)
         return fold_steps(static, sinks, window, retain), static, static
-    _check_chunk_size(chunk_size)
+    check_chunk_size(chunk_size)
     order, *_, exits, _ = _walk_prompt(q.detach(), k.detach(), v.detach(), {key: x.detach() for key, x in lin.items()},
                                        scale, lin_scale, sinks, window, retain, score, None, chunk_size, softmax=False)
     return fold_steps_of(order, window), None, exits
@@ -76,9 +76,9 @@ def retention_prefill_walk(q, k, v, lin, scale, lin_scale, sinks, window, retain
                            chunk_size=64, want_state=True):
     """The chunk walk, decisions and values, for every score, with autograd through it: the reference the
     layer's path (retention_prefill) is tested against."""
-    _check(q, k, v, lin, sinks, window, retain)
-    _check_chunk_size(chunk_size)
-    dt = _compute_dtype(q)
+    check_inputs(q, k, v, lin, sinks, window, retain)
+    check_chunk_size(chunk_size)
+    dt = compute_dtype(q)
     _, slot_pos, slot_score, folded, _, (y, S, Lh, static) = _walk_prompt(q, k, v, lin, scale, lin_scale, sinks,
                                                                           window, retain, score, scores, chunk_size)
     if not want_state:
@@ -94,7 +94,7 @@ def _walk_prompt(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, s
     B, T, H, D = q.shape
     Hkv = k.shape[2]
     G = H // Hkv
-    dt = _compute_dtype(q)
+    dt = compute_dtype(q)
     q, k, v = (x.to(dt) for x in (q, k, v))
     lq = lin["q"].to(dt)
     Lh = {key: lin[LIN[key]].to(dt).transpose(1, 2) for key in Q_KEYS}  # [B, H, T, *]
@@ -178,9 +178,9 @@ def _walk(Lh, lq, static, S, slot_pos, slot_score, folded, c0, c1, s, w, G, lin_
     g, u = cand["log_a"].gather(2, fq), torch.cat(us, 2)  # [B, H, n], [B, H, n, V] (0 where nothing folds)
     kf = take(cand["lk"], fq)  # [B, H, n, K]
     q = lq[:, c0:c1].transpose(1, 2)  # [B, H, n, K]
-    decay = torch.exp(_pairwise_segment_sum(g.unsqueeze(-1)).squeeze(-1)).tril()  # [i, m]: folds m+1..i
+    decay = torch.exp(pairwise_segment_sum(g.unsqueeze(-1)).squeeze(-1)).tril()  # [i, m]: folds m+1..i
     y = torch.exp(g.cumsum(-1)).unsqueeze(-1) * (q @ S) + ((q @ kf.transpose(-1, -2)) * decay) @ u
-    to_end = _exclusive_suffix_sum(g, -1)
+    to_end = exclusive_suffix_sum(g, -1)
     S = torch.exp(g.sum(-1))[..., None, None] * S + (kf * torch.exp(to_end).unsqueeze(-1)).transpose(-1, -2) @ u
     folded = folded + (fc != none).sum(-1)
     order = F.pad(cand_pos, (0, 1), value=-1).gather(2, fc)  # the position folding at each step, -1 none
@@ -204,7 +204,7 @@ def _chunk_softmax(q, k, v, c0, c1, members, s, w, scale):
     sc = torch.cat([torch.einsum("bhgid,bhld->bhgil", qc, ks),
                     torch.einsum("bhgid,bhird->bhgir", qc, kr)], -1) * scale
     ok = torch.cat([allowed.expand(B, Hkv, 1, n, pos.numel()), (members >= 0).unsqueeze(2)], -1)
-    p, _ = _masked_softmax(sc, ok)
+    p, _ = masked_softmax(sc, ok)
     Ls = pos.numel()
     o = (torch.einsum("bhgil,bhld->bhgid", p[..., :Ls], vs)
          + torch.einsum("bhgir,bhird->bhgid", p[..., Ls:], vr))

@@ -1,4 +1,4 @@
-"""Retention prefill of a right-padded batch of prompts of different lengths, in one pass (issue #17).
+"""Retention prefill of a right-padded batch of prompts of different lengths, in one pass.
 
 `retention_prefill` (models/ops/retention_prefill.py) takes rows of one length, so batched generation used to
 prefill each prompt alone: ~1,000 small ops a layer per prompt (0.33-0.38 s a 4K prompt on an H200, against
@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import torch
 
-from models.diagnostics import normalize_keys
-from models.ops.reference import _compute_dtype
-from models.ops.retention import EPS, LIN, Q_KEYS, RetentionState, _check
+from models.ops.key_stats import normalize_keys
+from models.ops.reference import compute_dtype
+from models.ops.retention import EPS, LIN, Q_KEYS, RetentionState, check_inputs
 from models.ops.retention_prefill import fold_decisions, gather_slots, ring_positions
 from models.ops.retention_rows import RetentionRows
 from models.ops.retention_static import end_slots, fold_order, linear_path, softmax_path
@@ -39,12 +39,12 @@ def retention_prefill_rows(q, k, v, lin, scale, lin_scale, sinks, window, retain
     """Whole prompts of a right-padded batch (row b: its first lengths[b] tokens), inputs as retention_prefill.
     Returns (y [B, T, H, V] in q's dtype, meaningful at each row's real positions; RetentionRows after each
     row's prompt). No autograd needed (decoding)."""
-    _check(q, k, v, lin, sinks, window, retain)
+    check_inputs(q, k, v, lin, sinks, window, retain)
     B, T = q.shape[:2]
     lens = [int(n) for n in lengths]
     if len(lens) != B or any(not 1 <= n <= T for n in lens):
         raise ValueError(f"lengths {lens} must give one length per row ({B} rows), each 1..{T} (the padded width)")
-    dt, dev = _compute_dtype(q), q.device
+    dt, dev = compute_dtype(q), q.device
     n = torch.tensor(lens, device=dev).view(B, 1, 1)
     fold, static, exits = fold_decisions(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, scores,
                                          chunk_size)  # fold [B, Hkv, T]; scores [B, T, Hkv]

@@ -1,4 +1,4 @@
-"""Decoding a batch of retention states whose rows have seen different numbers of tokens (issue #17).
+"""Decoding a batch of retention states whose rows have seen different numbers of tokens.
 
 `retention_step` (models/ops/retention.py) decides per row with torch.where/gather, but its Python branches
 depend on the step number t, shared by every row: whether t writes a sink (t < sinks), whether a token leaves
@@ -26,8 +26,8 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from models.diagnostics import normalize_keys
-from models.ops.retention import (EPS, LIN, Q_KEYS, RetentionState, _check, delta_error, lowest,
+from models.ops.key_stats import normalize_keys
+from models.ops.retention import (EPS, LIN, Q_KEYS, RetentionState, check_inputs, delta_error, lowest,
                                   entry_scores, residual, retention_step)
 
 
@@ -133,7 +133,7 @@ def steady_step_inplace(rows: RetentionRows, q, k, v, lin, pos, scale, lin_scale
     (models.retention_generate). rows.seen is not advanced (the caller knows the positions). Returns y [B, 1, H, V]."""
     st = rows.state
     s, w, r = st.sink_k.shape[2], st.win_pos.shape[0], st.ret_pos.shape[-1]
-    _check(q, k, v, lin, s, w, r)
+    check_inputs(q, k, v, lin, s, w, r)
     if q.shape[1] != 1 or w == 0:
         raise ValueError(f"the steady step takes one token and a window > 0, got T={q.shape[1]}, window={w}")
     B, _, H, D = q.shape
