@@ -363,9 +363,8 @@ class LinearizedLM(GolinearHF):
 def make_lm(backend: str, **model_args):
     """Build a backend by name (the runner's entry point); bad names/args fail before any loading."""
     check_model_args(backend, model_args)
-    if backend == "golinear-press":
-        from bench.press_backend import PressLM
-        return PressLM(**model_args)
+    if backend == "golinear-press":  # its class extends these: built by bench.execute through lm-eval's registry
+        raise ValueError("model 'golinear-press' is built by bench.press_backend.PressLM (it extends this module)")
     return {"linearized": LinearizedLM, "golinear-hf": GolinearHF}[backend](**model_args)
 
 
