@@ -1,6 +1,6 @@
 """`golinear claims`: each claim of the paper beside our evidence at 135M, with a verdict computed by a rule.
 
-Why: issue #13 asks for one table that says, claim by claim, whether the paper's findings hold on SmolLM2-135M,
+Why: a user wants one table that says, claim by claim, whether the paper's findings hold on SmolLM2-135M,
 with no number typed by hand. Every number comes from a file: the paper's from leaderboards/reference/*.csv,
 ours from the result store (the paper's metrics) or, where the store has no row yet, from the checkpoints'
 `train_config.json` (held-out cross-entropy on the held-out books: NOT the paper's metric, and labelled so).
@@ -45,9 +45,9 @@ CE = Metric("held-out CE", "nats", False, 0.02, 0.5, 3)
 METRICS = {m.name: m for m in (
     Metric("CR", "points", True, 1.0, 5.0), Metric("LAMBADA", "points", True, 1.0, 5.0),
     Metric("S-NIAH", "points", True, 1.0, 5.0), Metric("RULER", "points", True, 1.0, 5.0), CE)}
-ISSUE_TARGETS = {"CR": 0.5, "LAMBADA": 4.0}  # issue #13: default recipe vs full attention, gap in points
-DEFAULT_ROLE = "default"  # issue #17's rows are judged against this variant (the default recipe)
-ISSUE17_TOLERANCE = 0.5  # issue #17: retention's CR and LAMBADA stay within this many points of the default recipe
+ISSUE_TARGETS = {"CR": 0.5, "LAMBADA": 4.0}  # golinear's targets: default recipe vs full attention, gap in points
+DEFAULT_ROLE = "default"  # the retention rows are judged against this variant (the default recipe)
+ISSUE17_TOLERANCE = 0.5  # retention slots' CR and LAMBADA stay within this many points of the default recipe
 VERDICTS = ("holds", "does not hold", "holds on held-out CE only", "does not hold on held-out CE", "not measured")
 RULER_AGG, RULER_RET = ["CWE", "FWE", "HQA", "SQA"], ["MK", "MQ", "MV", "VT"]
 RUN_NAME = re.compile(r"^(?P<recipe>.+?)(?:-10m|-seed(?P<seed>\d+))?$")
@@ -81,7 +81,7 @@ def close_gap(s: dict, m: Metric, tol: float | None = None) -> tuple[bool | None
 
 
 def issue_target(s: dict, m: Metric) -> tuple[bool | None, str]:
-    """Every linearized row within issue #13's target gap of full attention (held-out CE: within '~')."""
+    """Every linearized row within the target gap of full attention (held-out CE: within '~')."""
     return close_gap(s, m, ISSUE_TARGETS.get(m.name))
 
 
@@ -124,7 +124,7 @@ def ruler_profile(s: dict, m: Metric) -> tuple[bool | None, str]:
 
 
 def _per_variant(s: dict, budgets: str, ok, describe) -> tuple[bool | None, str]:
-    """Roles '<variant>@<budget>' against 'default@<budget>' (issue #17): a variant meets the target when
+    """Roles '<variant>@<budget>' against 'default@<budget>' (retention slots): a variant meets the target when
     `ok(value, default, role, default_role)` holds at every one of `budgets`; the claim holds when some variant does.
     A variant short of a budget is not judged."""
     budgets = [int(b) for b in str(budgets).split(",")]  # "256, 512" (the rule's text names them)
@@ -256,7 +256,7 @@ DEFAULT = {"full": ("Full attention", None), "gdn": ("GDN", SC)}
 
 
 def retention_roles(budgets, cols=None) -> dict:
-    """Issue #17's rows at each total budget B (8 sinks): the default recipe (window B - 8) against retention slots
+    """The retention rows at each total budget B (8 sinks): the default recipe (window B - 8) against retention slots
     added seven ways: trained with half the window as slots, trained with a quarter (proj_residual), trained with
     half chosen by the fitted scorer, and the default-recipe checkpoint evaluated with half its window as slots,
     training-free, with each score and both scorer files (scripts/study/recipes.txt names the trained ones; a scorer
@@ -279,8 +279,8 @@ def retention_roles(budgets, cols=None) -> dict:
 
 
 ALL_BUDGETS = ", ".join(map(str, BUDGETS))
-ISSUE17 = "beyond the paper (issue #17)"
-ISSUE17_SEEDED = ("beyond the paper (issue #17): ahead by more than the two rows' seed stds added (the seeds column); a"
+RETENTION_SOURCE = "beyond the paper (retention slots)"
+ISSUE17_SEEDED = ("beyond the paper (retention slots): ahead by more than the two rows' seed stds added (the seeds column); a"
                   " row with one seed has no spread and does not meet it")
 
 
@@ -313,22 +313,22 @@ CLAIMS = [
           lambda ref: std_rows(ref, 7, pairs(MECHS, CONV_VS_LORA, lambda x, v: (MECHS[x], v[0]))),
           pairs(MECHS, CONV_VS_LORA, lambda x, v: x + v[1]), beats_sides(CONV_VS_LORA),
           note="the paper: 'for most benchmarks'; LoRA had a lower learning rate (5e-4), as here"),
-    Claim(f"Default recipe vs full attention: CR gap <= {ISSUE_TARGETS['CR']:g} (issue #13 target)",
+    Claim(f"Default recipe vs full attention: CR gap <= {ISSUE_TARGETS['CR']:g} (golinear's target)",
           "Tables 7, 10", default_recipe("cr"), {"full": "full", "gdn": "gdn-w56-s8-sc"}, issue_target),
-    Claim(f"Default recipe vs full attention: LAMBADA gap <= {ISSUE_TARGETS['LAMBADA']:g} (issue #13 target)",
+    Claim(f"Default recipe vs full attention: LAMBADA gap <= {ISSUE_TARGETS['LAMBADA']:g} (golinear's target)",
           "Tables 7, 10", default_recipe("lambada"), {"full": "full", "gdn": "gdn-w56-s8-sc"}, issue_target,
           ("LAMBADA", CE.name), "LAMBADA"),
     Claim(f"Without the short conv (`gdn-w56-s8`, our ablation of the default recipe) vs full attention: CR gap <= "
-          f"{ISSUE_TARGETS['CR']:g} (issue #13 target)", "Table 2 (6)", no_conv("cr"),
+          f"{ISSUE_TARGETS['CR']:g} (golinear's target)", "Table 2 (6)", no_conv("cr"),
           {"full": "full", "gdn": "gdn-w56-s8"}, issue_target),
     Claim(f"Without the short conv (`gdn-w56-s8`, our ablation of the default recipe) vs full attention: LAMBADA "
-          f"gap <= {ISSUE_TARGETS['LAMBADA']:g} (issue #13 target)", "Table 2 (6)", no_conv("lambada"),
+          f"gap <= {ISSUE_TARGETS['LAMBADA']:g} (golinear's target)", "Table 2 (6)", no_conv("lambada"),
           {"full": "full", "gdn": "gdn-w56-s8"}, issue_target, ("LAMBADA", CE.name), "LAMBADA"),
     Claim(f"The short conv on the linear path only (`gdn-w56-s8-sc-convlin`, our ablation of the default recipe) vs "
-          f"full attention: CR gap <= {ISSUE_TARGETS['CR']:g} (issue #13 target)", "Tables 7, 10",
+          f"full attention: CR gap <= {ISSUE_TARGETS['CR']:g} (golinear's target)", "Tables 7, 10",
           default_recipe("cr"), {"full": "full", "gdn": "gdn-w56-s8-sc-convlin"}, issue_target),
     Claim(f"The short conv on the linear path only (`gdn-w56-s8-sc-convlin`, our ablation of the default recipe) vs "
-          f"full attention: LAMBADA gap <= {ISSUE_TARGETS['LAMBADA']:g} (issue #13 target)", "Tables 7, 10",
+          f"full attention: LAMBADA gap <= {ISSUE_TARGETS['LAMBADA']:g} (golinear's target)", "Tables 7, 10",
           default_recipe("lambada"), {"full": "full", "gdn": "gdn-w56-s8-sc-convlin"}, issue_target,
           ("LAMBADA", CE.name), "LAMBADA"),
     Claim("Hardness-selected hybrids beat uniform ones at 10 % and 20 % full layers (LAMBADA)", "Figure 5",
@@ -347,19 +347,19 @@ CLAIMS = [
           {f"{k}@{size}": (BUDGETS[b], cols) for size, b in (("small", 128), ("large", 1024))
            for k, cols in (("agg", RULER_AGG), ("ret", RULER_RET), ("avg", RULER_COLS))},
           ruler_profile, ("RULER",), "RULER", "the paper's budgets 128 and 896; ours 128 and 1024"),
-    Claim("Retention slots beat the default recipe's S-NIAH mean at equal total budget 256 and 512 (issue #17 "
-          "target)", "issue #17", lambda ref: {}, retention_roles((256, 512)),
+    Claim("Retention slots beat the default recipe's S-NIAH mean at equal total budget 256 and 512 (golinear's "
+          "target)", "beyond the paper", lambda ref: {}, retention_roles((256, 512)),
           partial(retention_ahead, budgets="256, 512"), ("S-NIAH",), "S-NIAH", ISSUE17_SEEDED, seeded=True),
-    Claim("Retention slots beat the default recipe's MQ/MV/VT mean at equal total budget 1024 (issue #17 target)",
-          "issue #17", lambda ref: {}, retention_roles((1024,), ["MQ", "MV", "VT"]),
+    Claim("Retention slots beat the default recipe's MQ/MV/VT mean at equal total budget 1024 (golinear's target)",
+          "beyond the paper", lambda ref: {}, retention_roles((1024,), ["MQ", "MV", "VT"]),
           partial(retention_ahead, budgets="1024"), ("RULER",), "RULER", ISSUE17_SEEDED, seeded=True),
     Claim(f"Retention slots keep CR within {ISSUE17_TOLERANCE:g} points of the default recipe at equal total budget "
-          "(issue #17 target)", "issue #17", lambda ref: {}, retention_roles(BUDGETS),
-          partial(retention_within, budgets=ALL_BUDGETS, tol=ISSUE17_TOLERANCE), ("CR", CE.name), "CR", ISSUE17),
+          "(golinear's target)", "beyond the paper", lambda ref: {}, retention_roles(BUDGETS),
+          partial(retention_within, budgets=ALL_BUDGETS, tol=ISSUE17_TOLERANCE), ("CR", CE.name), "CR", RETENTION_SOURCE),
     Claim(f"Retention slots keep LAMBADA within {ISSUE17_TOLERANCE:g} points of the default recipe at equal total "
-          "budget (issue #17 target)", "issue #17", lambda ref: {}, retention_roles(BUDGETS),
+          "budget (golinear's target)", "beyond the paper", lambda ref: {}, retention_roles(BUDGETS),
           partial(retention_within, budgets=ALL_BUDGETS, tol=ISSUE17_TOLERANCE), ("LAMBADA", CE.name), "LAMBADA",
-          ISSUE17),
+          RETENTION_SOURCE),
 ]
 
 
@@ -543,7 +543,7 @@ def md_table(table: pd.DataFrame) -> str:
 def to_markdown(table: pd.DataFrame) -> str:
     rules = "\n".join(f"- {m.name}: '~' within {m.near:g} {m.unit}, '>>' ahead by at least {m.far:g} {m.unit}"
                       for m in METRICS.values())
-    rules += ("\n- issue #13's targets, default recipe vs full attention: "
+    rules += ("\n- golinear's targets, default recipe vs full attention: "
               + ", ".join(f"{k} gap <= {v:g} points" for k, v in ISSUE_TARGETS.items())
               + "\n- the held-out CE margins are chosen here (the paper reports no loss); the default recipe's "
               "seeds differ by far less (its seeds column)")
@@ -599,7 +599,8 @@ def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = Non
     png = retention_plot.plot(retention)
     files += ((out_dir / "retention.png", png),) if png else ()
     if readme is not None and Path(readme).is_file():
-        files += ((Path(readme), readme_with_table(Path(readme).read_text(), table)),)
+        from bench.readme_results import readme_with_results  # the README's compact results table
+        files += ((Path(readme), readme_with_results(readme_with_table(Path(readme).read_text(), table), out_dir)),)
     return [p for p, data in files if write_if_changed(p, data)]
 
 

@@ -106,7 +106,7 @@ def store(p):
     p.add_argument("action", choices=["merge", "stale"],
                    help="merge: copy the cells --store lacks from each SRC; stale: the cells of checkpoints whose "
                         "folder under --checkpoints now holds other weights (exit 1 while any are left)")
-    p.add_argument("src", nargs="*", help="merge: result store folders to read (e.g. a device call's returned store)")
+    p.add_argument("src", nargs="*", help="merge: result store folders to read (e.g. a store evaluated on another machine)")
     p.add_argument("--store", default="runs/store", help="the store to write to or check (default runs/store)")
     p.add_argument("--checkpoints", default="checkpoints/smollm2-135m",
                    help="stale: the checkpoint folders the cells are judged against (default checkpoints/smollm2-135m)")

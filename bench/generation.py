@@ -7,7 +7,7 @@ backend's `generate_until` (HFLM's batching by length, tokenization, post-proces
   - full-static:      the same backbone through the static-cache decoder (models/fast_decode.py), batched;
   - <linear>:         the linearized model (default: the shipped default recipe), batched on that decoder;
   - <linear>-sequential: the old path, HF generate one prompt at a time (--sequential-samples of them).
-The rows run linear, linear-sequential, full-static, full (a run cut off by a time limit keeps those issue #12
+The rows run linear, linear-sequential, full-static, full (a run cut off by a time limit keeps those
 compares first); the files list them full, full-static, linear, linear-sequential whatever the run order.
 Each row is timed after an untimed warm-up batch of each batch size it uses (kernel compilation, graph capture).
 tokens_per_s counts the returned text re-tokenized. --parity N also compares, on the first N samples, the batched
@@ -35,7 +35,7 @@ COLUMNS = KEY + ["generation", "samples", "samples_per_s", "tokens_per_s", "wall
                  "status", "commit", "date", "note"]
 PARITY_KEY = ["model", "reference", "device", "dtype", "context_length", "batch_size"]
 PARITY_COLUMNS = PARITY_KEY + ["samples", "identical", "fraction", "commit", "date"]
-RUN_ORDER = ("linear", "linear-sequential", "full-static", "full")  # the rows issue #12 needs most first
+RUN_ORDER = ("linear", "linear-sequential", "full-static", "full")  # the rows the comparison needs most first
 
 
 def _repo_root() -> Path:

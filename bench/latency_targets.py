@@ -1,4 +1,4 @@
-"""The latency targets of issue #14, checked in one place from latency.csv's rows (no torch).
+"""The latency targets, checked in one place from latency.csv's rows (no torch).
 
 Each linearized configuration (every config but the two full-attention baselines) is checked within its group
 (model, weights, dtype, device, batch) against the baselines of the same run, only where the rows exist
@@ -111,7 +111,7 @@ def checks_markdown(df) -> list[str]:
     if checks.empty:
         return []
     checks = checks.drop(columns=["weights", "dtype"])
-    return ["## Targets (issue #14), from the rows above", "",
+    return ["## Targets, from the rows above", "",
             "Each linearized configuration against the baselines of the same run (model, weights, dtype, "
             "device, batch); ratios at the longest length both have.", "",
             checks.to_markdown(index=False), ""]

@@ -1,4 +1,4 @@
-"""Issue #17's equal-budget comparison as a picture: the suite means of retention.md against the total cache budget.
+"""The retention slots' equal-budget comparison as a picture: the suite means of retention.md against the total cache budget.
 
 Why: the question the issue asks (do slots beat the default recipe and the untrained window at the same budget, and
 where) is a set of curves over budgets 128-1024; the table answers it one cell at a time. Drawn from
@@ -13,7 +13,7 @@ from bench.claims import DEFAULT_ROLE
 from bench.figures import legend_entries, png_bytes, pyplot
 from bench.retention_table import BASELINE
 
-PANELS = ("S-NIAH", "RULER", "MQ/MV/VT")  # the suite means issue #17's targets and its evaluation read
+PANELS = ("S-NIAH", "RULER", "MQ/MV/VT")  # the suite means the retention targets read
 
 
 def series(table: pd.DataFrame) -> dict:

@@ -1,6 +1,6 @@
 """The study's seeded recipes as the paper's tables report them: mean +- sample std over the seeds.
 
-Why: issue #13 reports seeded rows as mean +- std over seeds. Which runs make up a recipe, and which of them
+Why: the study reports seeded rows as mean +- std over seeds. Which runs make up a recipe, and which of them
 count (the finished run of each seed), is `bench.claims`' rule (`load_runs`, `pick`); the values are the
 store's full-set cells of each run's current files, as the claims read them. Rendered by `golinear claims`
 beside claims.md: `seeds.md` (one row per recipe with two or more seeds) and `seeds.csv` (long: one row per

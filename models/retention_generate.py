@@ -1,4 +1,4 @@
-"""Batched greedy decoding for models with retention slots (retain > 0, issue #17), with a CUDA graph on CUDA.
+"""Batched greedy decoding for models with retention slots (retain > 0), with a CUDA graph on CUDA.
 
 The static-cache decoder (models.fast_decode.FastDecoder) prefills a right-padded batch in chunks, which
 retention's prefill (models.ops.retention_prefill) cannot do. `RetentionDecoder` keeps FastDecoder's decode

@@ -1,4 +1,4 @@
-"""A fitted retention score (issue #17's third score, `retain_score=fitted`): per layer and KV head, a linear map
+"""A fitted retention score (the third retention score, `retain_score=fitted`): per layer and KV head, a linear map
 from a key's RoPE-pair magnitudes to how much the token is worth a retention slot.
 
 The features are the D/2 norms of the rotate-half pairs (i, i + D/2), which RoPE leaves unchanged, so a scorer

@@ -20,13 +20,13 @@ from pathlib import Path
 DEFAULT_BASE = "smollm2-135m"  # models.backbone.DEFAULT_BACKBONE (that module imports torch)
 MECHANISMS = ("gla", "kgla", "gdn", "hedgehog", "none")  # "none": window+sink softmax alone, no linear state
 SELECTIONS = ("uniform", "hardness")  # how keep_full picks its full-attention layers
-# retention slots (issue #17, models.ops.retention): the scores a layer computes itself (the op adds "given",
+# retention slots (models.ops.retention): the scores a layer computes itself (the op adds "given",
 # a caller's tensor); retain=0 (no slots) is the default recipe, and its keys are then left out of config.json.
 # "fitted" reads a scorer file (models.retention_scorer), named by the option `scorer` (only with it)
 RETAIN_SCORES = ("delta_error", "proj_residual", "fitted")
 RETENTION_KEYS = ("retain", "retain_score", "scorer")
 # the options that choose only which tokens the softmax sees and own no parameters: a checkpoint may be evaluated
-# under other values of these (training-free; issue #17 puts retention slots into a default-recipe checkpoint)
+# under other values of these (training-free puts retention slots into a default-recipe checkpoint)
 CACHE_KEYS = ("window", "sinks", "retain", "retain_score", "scorer")
 # the opt-in output RMSNorm after the op (models.mechanisms.OutputNorm; docs/study.md "Strict GDN at 135M"): the
 # mechanisms that take it (Hedgehog normalises by construction; none has no op); left out of config.json when off
@@ -520,7 +520,7 @@ def local_files_identity(value, names: tuple[str, ...] | None = None) -> str | N
 def checkpoint_identity(folder) -> str | None:
     """A checkpoint's identity in store keys: the hash of the two files `apply_checkpoint` loads. The run's
     log, plot and train_config.json beside them change nothing the model computes, so a log line appended
-    or a copy of the folder without them (what a device call carries) keys the same cells; a retrained
+    or a copy of the folder without them (what a copy to another machine carries) keys the same cells; a retrained
     checkpoint (new weights or config) keys new ones."""
     return local_files_identity(folder, (CONFIG, WEIGHTS, SCORER))
 

@@ -80,7 +80,7 @@ def test_ruler_profile_rule_and_the_paper_numbers_it_reads():
 
 
 def test_retention_rules_judge_each_variant_at_every_budget():
-    """Issue #17: a variant meets the target only at every named budget; some variant must; a variant short of a
+    """Retention targets: a variant meets the target only at every named budget; some variant must; a variant short of a
     budget is named, not judged; CR stays within the tolerance (points) or '~' (held-out CE)."""
     ahead = lambda s, m=CR: C.retention_ahead(s, m, budgets="256, 512")  # noqa: E731
     base = {"default@256": 5.0, "default@512": 13.0}
@@ -98,7 +98,7 @@ def test_retention_rules_judge_each_variant_at_every_budget():
 
 
 def test_retention_ahead_must_clear_the_seeds_spread():
-    """Issue #17 asks for a margin beyond the seeds' spread: with `spreads` a variant meets the target only where it
+    """The retention targets ask for a margin beyond the seeds' spread: with `spreads` a variant meets the target only where it
     and the default recipe both have seeds and the margin exceeds their stds added; a one-seed row is not met."""
     ahead = lambda s, sp: C.retention_ahead(s, CR, budgets="256", spreads=sp)  # noqa: E731
     s = {"default@256": 5.0, "half@256": 8.0}

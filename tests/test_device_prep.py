@@ -1,4 +1,4 @@
-"""The preparation scripts of the device calls (docs/gpu.md, docs/study.md): the GGUF split into parts that join
+"""The preparation scripts of the GPU runs (docs/study.md): the GGUF split into parts that join
 back to the same bytes, and the checkpoint files a call carries (a missing checkpoint is a one-line error)."""
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_pack_checkpoints_reads_a_folder_the_sparse_tree_left_out_from_head(tmp_
 
 def test_device_setup_leaves_the_callers_variables(tmp_path):
     """A script that sources the set-up keeps its own settings: retention_check.sh's PARTS (which parts run) was
-    once overwritten by the set-up's list of GGUF parts, and a device call ran none of them."""
+    once overwritten by the set-up's list of GGUF parts, and a GPU run ran none of them."""
     script = f'PARTS="c1 c2"; source {ROOT}/scripts/gpu/device_setup.sh >/dev/null; echo "PARTS=$PARTS"'
     out = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
                          env={**os.environ, "GOLINEAR_DEVICE_TMP": str(tmp_path / "dev")})

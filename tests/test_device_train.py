@@ -57,7 +57,7 @@ def test_a_stash_call_keeps_tokens_and_run_folders_and_a_later_call_brings_them_
 
 
 def test_what_comes_back_is_whole_run_folders_within_the_room_finished_first(tmp_path):
-    """An archive over the 64 MiB a call returns loses its tail (a state.pt cut in two): whole folders are chosen."""
+    """An archive over the size limit of what comes back loses its tail (a state.pt cut in two): whole folders are chosen."""
     repo, dev = tmp_path / "repo", tmp_path / "machine"
     repo.mkdir()
     (repo / "scripts").symlink_to(ROOT / "scripts")

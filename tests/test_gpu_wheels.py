@@ -1,4 +1,4 @@
-"""scripts/gpu/wheels.txt carries every distribution the project needs at run time that the lent H200's image
+"""scripts/gpu/wheels.txt carries every distribution the project needs at run time that the H200 image
 lacks (scripts/gpu/device_packages.txt): a missing one (wonderwords, once) fails each evaluation on the device."""
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ FOLDERS = sorted(p for p in CKPT_ROOT.iterdir() if (p / "new_params.safetensors"
 # (CI time: ~10 s a folder); every replica still gets the file, record and parameter checks below.
 SEED_REPLICAS = [p for p in FOLDERS if re.search(r"-seed\d+$", p.name)]
 RECIPES = [p for p in FOLDERS if p not in SEED_REPLICAS]
-# the list (#4): strict GLA, kGLA, GDN, Hedgehog; GDN + 64 window; + 56 window + 8 sinks; + short conv;
+# the list: strict GLA, kGLA, GDN, Hedgehog; GDN + 64 window; + 56 window + 8 sinks; + short conv;
 # + LoRA instead; the final recipe at a 128-token budget
 EXPECTED = {"gla", "kgla", "gdn", "hedgehog", "gdn-w64", "gdn-w56-s8", "gdn-w56-s8-sc", "gdn-w56-s8-lora",
             "gdn-w120-s8-sc"}

@@ -1,4 +1,4 @@
-"""Issue #16 on CPU: random-weight backbone folders (models.random_base) are deterministic, identical on every
+"""Scaling on CPU: random-weight backbone folders (models.random_base) are deterministic, identical on every
 rank and on every FSDP shard; an FSDP2 run on one (2 gloo processes, stopped and resumed) saves the same files
 and new parameters as a one-process run; the scaling renderer (bench.scaling) merges, computes speed-ups and
 the extrapolation, and compares evaluation stores; the device scripts' commands run with tiny settings.

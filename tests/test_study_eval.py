@@ -1,4 +1,4 @@
-"""The study's evaluation on a lent GPU (issue #13): `golinear store merge`, and scripts/study/device_eval.sh run
+"""The study's evaluation on a GPU machine: `golinear store merge`, and scripts/study/device_eval.sh run
 as a CPU dry run (two workers, a deadline inside the call, a second call on the same machine, the merge)."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def committed_cell(task: str) -> dict:
 
 
 def with_limit(cell: dict, limit: int) -> dict:
-    """The same cell under another key (limit), as a device call with --limit would write it."""
+    """The same cell under another key (limit), as a GPU run with --limit would write it."""
     key = {**cell["key"], "config": {**cell["key"]["config"], "limit": limit}}
     return {**cell, "key": key, "digest": CellKey.from_dict(key).digest}
 

@@ -20,7 +20,7 @@ _DOLLAR = "$"
 DIARY_PATTERNS = [
     ("numbered session", r"\bsessions?\s*#?\d+\b|\bsession-\d+\b"),
     ("lent machine", r"\blent\b"),
-    ("device call", r"\bdevice[ -]calls?\b|\bcall-by-call\b|\bper[ -]call\b|\bcalls? to the device\b"),
+    ("device call", r"\bdevice[ -]calls?\b|\bcall-by-call\b|\b\d+\s*[KMG]i?B (?:per|a|each) call\b|\bper-call (?:size|limit)"),
     ("device time", r"\bdevice[ -](?:time|budget|minutes|hours|seconds)\b"),
     ("remote output folder", "(?-i:" + re.escape(_DOLLAR) + r"\{?OUT\b)"),
     ("issue number", r"\b(?:issues?|PRs?|pull requests?|tickets?)\s*#?\d+\b|(?<![\w&#/])#\d{1,4}(?:'s|\b)(?![0-9a-f;])"),
@@ -74,7 +74,7 @@ def test_a_planted_diary_line_fails(line):
 
 
 @pytest.mark.parametrize("line", [
-    "The decoder makes one call to prefill, then one step per token.",
+    "The decoder makes one call to prefill, then one step per token; each op picks its backend per call.",
     "Time on the device is measured with CUDA events; the session's tokenizer is reused.",
     "Each cell keeps its provenance; an issue in the store is reported with its path.",
     "Table 2 lists 13 rows; colour #1f77b4 marks GDN; see section 3.",

@@ -1,4 +1,4 @@
-"""GDN + sinks + sliding window + content-aware retention slots (issue #17): the pure-PyTorch reference.
+"""GDN + sinks + sliding window + content-aware retention slots: the pure-PyTorch reference.
 
 The cache budget per KV head is `sinks + window + retain` softmax slots. Token j (j >= sinks) leaves the
 window at step t = j + window. It then competes with the tokens in the `retain` slots: the candidate with

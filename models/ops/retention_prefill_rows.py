@@ -1,4 +1,4 @@
-"""Retention prefill of a right-padded batch of prompts of different lengths, in one pass (issue #17).
+"""Retention prefill of a right-padded batch of prompts of different lengths, in one pass.
 
 `retention_prefill` (models/ops/retention_prefill.py) takes rows of one length, so batched generation used to
 prefill each prompt alone: ~1,000 small ops a layer per prompt (0.33-0.38 s a 4K prompt on an H200, against

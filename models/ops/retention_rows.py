@@ -1,4 +1,4 @@
-"""Decoding a batch of retention states whose rows have seen different numbers of tokens (issue #17).
+"""Decoding a batch of retention states whose rows have seen different numbers of tokens.
 
 `retention_step` (models/ops/retention.py) decides per row with torch.where/gather, but its Python branches
 depend on the step number t, shared by every row: whether t writes a sink (t < sinks), whether a token leaves

@@ -1,5 +1,5 @@
 """Retention with scores fixed at arrival (`proj_residual`, `given`): decide every slot first, then run two
-ordinary ops (issue #17; the rule is in models/ops/retention.py).
+ordinary ops (the rule is in models/ops/retention.py).
 
 When the score does not depend on the state, the slots after any step hold the r best (score, position) of
 the tokens that have left the window (the lowest score folds, ties: the earliest position). So token j >= sinks,
