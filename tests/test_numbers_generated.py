@@ -4,7 +4,8 @@ A number typed into prose drifts when the files it came from are regenerated. Th
 docs/*.md and fails on any decimal number (a score, a ratio such as ``5.8x``, a speed, a percentage with decimals)
 that appears in no generated file: the tables and CSVs under leaderboards/, the training records
 (checkpoints/**/train_config.json, written by `golinear train`) and the generated snippets between marker comments
-in the pages themselves. A number matches when a generated number printed with more decimals rounds to it.
+in the pages themselves. A number matches when a generated number printed with more decimals rounds to it (to
+two decimals or more; a one-decimal number must be printed so in a generated file, else too many would match).
 
 Not checked, because they are not results: fenced and indented code blocks, inline code, link targets, HTML
 comments, version-like strings (``Llama-3.1-8B``, ``2.13.0``), numbers fused to a unit letter (``10.24M`` tokens,
@@ -61,7 +62,9 @@ def generated_numbers(extra_texts: list[str] = ()) -> set[str]:
             value = float(token)
             found.add(token)
             for d in range(1, decimals):
-                found.add(f"{value:.{d}f}")
+                rounded = f"{value:.{d}f}"
+                if d >= 2 or float(rounded) == value:  # one decimal only where nothing is lost: 99.6000 -> 99.6
+                    found.add(rounded)
     return found
 
 
