@@ -1,5 +1,5 @@
 """The Figure 5 analog: strict GDN with a share of the layers kept as full attention, spread evenly or chosen by
-`golinear diagnose`'s hardness score, on CR and LAMBADA (issue #13).
+`golinear diagnose`'s hardness score, on CR and LAMBADA.
 
 Why its own table: the standard table lists every model flat; the paper's question here is a curve, quality against
 the share of full-attention layers for two ways of choosing them. Rows come from the result store's full-set cells

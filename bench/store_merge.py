@@ -1,6 +1,6 @@
 """`golinear store merge SRC... --store DEST`: copy the finished cells of other stores into one.
 
-Why: device calls evaluate into a store on the machine and return its new cell files; this is the step that
+Why: a GPU machine evaluates into a store of its own and returns its new cell files; this is the step that
 adds them to the committed store (bench.store.Store.merge_from: a cell DEST already holds is kept as it is,
 never overwritten). Every source cell is validated first, so a damaged file stops the merge (exit 2) before
 anything is written.

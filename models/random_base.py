@@ -1,7 +1,7 @@
 """Random-weight backbones as small folders: `config.json`, a tokenizer and `golinear_random.json`, no weights.
 
-Why: the scaling runs (issue #16) need 8B- and 32B-dimension backbones on a machine with no network, and a
-16-64 GB weight folder would cost minutes of device time to write and read. Here the weights are a function
+Why: the scaling runs need 8B- and 32B-dimension backbones on a machine with no network, and a
+16-64 GB weight folder would cost minutes of GPU time to write and read. Here the weights are a function
 of (seed, parameter name, shape, device type): every parameter is drawn on its own generator seeded by
 (seed, crc32(name)), so any rank can make any parameter, or only its FSDP shard of it, without reading a file
 or talking to another rank, and every rank of one device type gets the same values (CPU and CUDA generators

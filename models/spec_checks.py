@@ -1,5 +1,5 @@
 """The checks of a model configuration against its backbone that need files but no weights: the backbone's
-config.json (a few KB) for the linearize options. They run before any model loads (issue #18); the values
+config.json (a few KB) for the linearize options. They run before any model loads; the values
 themselves, and a checkpoint's files, are checked in models.spec."""
 from __future__ import annotations
 

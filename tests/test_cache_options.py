@@ -1,5 +1,5 @@
 """A checkpoint evaluated under other cache options (models.spec.CACHE_KEYS: window, sinks, retain, retain_score),
-training-free: the same trained parameters, another set of tokens for the softmax (issue #17 puts retention slots
+training-free: the same trained parameters, another set of tokens for the softmax (this puts retention slots
 into a default-recipe checkpoint). Tiny Llama backbone on the CPU."""
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ def test_shipped_checkpoint_passes_and_a_damaged_copy_fails(tmp_path, capsys):
 
 
 def test_temp_store_is_removed_on_sigterm_and_swept_after_sigkill(tmp_path):
-    """A killed `golinear check` leaves no temp store (#18): SIGTERM unwinds; SIGKILL's is swept next time."""
+    """A killed `golinear check` leaves no temp store: SIGTERM unwinds; SIGKILL's is swept next time."""
     import signal
     code = ("import sys, time; sys.path.insert(0, '.'); from bench.check import temp_store\n"
             "with temp_store() as d:\n    print(d, flush=True)\n    time.sleep(60)\n")

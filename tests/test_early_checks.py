@@ -1,4 +1,4 @@
-"""Issue #18: every check that can run before a model loads does, as one line with exit code 2 and
+"""Every check that can run before a model loads does, as one line with exit code 2 and
 nothing written (the rows of the issue's hostile-user table that end in an error)."""
 import json
 import shutil

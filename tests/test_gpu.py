@@ -114,7 +114,7 @@ def test_recurrent_forward(mech, T, dtype):
 
 @pytest.mark.parametrize("D,H", [(64, 9), (128, 8)], ids=["smollm2-d64", "8b-d128"])
 def test_gdn_training_shapes_backward(D, H):
-    """The shapes we train with (bf16, T=4096): FLA's chunk backward run past the #640 guard."""
+    """The shapes we train with (bf16, T=4096): FLA's chunk backward run past FLA's Hopper/triton guard."""
     _compare("gdn", "chunk", torch.bfloat16, B=1, T=4096, H=H, D=D)
 
 
@@ -124,7 +124,7 @@ def test_gdn_guard_bypass_is_scoped():
     fla_backend.load_fla()
     chunk_o = fla_backend.kernels.chunk_o
     if not (chunk_o.IS_NVIDIA_HOPPER and chunk_o.TRITON_ABOVE_3_4_0 and not chunk_o.TRITON_ABOVE_3_7_1):
-        pytest.skip("the #640 guard is not active on this GPU / triton")
+        pytest.skip("FLA's Hopper/triton guard is not active on this GPU / triton")
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
     x, _ = _inputs("gdn", 1, 64, 2, 64, torch.bfloat16)
     o, _ = chunk_gated_delta_rule(q=x["q"], k=x["k"], v=x["v"], g=x["log_a"].float(), beta=x["beta"])
@@ -255,7 +255,7 @@ def test_batched_generation_on_cuda(mech):
     assert same == len(prompts), (got, alone)
 
 
-# ----------------------------------------------------------------------------------------------- fast prefill (#12)
+# ----------------------------------------------------------------------------------------------- fast prefill
 @pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
 @pytest.mark.parametrize("with_state", [False, True], ids=["zeros", "state"])
 def test_prefill_conv_kernel(dtype, with_state):
@@ -349,7 +349,7 @@ def test_fast_prefill_matches_plain_prefill(dtype, monkeypatch):
     assert max(errs) < TOL[dt][0], errs
 
 
-# ----------------------------------------------------------------------------------------------- fused decode step (#14)
+# ----------------------------------------------------------------------------------------------- fused decode step
 @pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
 def test_gdn_step_inplace_matches_reference(dtype):
     """FLA's recurrent GDN kernel with h0 = ht (the state written over itself) == the reference step, at the

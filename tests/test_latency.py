@@ -495,7 +495,7 @@ def test_chunk_shapes_names_every_chunk_a_timed_prefill_runs():
     assert chunk_shapes(100, 0) == {(True, 100)}
 
 
-# ------------------------------------------------------------------ retention slots (issue #17)
+# ------------------------------------------------------------------ retention slots
 def _retention_hand_count(batch, heads, kv_heads, head_dim, sinks, window, retain, elt=4):
     """Per linearized layer, the retention terms of bench/decode_bound.py from the shapes (fp32 state): K or V
     of one slot for every KV head, and one slot's fold inputs (lk, lv [H, D], log_a, beta [H])."""

@@ -1,4 +1,4 @@
-"""The opt-in output norm (out_norm, issue #13; docs/study.md "Strict GDN at 135M"): absent by default (same
+"""The opt-in output norm (out_norm; docs/study.md "Strict GDN at 135M"): absent by default (same
 parameters, keys and op outputs as before), one norm on every path (parallel, LinearCache decoding, chunked
 prefill + static decode), saved in checkpoints, calibrated to the attention output's size, refused where
 it has no meaning."""

@@ -35,7 +35,7 @@ def test_recipe_is_a_valid_run_and_matches_its_checkpoint(name):
     args = build_parser("train").parse_args(["train", "--base", "smollm2-135m", *RECIPES[name]])
     folder = CKPT / name
     if not (folder / "config.json").exists():
-        pytest.skip(f"{name}: not trained yet (docs/study.md, the GPU queue)")
+        pytest.skip(f"{name}: not trained yet (docs/study.md)")
     linearize = LinearizeConfig.from_dict(linearize_options(args)).to_dict()
     saved = read_checkpoint_config(folder)["linearize"]  # a scorer copy's name resolved in the folder
     if "scorer" in linearize:  # the checkpoint's copy is the recipe's scorer file, byte for byte

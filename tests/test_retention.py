@@ -1,4 +1,4 @@
-"""Retention slots (models/ops/retention.py, issue #17): the chunked prefill and the decode step against the
+"""Retention slots (models/ops/retention.py): the chunked prefill and the decode step against the
 per-token definition, retain=0 against the default recipe (reference ops and LinearizedAttention itself),
 token accounting, a fixed-size cache, and which tokens the slots keep. Then the wiring: the layer with
 retain > 0 against the definition, HF-generate decoding against the full forward, a fixed-size LinearCache,

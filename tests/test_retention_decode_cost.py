@@ -1,4 +1,4 @@
-"""The retention decode step's cost does not depend on the context length (issue #17), checked on the CPU.
+"""The retention decode step's cost does not depend on the context length, checked on the CPU.
 
 RetentionDecoder's steady step (models.ops.retention_rows.steady_step_inplace) is what a CUDA graph replays per
 token, so it must dispatch the same work whatever the prompt length, keep fixed-size state, and read no host
@@ -18,7 +18,7 @@ from test_retention_generate import RECIPE, SCORES, _states
 
 HOST_VALUES = {"lift_fresh", "lift_fresh_copy", "_local_scalar_dense"}  # a host number into, or out of, a tensor
 # Kernels per middle layer of one steady decode step (bf16, SmolLM2's heads, sinks 8 + window 28 + retain 28,
-# short conv, CPU count). Before issue #17's decode work: 191 (proj_residual), 187 of them in a step that also
+# short conv, CPU count). Before the retention decode work: 191 (proj_residual), 187 of them in a step that also
 # made 3 host->device copies (a sync each on CUDA); the default recipe's eager step is 77 (test_overhead.py).
 KERNEL_BOUND = 153
 COMPILED_KERNEL_BOUND = 22  # GOLINEAR_FUSED_DECODE=1 (layer step compiled, glue fused): inductor kernels one each

@@ -248,7 +248,7 @@ def test_killed_cell_resumes_from_its_request_cache(tmp_path, monkeypatch):
         assert resumed["metrics"][k]["value"] == pytest.approx(m["value"], rel=1e-6), k
 
 
-# ----------------------------------------------------------------------------- issue #18 (slow, real runs)
+# ----------------------------------------------------------------------------- bad input and re-runs (slow, real runs)
 @pytest.mark.slow
 def test_two_identical_runs_at_once_both_finish_and_share_the_work(tmp_path):
     """Two identical `golinear run`s on one store: both exit 0, every cell is evaluated once (claims), and

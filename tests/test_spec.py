@@ -1,4 +1,4 @@
-"""models.spec, the one schema of a model configuration (issue #15 item 1): every front end round-trips
+"""models.spec, the one schema of a model configuration: every front end round-trips
 through ModelSpec, and each bad value gets one message naming the value and what is allowed."""
 import argparse
 import dataclasses
@@ -106,7 +106,7 @@ def test_store_key_and_budget_of_a_checkpoint_folder():
 
 
 def test_a_checkpoint_is_keyed_by_the_files_it_loads(tmp_path):
-    """The run's log and plot beside a checkpoint do not make another model (a device call carries the folder
+    """The run's log and plot beside a checkpoint do not make another model (a copy to another machine carries the folder
     without them); its weights or config do."""
     import shutil
     folder = tmp_path / CKPT.name
@@ -202,7 +202,7 @@ def test_cell_provenance_reads_the_loaded_configuration_through_the_schema():
 
 
 def test_retention_options_flow_through_every_front_end():
-    """retain / retain_score (issue #17): string, model_args, checkpoint config and LinearizeConfig; without
+    """retain / retain_score: string, model_args, checkpoint config and LinearizeConfig; without
     slots the keys are absent everywhere, so store keys and checkpoints made before them are unchanged."""
     from models.linearize import LinearizeConfig
     text = "gdn-default,retain=8,retain_score=proj_residual"

@@ -1,4 +1,4 @@
-"""Issue #18: a number in the store is the number of the data and model it names.
+"""A number in the store is the number of the data and model it names.
 
 Data-aware cell keys (and the committed store still found), SHA256SUMS and truncated-gzip checks,
 invalid cell files set aside and re-evaluated, exclusive cell claims, umask file modes, an empty

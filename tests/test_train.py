@@ -295,7 +295,7 @@ def test_sigterm_stops_after_the_step_in_flight_and_resumes_exactly(tmp_path):
         assert torch.equal(p, second.named[name]), name
 
 
-# ------------------------------------------------------------------------------------- re-run semantics (#18)
+# ------------------------------------------------------------------------------------- re-run semantics
 def test_restart_without_state_drops_the_killed_attempts_log(tmp_path):
     """Killed before the first state save: the re-run starts at step 0 and its log holds each step once."""
     model, tok = _stand_in()

@@ -1,4 +1,4 @@
-"""The decoder layer's glue in the fast decode step, fused (issue #14; GOLINEAR_FUSED_DECODE, as fused_decode).
+"""The decoder layer's glue in the fast decode step, fused (GOLINEAR_FUSED_DECODE, as fused_decode).
 
 Around each attention step a Llama/Qwen decoder layer runs two RMSNorms, two residual adds and the MLP's
 SiLU(gate) * up: about 25 small kernels per layer and token in eager PyTorch (tests/test_overhead.py), the same

@@ -61,7 +61,7 @@ def load_fla():
     """Import the FLA pieces used here; raises ImportError (no fla / no triton) like a plain import."""
     if "chunk_gla" in kernels.__dict__:
         return
-    import fla.ops.common.chunk_o as chunk_o  # module global holding the #640 guard flag
+    import fla.ops.common.chunk_o as chunk_o  # module global holding the Hopper/triton guard flag
     from fla.ops.attn.parallel import parallel_attn_fwd
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
     from fla.ops.gated_delta_rule.chunk import ChunkGatedDeltaRuleFunction
@@ -152,7 +152,7 @@ def gla_recurrent(q, k, v, log_a, scale, initial_state=None, output_final_state=
 # ----------------------------------------------------------------------------------------------- GDN
 @contextlib.contextmanager
 def hopper_guard_bypassed():
-    """Let FLA run its gated chunk backward on Hopper with triton < 3.7.1 (FLA #640) for this scope only."""
+    """Let FLA run its gated chunk backward on Hopper with triton < 3.7.1 (flash-linear-attention/issues/640) for this scope only."""
     chunk_o = kernels.chunk_o
     old = chunk_o.TRITON_ABOVE_3_4_0
     chunk_o.TRITON_ABOVE_3_4_0 = False

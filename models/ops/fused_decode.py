@@ -1,4 +1,4 @@
-"""The default recipe's steady decode step in few kernels (issue #14): GOLINEAR_FUSED_DECODE.
+"""The default recipe's steady decode step in few kernels: GOLINEAR_FUSED_DECODE.
 
 LinearizedAttention.step (models/layers.py) is the definition; it issues ~50 small kernels per layer around one
 FLA call, and the CUDA-graph-replayed step costs kernels x a launch floor. `fused_step` computes the same thing

@@ -1,0 +1,95 @@
+"""The project speaks to its users: no tracked file reads like a team's run diary.
+
+Walks the tracked text files (``git ls-files``) and fails on words that belong to how the work was organised
+rather than to golinear: numbered sessions, lent machines, device calls and device time, per-call size limits,
+the remote output folder variable, issue numbers and work-period phrasing. The patterns are narrow enough that
+ordinary English ("a call to prefill", "the session's tokenizer", "time on the device") passes.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_DOLLAR = "$"
+
+# (what it is, pattern); compiled case-insensitively.
+DIARY_PATTERNS = [
+    ("numbered session", r"\bsessions?\s*#?\d+\b|\bsession-\d+\b"),
+    ("lent machine", r"\blent\b"),
+    ("device call", r"\bdevice[ -]calls?\b|\bcall-by-call\b|\b\d+\s*[KMG]i?B (?:per|a|each) call\b|\bper-call (?:size|limit)"),
+    ("device time", r"\bdevice[ -](?:time|budget|minutes|hours|seconds)\b"),
+    ("remote output folder", "(?-i:" + re.escape(_DOLLAR) + r"\{?OUT\b)"),
+    ("issue number", r"\b(?:issues?|PRs?|pull requests?|tickets?)\s*#?\d+\b|(?<![\w&#/])#\d{1,4}(?:'s|\b)(?![0-9a-f;])"),
+    ("work period", r"\bwork(?:ing)? periods?\b|\b(?:this|last|next|previous|earlier|later) session\b"
+                    r"|\bGPU queue\b|\bits queue\b|\bcost (?:us )?device\b"),
+]
+COMPILED = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in DIARY_PATTERNS]
+
+SKIP_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".pdf", ".safetensors", ".bin", ".pt", ".gz", ".whl", ".zip"}
+
+
+def tracked_text_files() -> list[Path]:
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    paths = []
+    for name in out.decode().split("\0"):
+        path = ROOT / name
+        if not name or path.suffix.lower() in SKIP_SUFFIXES or not path.is_file():
+            continue
+        if path == Path(__file__).resolve():
+            continue  # this file names the patterns it looks for
+        paths.append(path)
+    return paths
+
+
+def diary_hits(text: str) -> list[tuple[int, str, str]]:
+    """(line number, kind, matched text) for every diary word in ``text``."""
+    hits = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for name, pattern in COMPILED:
+            for match in pattern.finditer(line):
+                hits.append((number, name, match.group(0)))
+    return hits
+
+
+def read_text(path: Path) -> str | None:
+    data = path.read_bytes()
+    if b"\0" in data[:8192]:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+@pytest.mark.parametrize("line", [
+    "Ran in session 31 on the lent H200.",
+    "Two device calls (9.5 minutes of device time) trained it.",
+    "Each part stays under 64 MiB per call; results go to " + _DOLLAR + "OUT/store.",
+    "See issue #17 and #13's targets.",
+    "In the previous session the GPU queue held three runs.",
+])
+def test_a_planted_diary_line_fails(line):
+    assert diary_hits(line), line
+
+
+@pytest.mark.parametrize("line", [
+    "The decoder makes one call to prefill, then one step per token; each op picks its backend per call.",
+    "Time on the device is measured with CUDA events; the session's tokenizer is reused.",
+    "Each cell keeps its provenance; an issue in the store is reported with its path.",
+    "Table 2 lists 13 rows; colour #1f77b4 marks GDN; see section 3.",
+    "The output norm is applied per head, the retention slots per layer.",
+])
+def test_ordinary_english_passes(line):
+    assert not diary_hits(line), diary_hits(line)
+
+
+def test_tracked_files_speak_to_users():
+    found = []
+    for path in tracked_text_files():
+        text = read_text(path)
+        if text is None:
+            continue
+        for number, name, matched in diary_hits(text):
+            found.append(f"{path.relative_to(ROOT)}:{number}: {name}: {matched!r}")
+    assert not found, f"{len(found)} diary words in tracked files:\n" + "\n".join(found[:200])
