@@ -1,4 +1,4 @@
-"""The latency targets of issue #14, checked in one place from latency.csv's rows (no torch).
+"""The latency targets, checked in one place from latency.csv's rows (no torch).
 
 Each linearized configuration (every config but the full-attention baselines) is checked within its group
 (model, weights, dtype, device, batch) against the strongest baseline of the same run, only where the rows exist

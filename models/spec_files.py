@@ -104,7 +104,7 @@ def local_files_identity(value, names: tuple[str, ...] | None = None) -> str | N
 def checkpoint_identity(folder) -> str | None:
     """A checkpoint's identity in store keys: the hash of the two files `apply_checkpoint` loads. The run's
     log, plot and train_config.json beside them change nothing the model computes, so a log line appended
-    or a copy of the folder without them (what a device call carries) keys the same cells; a retrained
+    or a copy of the folder without them (the two files alone, on another machine) keys the same cells; a retrained
     checkpoint (new weights or config) keys new ones."""
     return local_files_identity(folder, (CONFIG, WEIGHTS, SCORER))
 

@@ -1,5 +1,5 @@
 """bench.fitted_format: what a scorer was fitted to (from its metadata, old files included), the label rule, its use
-in issue #17's row labels, and bench.needle_types' table built on it."""
+in the retention rows' labels, and bench.needle_types' table built on it."""
 from __future__ import annotations
 
 import importlib.util

@@ -23,7 +23,9 @@ DIARY_PATTERNS = [
     ("device call", r"\bdevice[ -]calls?\b|\bcall-by-call\b|\b\d+\s*[KMG]i?B (?:per|a|each) call\b|\bper-call (?:size|limit)"),
     ("device time", r"\bdevice[ -](?:time|budget|minutes|hours|seconds)\b"),
     ("remote output folder", "(?-i:" + re.escape(_DOLLAR) + r"\{?OUT\b)"),
-    ("issue number", r"\b(?:issues?|PRs?|pull requests?|tickets?)\s*#?\d+\b|(?<![\w&#/])#\d{1,4}(?:'s|\b)(?![0-9a-f;])"),
+    # (PR needs a space or '#': base64 text holds 'Pr7'; a '#' after ':' is a CSS colour, e.g. color:#222)
+    ("issue number", r"\b(?:issues?|pull requests?|tickets?)\s*#?\d+\b|\bPRs?(?:\s+#?|#)\d+\b"
+                     r"|(?<![\w&#/:])#\d{1,4}(?:'s|\b)(?![0-9a-f;])"),
     ("work period", r"\bwork(?:ing)? periods?\b|\b(?:this|last|next|previous|earlier|later) session\b"
                     r"|\bGPU queue\b|\bits queue\b|\bcost (?:us )?device\b"),
 ]
