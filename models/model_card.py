@@ -75,7 +75,7 @@ def score_lines(scores: list[dict]) -> list[str]:
     lines = ["| task | metric | value | stderr | n | setting |", "|---|---|---:|---:|---:|---|"]
     for s in sorted(scores, key=lambda s: (s["task"], s["metric"], s.get("setting", ""))):
         pct = "perplexity" not in s["metric"]
-        scale = 100.0 if pct else 1.0
+        scale = 100.0 if s["metric"].startswith("acc") else 1.0  # accuracies are 0-1; RULER's scores already 0-100
         stderr = "" if s.get("stderr") is None else f"{s['stderr'] * scale:.2f}"
         lines.append(f"| {s['task']} | {s['metric']}{' (%)' if pct else ''} | {s['value'] * scale:.2f} | {stderr} | "
                      f"{s.get('n', '')} | {s.get('setting', '')} |")

@@ -41,7 +41,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--limit", type=int, default=84, help="documents per task (84: 168 PIQA + 336 HellaSwag requests)")
     p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--linear", default="checkpoints/smollm2-135m/gdn-w56-s8-sc-10m",
+    p.add_argument("--linear", default="checkpoints/smollm2-135m/gdn-w56-s8-sc",
                    help="checkpoint folder of the linearized model (default: the shipped default recipe)")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--device", default="cpu")

@@ -11,7 +11,7 @@ from bench.cli import main as golinear
 from bench.store import Store
 from models.spec import checkpoint_identity
 
-SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc-10m"
+SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
 
 
 def cell(store, key: str, task: str, value: float, n: int, config=None, metric="acc"):
