@@ -36,7 +36,9 @@ def _seeded(seeds: pd.DataFrame, recipe: str, column: str) -> str:
 
 
 def _retention(ret: pd.DataFrame, budget: int, row: str, column: str) -> str:
-    cell = ret[(ret.budget == budget) & (ret.row == row) & (ret.column == column)]
+    # a row's name may carry the fitted-format note (bench.fitted_format.fitted_label): "<row> [fitted to ...]"
+    names = ret.row.str.replace(r" \[fitted to [^\]]*\]$", "", regex=True)
+    cell = ret[(ret.budget == budget) & (names == row) & (ret.column == column)]
     if not len(cell):
         return "not measured"
     n = int(cell.n.iloc[0])

@@ -55,18 +55,22 @@ def build_wheel(dest: Path, pyproject_text: str) -> Path:
     for name in ("bench", "models", "tasks"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "README.md", src / "README.md")
-    (src / "pyproject.toml").write_text(pyproject_text)
+    # golinear's requirements under another name: the running checkout's own (editable) golinear, seen through the
+    # .pth file, would otherwise answer for it, and pip would plan nothing
+    (src / "pyproject.toml").write_text(re.sub(r'(?m)^name = "golinear"', 'name = "golinear-probe"', pyproject_text))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
                     str(dest / "wheels"), str(src)], check=True, capture_output=True, timeout=600)
-    return next((dest / "wheels").glob("golinear-*.whl"))
+    return next((dest / "wheels").glob("golinear_probe-*.whl"))
 
 
 def other_torch_wheelhouse(request) -> Path:
     """A folder holding torch OTHER_TORCH and its own dependencies' wheels: $GOLINEAR_OTHER_TORCH_WHEELS, or
-    downloaded from the index once into pytest's cache folder (about 3 GB: the CUDA build's libraries)."""
+    downloaded from the index once into the user's cache folder (about 3 GB: the CUDA build's libraries), which
+    later clones of the repository on the same machine reuse."""
     if os.environ.get("GOLINEAR_OTHER_TORCH_WHEELS"):
         return Path(os.environ["GOLINEAR_OTHER_TORCH_WHEELS"])
-    cache = Path(request.config.cache.mkdir("other-torch"))
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "golinear" / "other-torch"
+    cache.mkdir(parents=True, exist_ok=True)
     if not list(cache.glob(f"torch-{OTHER_TORCH}-*.whl")):
         got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", f"torch=={OTHER_TORCH}", "-d", str(cache)],
                              capture_output=True, text=True, timeout=3600)
@@ -80,7 +84,7 @@ def plan(venv: Path, wheel: Path) -> tuple[int, list[str], str]:
     pip's messages)."""
     report = venv / "report.json"
     run = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--dry-run", "--no-index",
-                          "--find-links", str(wheel.parent), "--report", str(report), "golinear"],
+                          "--find-links", str(wheel.parent), "--report", str(report), "golinear-probe"],
                          capture_output=True, text=True, timeout=600)
     if run.returncode:
         return run.returncode, [], run.stderr[-1500:]
@@ -107,16 +111,17 @@ def test_installing_golinear_keeps_the_torch_already_there(tmp_path, request):
 
     pyproject = (ROOT / "pyproject.toml").read_text()
     code, installs, messages = plan(venv, build_wheel(tmp_path / "ranges", pyproject))
-    assert (code, installs) == (0, ["golinear"]), messages
+    assert (code, installs) == (0, ["golinear-probe"]), messages
     old = re.sub(r'"torch[^"]*"', '"torch==2.13.0"', pyproject, count=1)
     code, installs, messages = plan(venv, build_wheel(tmp_path / "pinned", old))
     # the check can fail: with the exact pin pip sets out to replace torch 2.11 (offline it then stops at the new
     # torch's own requirements, online it would install it)
     assert "torch" in installs or (code != 0 and "(from torch)" in messages), messages
 
-    wheel = next((tmp_path / "ranges" / "wheels").glob("golinear-*.whl"))
-    subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheel.parent), "golinear"],
+    wheel = next((tmp_path / "ranges" / "wheels").glob("golinear_probe-*.whl"))
+    subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheel.parent),
+                    "golinear-probe"],
                    check=True, capture_output=True, timeout=600)
     assert subprocess.run(version, capture_output=True, text=True).stdout.strip() == OTHER_TORCH
-    shown = subprocess.run([py, "-m", "pip", "show", "golinear"], capture_output=True, text=True).stdout
+    shown = subprocess.run([py, "-m", "pip", "show", "golinear-probe"], capture_output=True, text=True).stdout
     assert "Version: 0.1.0" in shown

@@ -26,7 +26,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models import layers, mechanisms, ops  # noqa: E402
+from models import mechanisms, ops  # noqa: E402
+from models.policies import window_sinks  # noqa: E402  (the window + sinks policy runs the chunked prefill)
 from models.ops import fla_backend, reference  # noqa: E402
 
 RECIPES = {"gdn": dict(mechanism="gdn"), "gdn-default": dict(mechanism="gdn", window=56, sinks=8, short_conv=True)}
@@ -120,7 +121,7 @@ def measure(recipe: str, B=2, T=4096, heads=8, kv_heads=2, head_dim=64, chunk=10
     model = tiny_model(recipe, heads * head_dim, heads, kv_heads, head_dim)
     ids = torch.randint(0, 64, (B, T), generator=torch.Generator().manual_seed(0))
     mode = Traffic()
-    real_chunk = layers.prefill_chunk
+    real_chunk = window_sinks.prefill_chunk
 
     def counted(*args, **kw):
         with mode:
@@ -135,7 +136,7 @@ def measure(recipe: str, B=2, T=4096, heads=8, kv_heads=2, head_dim=64, chunk=10
                 mp.setitem(fla_backend.kernels.__dict__, name, fn)
             else:
                 mp.setattr(fla_backend, name, fn)
-        mp.setattr(layers, "prefill_chunk", counted)
+        mp.setattr(window_sinks, "prefill_chunk", counted)
         FastDecoder(model, prefill_chunk=chunk, use_graph=False).prefill(ids)
     per = model.config.num_hidden_layers * (-(-T // chunk))
     scale = lambda c: {k: v / per for k, v in c.items()}  # noqa: E731
