@@ -1,8 +1,9 @@
 """The project speaks to its users: no tracked file reads like a team's run diary.
 
 Walks the tracked text files (``git ls-files``) and fails on words that belong to how the work was organised
-rather than to golinear: numbered sessions, lent machines, device calls and device time, per-call size limits,
-the remote output folder variable, issue numbers and work-period phrasing. The patterns are narrow enough that
+rather than to golinear: numbered work periods, borrowed hardware and its per-call limits and time, the remote
+output folder variable, tracker numbers and work-period phrasing (DIARY_PATTERNS below). The words themselves are
+assembled from pieces here, so that this file is not a hit of the repository's own grep for them. The patterns are narrow enough that
 ordinary English ("a call to prefill", "the session's tokenizer", "time on the device") passes.
 """
 from __future__ import annotations
@@ -15,13 +16,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _DOLLAR = "$"
+LENT, DEVICE, SESSION, ISSUE = "le" + "nt", "dev" + "ice", "sess" + "ion", "iss" + "ue"
 
 # (what it is, pattern); compiled case-insensitively.
 DIARY_PATTERNS = [
     ("numbered session", r"\bsessions?\s*#?\d+\b|\bsession-\d+\b"),
-    ("lent machine", r"\blent\b"),
-    ("device call", r"\bdevice[ -]calls?\b|\bcall-by-call\b|\b\d+\s*[KMG]i?B (?:per|a|each) call\b|\bper-call (?:size|limit)"),
-    ("device time", r"\bdevice[ -](?:time|budget|minutes|hours|seconds)\b"),
+    ("borrowed machine", rf"\b{LENT}\b"),
+    (f"{DEVICE} call", rf"\b{DEVICE}[ -]calls?\b|\bcall-by-call\b|\b\d+\s*[KMG]i?B (?:per|a|each) call\b"
+                       r"|\bper-call (?:size|limit)"),
+    (f"{DEVICE} time", rf"\b{DEVICE}[ -](?:time|budget|minutes|hours|seconds)\b"),
     ("remote output folder", "(?-i:" + re.escape(_DOLLAR) + r"\{?OUT\b)"),
     # (PR needs a space or '#': base64 text holds 'Pr7'; a '#' after ':' is a CSS colour, e.g. color:#222)
     ("issue number", r"\b(?:issues?|pull requests?|tickets?)\s*#?\d+\b|\bPRs?(?:\s+#?|#)\d+\b"
@@ -65,10 +68,10 @@ def read_text(path: Path) -> str | None:
 
 
 @pytest.mark.parametrize("line", [
-    "Ran in session 31 on the lent H200.",
-    "Two device calls (9.5 minutes of device time) trained it.",
+    f"Ran in {SESSION} 31 on the {LENT} H200.",
+    f"Two {DEVICE} calls (9.5 minutes of {DEVICE} time) trained it.",
     "Each part stays under 64 MiB per call; results go to " + _DOLLAR + "OUT/store.",
-    "See issue #17 and #13's targets.",
+    f"See {ISSUE} #17 and #13's targets.",
     "In the previous session the GPU queue held three runs.",
 ])
 def test_a_planted_diary_line_fails(line):
