@@ -3,7 +3,8 @@
 Walks the tracked text files (``git ls-files``) and fails on words that belong to how the work was organised
 rather than to golinear: numbered work periods, borrowed hardware and its per-call limits and time, the remote
 output folder variable, tracker numbers and work-period phrasing (DIARY_PATTERNS below). The words themselves are
-assembled from pieces here, so that this file is not a hit of the repository's own grep for them. The patterns are narrow enough that
+assembled from pieces here, so that this file is not a hit of the repository's own grep for them.
+The patterns are narrow enough that
 ordinary English ("a call to prefill", "the session's tokenizer", "time on the device") passes.
 """
 from __future__ import annotations
