@@ -278,11 +278,12 @@ def chunk_shapes(length: int, chunk: int) -> set:
 
 
 def _warm_up(run, ids, decoder=None):
-    """One untimed run on a short prompt; a fast decoder prefills it in two chunks so the kernels of both
-    the first chunk and the continuation chunks (initial state on) are compiled before timing."""
+    """One untimed run before timing. Without a chunked decoder: the first timed prompt itself (the shortest), so
+    the first row pays no one-time start-up cost. A fast decoder prefills a short prompt in two chunks so the kernels
+    of both the first chunk and the continuation chunks (initial state on) are compiled before timing."""
     n = min(ids.shape[1], 512)
     if decoder is None or n < 2:
-        run(ids[:, :n])
+        run(ids)
         return
     chunk = decoder.prefill_chunk
     decoder.prefill_chunk = n // 2

@@ -237,9 +237,13 @@ def plan_cells(models, entries, *, budgets=None, sinks=8, limit=None, context_le
                 seen.add(spec.key)
                 long_models.append(spec)
         for m in models:
-            if m.is_full_attention or m.full["mechanism"] == "none":
+            if m.is_full_attention:
                 continue
             add(S.full_attention(m))
+            if m.full["mechanism"] == "none":  # the untrained window + sinks the user named: at each budget
+                for b in budgets:
+                    add(m.with_budget(b, sinks))
+                continue
             if m.press is not None:  # a compressed cache at each budget, beside full attention
                 for b in budgets:
                     add(m.with_budget(b, sinks))

@@ -85,6 +85,14 @@ def test_budget_sweep_includes_baselines_at_the_same_budgets():
     assert len({c.key.digest for c in cells}) == len(cells)  # no duplicate cells
 
 
+def test_budget_sweep_evaluates_a_named_untrained_window_at_each_budget():
+    """`swa-sink` named alone under --budgets used to be dropped without a word: it runs at each budget."""
+    cells = plan_cells(S.parse_models("swa-sink"), resolve_suites("sniah"), budgets=[128, 256], limit=2)
+    sn1 = [c for c in cells if c.entry.task == "golinear_sniah_1"]
+    got = sorted((str(c.model.full["mechanism"]), c.model.full["sinks"], c.model.full["window"]) for c in sn1)
+    assert got == [("None", 0, 0), ("none", 8, 120), ("none", 8, 248)]
+
+
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("kwargs,exc,err", [
     (dict(models="full", suites="cr,bogus"), ValueError, "unknown suite"),
