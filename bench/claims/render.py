@@ -10,6 +10,7 @@ from bench.claims.evidence import evidence
 from bench.claims.page import readme_with_table, to_markdown
 from bench.claims.verdicts import claims_table
 from bench.needle_types import section as needle_types_section
+from bench.readme_results import readme_with_results
 from bench.leaderboard import load_reference, to_csv, write_if_changed
 from bench.store import Store
 
@@ -38,9 +39,11 @@ def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = Non
               (out_dir / "retention.csv", to_csv(retention)))
     png = retention_plot.plot(retention)
     files += ((out_dir / "retention.png", png),) if png else ()
-    if readme is not None and Path(readme).is_file():
-        files += ((Path(readme), readme_with_table(Path(readme).read_text(), table)),)
-    return [p for p, data in files if write_if_changed(p, data)]
+    changed = [p for p, data in files if write_if_changed(p, data)]
+    if readme is not None and Path(readme).is_file():  # its claims table, then its results table (read from out_dir)
+        text = readme_with_results(readme_with_table(Path(readme).read_text(), table), out_dir)
+        changed += [Path(readme)] if write_if_changed(Path(readme), text) else []
+    return changed
 
 
 def main(args) -> int:
