@@ -68,7 +68,8 @@ class PressRun:
         t1 = time.perf_counter()
         counts = {layer.keys.shape[2] for layer in cache.layers} | {layer.values.shape[2] for layer in cache.layers}
         if len(counts) != 1:
-            raise RuntimeError(f"press={self.spec.press}: the layers hold different numbers of entries {sorted(counts)}")
+            raise RuntimeError(f"press={self.spec.press}: the layers hold different numbers of entries "
+                               f"{sorted(counts)}")
         self.entries = counts.pop()
         for pos in range(length, length + self.new_tokens):
             logits = model(input_ids=nxt, past_key_values=cache, position_ids=positions[:, pos:pos + 1],
@@ -83,7 +84,9 @@ class PressRun:
     def row_fields(self) -> dict:
         """The row's press, budget and note (what its prefill, decode and decode bytes count)."""
         s = self.spec
-        chunked, after = (f" in chunks of {s.prefill_chunk} tokens", " after every chunk") if s.prefill_chunk else ("", "")
+        chunked, after = ("", "")
+        if s.prefill_chunk:
+            chunked, after = f" in chunks of {s.prefill_chunk} tokens", " after every chunk"
         fits = " (the prompt fits the budget: nothing dropped)" if self.entries < s.kv_budget else ""
         note = (f"kvpress {s.press}, kv_budget {s.kv_budget}: prefill = the prompt but its last token with full "
                 f"attention{chunked}, compressed to kv_budget - 1 KV entries per layer and KV head{after}, then the "
