@@ -144,7 +144,11 @@ def latency(p):
                    help="';'-separated configuration specs (bench/specs.py), e.g. 'full;gdn-default;gla-default'; "
                         "'full-static' = full attention through the same static-cache + CUDA-graph decoder (each row reads its "
                         "filled KV prefix, split-K on CUDA); 'full-static-sdpa' = that decoder with SDPA over the whole "
-                        "KV buffer (the step before the split-K kernel)")
+                        "KV buffer (the step before the split-K kernel); 'press=snapkv,kv_budget=1024' = full "
+                        "attention with its KV cache compressed by a kvpress press (streaming_llm, knorm, snapkv, "
+                        "tova, expected_attention) to that many entries per layer and KV head after the prefill, "
+                        "then decoded over them (add prefill_chunk=4096 to compress after every chunk: the "
+                        "memory-matched row; docs/kv_compression.md)")
     p.add_argument("--lengths", default=None,
                    help="comma-separated prompt lengths; default 1024..32768 on CUDA, 64,128,256 on CPU")
     p.add_argument("--batch", default=None,
@@ -154,7 +158,8 @@ def latency(p):
     p.add_argument("--dtype", default=None, help="bfloat16 (default on CUDA) or float32 (default on CPU)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--prefill-chunk", type=int, default=8192,
-                   help="linearized models prefill in chunks of this many positions (0 = whole prompt)")
+                   help="linearized models prefill in chunks of this many positions (0 = whole prompt); a press "
+                        "row takes its own prefill_chunk=<tokens> from its spec")
     p.add_argument("--no-graph", action="store_true", help="decode linearized models eagerly (no CUDA graph)")
     p.add_argument("--out-dir", default=None,
                    help="folder for latency.csv/.md/.png (default: runs/latency; the published rows: leaderboards)")

@@ -7,7 +7,9 @@ through models.fast_decode (each row reads its filled KV prefix: the split-K ker
 that decoder with SDPA over the whole KV buffer (one run measures both steps). Linearized configurations
 run through models.fast_decode (chunked prefill, static cache, decode captured in a CUDA graph on GPU); those
 with retention slots (retain > 0) through models.retention_generate.RetentionDecoder (each prompt prefilled
-alone and whole, eager decode: rows with prefill_chunk 0 and cuda_graph False).
+alone and whole, eager decode: rows with prefill_chunk 0 and cuda_graph False). KV-cache compression rows
+(`press=<name>,kv_budget=<entries>[,prefill_chunk=<tokens>]`) run through bench/latency_press.py: full-attention
+prefill compressed to the budget by a kvpress press, then HF's DynamicCache decode over the compressed entries.
 Weights are random by default (speed does not depend on trained values): `--model` names a configuration in
 models.backbone.NAMED_CONFIGS; with `--weights real` the model is loaded (embedded SmolLM2, a folder or a hub id).
 
@@ -24,14 +26,15 @@ from __future__ import annotations
 
 import gc
 import math
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
 from bench.cli_args import LATENCY_CPU_BATCHES, LATENCY_GPU_BATCHES
+from bench.latency_press import PressRun, check_press_spec
 from bench.latency_render import render
+from bench.latency_runs import run_fast, run_full
 from bench.latency_targets import STATIC_FULL, STATIC_FULL_SDPA, checks_markdown
 from models.atomic import atomic_path
 
@@ -39,7 +42,7 @@ KEY = ["model", "weights", "dtype", "config", "length", "batch", "device"]  # we
 BOUND_COLUMNS = ["decode_bytes_per_step", "copy_gb_per_s", "decode_bound_ms", "decode_vs_bound"]
 DEFAULT_OUT = "runs/latency"  # never the tracked leaderboards/ unless asked (--out-dir leaderboards)
 COLUMNS = KEY + ["new_tokens", "prefill_s", "decode_ms_per_token", "e2e_s", "peak_gib", "status", *BOUND_COLUMNS,
-                 "prefill_chunk", "cuda_graph", "torch", "fla", "date", "note"]
+                 "prefill_chunk", "cuda_graph", "press", "kv_budget", "torch", "fla", "date", "note"]
 GPU_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768]
 # full attention through the static-cache decoder: the config label -> FastDecoder's full_decode
 STATIC_DECODES = {STATIC_FULL: "split-k", STATIC_FULL_SDPA: "sdpa"}
@@ -68,11 +71,6 @@ def device_name(device: torch.device) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- runs
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _reset_memory(device):
     gc.collect()
     if device.type == "cuda":
@@ -84,43 +82,6 @@ def _peak_gib(device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
     return float("nan")  # no allocator statistics on CPU
-
-
-@torch.no_grad()
-def run_full(model, ids, new_tokens):
-    """HF's own model: prefill with logits of the last position, then greedy steps on its DynamicCache."""
-    device = ids.device
-    _sync(device)
-    t0 = time.perf_counter()
-    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-    nxt = out.logits[:, -1:].argmax(-1)
-    past = getattr(out, "cache", None) or out.past_key_values  # `cache` from transformers 5.24
-    _sync(device)
-    t1 = time.perf_counter()
-    for _ in range(new_tokens):
-        out = model(input_ids=nxt, past_key_values=past, use_cache=True)
-        nxt = out.logits[:, -1:].argmax(-1)
-    _sync(device)
-    t2 = time.perf_counter()
-    del out, past
-    return t1 - t0, t2 - t1
-
-
-@torch.no_grad()
-def run_fast(decoder, ids, new_tokens):
-    device = ids.device
-    _sync(device)
-    t0 = time.perf_counter()
-    decoder.prefill(ids)
-    _sync(device)
-    t1 = time.perf_counter()
-    decoder.capture()  # only when the buffers were re-allocated (full-static: per length); not timed
-    _sync(device)
-    t2 = time.perf_counter()
-    decoder.decode(new_tokens)
-    _sync(device)
-    t3 = time.perf_counter()
-    return t1 - t0, t3 - t2
 
 
 def _load(args, device, dtype):
@@ -177,6 +138,9 @@ def _runner(args, model, spec, dtype, device, max_len):
                 dict(prefill_chunk=0, cuda_graph=decoder.use_graph), decoder, None)
     if spec.is_full_attention:
         return lambda ids: run_full(model, ids, args.new_tokens), dict(prefill_chunk=0, cuda_graph=False), None, None
+    if spec.press is not None:  # full attention with its KV cache compressed (bench/latency_press.py)
+        return (PressRun(model, spec, args.new_tokens), dict(prefill_chunk=spec.prefill_chunk, cuda_graph=False,
+                                                             press=spec.press, kv_budget=spec.kv_budget), None, None)
     undo = _linearize(model, spec, dtype)
     # FastDecoder, or for retention slots (retain > 0) RetentionDecoder: each prompt prefilled alone and
     # whole (prefill_chunk 0), eager decode (use_graph False)
@@ -188,7 +152,8 @@ def _runner(args, model, spec, dtype, device, max_len):
 def bound_fields(model, states, batch: int, length: int, new_tokens: int, copy_bytes_per_s: float,
                  decode_ms: float) -> dict:
     """The row's decode bandwidth bound: bytes per step (bench/decode_bound.py), the copy bandwidth, the bound
-    in ms/token and measured / bound."""
+    in ms/token and measured / bound. `length`: the KV entries per layer the decode starts from (the prompt's
+    length; a press row's compressed count)."""
     from bench.decode_bound import decode_bytes, mean_context
     nbytes = sum(decode_bytes(model, states, batch, mean_context(length, new_tokens)).values())
     bound_ms = 1000 * nbytes / copy_bytes_per_s
@@ -210,6 +175,9 @@ def sweep(args) -> list[dict]:
     if not labels:
         raise ValueError("--configs is empty; e.g. 'full;gdn-default'")
     specs = [t if t in STATIC_DECODES else parse_model_spec(t) for t in labels]
+    for spec in specs:
+        if not isinstance(spec, str) and spec.press is not None:
+            check_press_spec(spec, args.lengths)
     copy_bps = copy_bandwidth(device)  # once per run, before the model takes the memory
     print(f"copy bandwidth on {device_name(device)}: {copy_bps / 1e9:.1f} GB/s (read + written)", flush=True)
     _reset_memory(device)
@@ -242,13 +210,18 @@ def sweep(args) -> list[dict]:
                         b = 1 if decoder.handles_retention else batch  # (it prefills each row alone)
                         run(ids[:b] if length % c else ids[:b, :min(length, 2 * c)])
                         seen |= chunk_shapes(length, decoder.prefill_chunk)
+                    if isinstance(run, PressRun) and not run.compressed:
+                        run(ids)  # untimed, until one run has compressed (the press's own kernels loaded)
                     _reset_memory(device)
                     prefill_s, decode_s = run(ids)
                     decode_ms = 1000 * decode_s / max(args.new_tokens, 1)
                     row.update(prefill_s=prefill_s, decode_ms_per_token=decode_ms, e2e_s=prefill_s + decode_s,
                                peak_gib=_peak_gib(device), status="ok")
-                    row.update(bound_fields(model, None if decoder is None else decoder.states, batch, length,
-                                            args.new_tokens, copy_bps, decode_ms))
+                    if isinstance(run, PressRun):  # decode reads the compressed cache, not the prompt's
+                        row.update(run.row_fields())
+                    row.update(bound_fields(model, None if decoder is None else decoder.states, batch,
+                                            run.entries if isinstance(run, PressRun) else length, args.new_tokens,
+                                            copy_bps, decode_ms))
                 except torch.OutOfMemoryError:
                     row.update(prefill_s=math.nan, decode_ms_per_token=math.nan, e2e_s=math.nan,
                                peak_gib=math.nan, status="OOM", copy_gb_per_s=copy_bps / 1e9)

@@ -66,7 +66,10 @@ def render_markdown(df, md_path: Path, png_name: str):
            "models/fast_decode.py (static KV cache, CUDA-graph decoding; each row reads only its filled KV prefix, "
            "split over the key length on CUDA), the decoder every linearized configuration runs through (chunked "
            "prefill, static state, CUDA-graph decoding); `full-static-sdpa` is that decoder with SDPA over the "
-           "whole KV buffer and a per-row mask. Bound: the bytes "
+           "whole KV buffer and a per-row mask. `<press> (kvpress) @B` rows are full attention with its KV cache "
+           "compressed by a kvpress press to B entries per layer and KV head (bench/latency_press.py: prefill "
+           "compresses, decode steps HF's DynamicCache over the kept entries; `chunked prefill` rows compress "
+           "after every chunk); they are neither baselines nor checked against the targets. Bound: the bytes "
            "one decode step reads and writes (weights, KV cache or recurrent state, window, conv state; "
            "bench/decode_bound.py) over the measured copy bandwidth; decode/bound is how far the measured step "
            "is from it.", "",
@@ -79,8 +82,9 @@ def render_markdown(df, md_path: Path, png_name: str):
             out += ["Decode against the bandwidth bound (ms/token; measured / bound):", "", _wide(g, BOUND_METRICS), ""]
         out += against_fastest_markdown(df, dict(model=model, device=device, batch=batch, weights=weights, dtype=dtype))
         if "note" in g:
-            for _, r in g[g.note.notna() & (g.note.astype(str) != "")].iterrows():
-                out.append(f"- {r.config} at {int(r.length)}: {r.note}")
+            noted = g[g.note.notna() & (g.note.astype(str) != "")]
+            for (config, note), n in noted.groupby(["config", "note"], sort=False):  # one line per same note
+                out.append(f"- {config} at {', '.join(str(int(L)) for L in sorted(n.length))}: {note}")
             out.append("")
     out += checks_markdown(df)
     atomic_write(md_path, "\n".join(out))

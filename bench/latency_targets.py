@@ -1,6 +1,7 @@
 """The latency targets, checked in one place from latency.csv's rows (no torch).
 
-Each linearized configuration (every config but the full-attention baselines) is checked within its group
+Each linearized configuration (every config but the full-attention baselines and the KV-cache compression rows,
+which are neither) is checked within its group
 (model, weights, dtype, device, batch) against the strongest baseline of the same run, only where the rows exist
 (status ok, the value measured): a target whose rows are missing is not listed rather than called met. The
 strongest baseline is, at each length, the full-attention row with the least prefill time, decode time or peak
@@ -97,9 +98,18 @@ TARGETS = (
 )
 
 
+def is_press(df):
+    """Which rows are KV-cache compression rows (a press name in the `press` column; rows from before the column
+    have none): neither a full-attention baseline nor a linearized configuration."""
+    if "press" not in df:
+        return df.config != df.config  # all False
+    return df.press.notna() & (df.press.astype(str).str.strip() != "")
+
+
 def _groups(df):
-    """(group fields, {baseline: its rows by length}, {linearized config: its rows by length}) per group."""
-    ok = df[df.status == "ok"]
+    """(group fields, {baseline: its rows by length}, {linearized config: its rows by length}) per group; press
+    rows are in neither."""
+    ok = df[(df.status == "ok") & ~is_press(df)]
     for key, g in ok.groupby(GROUP):
         bases = {b: g[g.config == b].set_index("length") for b in BASELINES if (g.config == b).any()}
         configs = {config: c.set_index("length") for config, c in g[~g.config.isin(BASELINES)].groupby("config")}

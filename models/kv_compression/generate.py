@@ -41,19 +41,28 @@ def chunks(n: int, size: int) -> list[tuple[int, int]]:
 
 
 @torch.no_grad()
+def compressed_prefill(model, x: torch.Tensor, press: str, keep: int, prefill_chunk: int = 0):
+    """A DynamicCache of the tokens `x` ([batch, n], positions 0..n-1) prefilled under `press` and compressed to
+    `keep` entries per layer and KV head (each row its own entries); with `prefill_chunk`, in chunks of that many
+    tokens, compressed after each."""
+    from transformers import DynamicCache
+    cache = DynamicCache()
+    with apply_press(build_press(press, keep), model, every_forward=bool(prefill_chunk)):
+        for c0, c1 in chunks(x.shape[1], prefill_chunk):
+            model.model(input_ids=x[:, c0:c1], past_key_values=cache, use_cache=True,
+                        position_ids=torch.arange(c0, c1, device=x.device)[None])
+    return cache
+
+
+@torch.no_grad()
 def generate(model, ids: list[int], question_len: int, press: str, budget: int, max_new_tokens: int,
              question_aware: bool = False, eos: frozenset = frozenset(), stop=None, prefill_chunk: int = 0
              ) -> list[int]:
     """New token ids for one prompt (`ids`, its last `question_len` tokens the question)."""
-    from transformers import DynamicCache
     device = model.device
     n_press, keep = split_budget(len(ids), question_len, budget, question_aware)
     x = torch.tensor([ids], device=device)
-    cache = DynamicCache()
-    with apply_press(build_press(press, keep), model, every_forward=bool(prefill_chunk)):
-        for c0, c1 in chunks(n_press, prefill_chunk):
-            model.model(input_ids=x[:, c0:c1], past_key_values=cache, use_cache=True,
-                        position_ids=torch.arange(c0, c1, device=device)[None])
+    cache = compressed_prefill(model, x[:, :n_press], press, keep, prefill_chunk)
     pos, rest = n_press, x[:, n_press:]
     out = []
     for _ in range(max_new_tokens):
