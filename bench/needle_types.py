@@ -9,6 +9,8 @@ evaluation prompts' seed. Appended to retention.md by `golinear claims`.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from bench.claims.markdown import md_table
@@ -24,6 +26,13 @@ HAYSTACKS = {"noise": "noise haystack (S-NIAH-1)", "essay": "essay haystack (S-N
 SETTINGS = ("context_length", "num_samples", "seed")
 
 
+def row_name(family: str) -> str:
+    """A row's model name with a scorer file named by its file name alone, as the store keys it: runs that named the
+    same scorer by different paths are one row."""
+    return ",".join(f"scorer={Path(p.split('=', 1)[1]).name}" if p.startswith("scorer=") else p
+                    for p in family.split(","))
+
+
 def frame(cells: list[dict]) -> pd.DataFrame:
     """One row per store cell of a (haystack, value type) task, for the models and settings that ran a variant."""
     by_task = {t: k for k, t in TASKS.items()}
@@ -36,7 +45,7 @@ def frame(cells: list[dict]) -> pd.DataFrame:
             continue
         model, cfg = c.get("model", {}), c["key"]["config"]
         haystack, value = by_task[c["task"]]
-        rows.append({"model": model.get("family") or model.get("label"), "budget": model.get("budget"),
+        rows.append({"model": row_name(model.get("family") or model.get("label")), "budget": model.get("budget"),
                      "task": c["task"], "haystack": haystack, "value_type": value, "score": score, "n": c.get("n"),
                      **{k: cfg.get(k) for k in SETTINGS}})
     df = pd.DataFrame(rows, columns=["model", "budget", "task", "haystack", "value_type", "score", "n", *SETTINGS])

@@ -103,6 +103,20 @@ def test_needle_types_table_labels_rows_by_their_test():
     assert needle_types.section(cells[-1:]) == ""
 
 
+def test_needle_types_rows_of_one_scorer_named_by_different_paths_are_one_row():
+    words = "gdn-w248-s8-sc,window=124,retain=124,retain_score=fitted,scorer=value.safetensors"
+    by_path = words.replace("scorer=", "scorer=checkpoints/smollm2-135m/scorers/")
+    cells = [cell(words, "golinear_sniah_words_1", 38.0), cell(by_path, "golinear_sniah_1", 6.0),
+             cell(by_path, "golinear_sniah_2", 2.0)]
+    shown = needle_types.table(needle_types.frame(cells))
+    rows = {(r["needle values"], r["row"]): (r["noise haystack (S-NIAH-1)"], r["essay haystack (S-NIAH-2 / 3)"])
+            for _, r in shown.iterrows()}
+    assert rows == {("numbers", f"`{words}`"): ("6.00", "2.00"),
+                    ("words", f"`{words}` [fitted to the test's value type: words]"): ("38.00", "")}
+    assert set(shown["scorer fitted to"]) == {"`value.safetensors`: words (one of 24 English words "
+                                              "(retention_scorer_probe.WORDS)), seed 0"}
+
+
 def test_leaderboard_rows_say_it_per_task():
     """sniah.md's rows are (model, task): only the rows of the value type the scorer was fitted to say so."""
     import pandas as pd
