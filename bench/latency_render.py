@@ -76,7 +76,8 @@ def render_markdown(df, md_path: Path, png_name: str):
            f"![latency and memory]({png_name})", ""]
     for (model, device, batch, weights, dtype), g in df.groupby(["model", "device", "batch", "weights", "dtype"]):
         out += [f"## {model} ({weights} weights, {dtype}), {device}, batch {batch}", "", _copy_bandwidth(g), ""]
-        out += [_runs(g), ""] if _runs(g) else []
+        runs = _runs(g)
+        out += [runs, ""] if runs else []
         out += [_wide(g, METRICS), ""]
         if any(column in g and g[column].notna().any() for column, _ in BOUND_METRICS):  # not in older rows
             out += ["Decode against the bandwidth bound (ms/token; measured / bound):", "", _wide(g, BOUND_METRICS), ""]

@@ -9,13 +9,12 @@ evaluation prompts' seed. Appended to retention.md by `golinear claims`.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from bench.claims.markdown import md_table
 from bench.fitted_format import file_fit, fitted_label, fitted_value_type, scorer_path
 from bench.leaderboard import fmt
+from bench.specs import scorer_by_file_name
 
 TASKS = {("noise", "numbers"): "golinear_sniah_1", ("noise", "words"): "golinear_sniah_words_1",
          ("noise", "uuids"): "golinear_sniah_uuids_1", ("essay", "numbers"): "golinear_sniah_2",
@@ -27,10 +26,9 @@ SETTINGS = ("context_length", "num_samples", "seed")
 
 
 def row_name(family: str) -> str:
-    """A row's model name with a scorer file named by its file name alone, as the store keys it: runs that named the
-    same scorer by different paths are one row."""
-    return ",".join(f"scorer={Path(p.split('=', 1)[1]).name}" if p.startswith("scorer=") else p
-                    for p in family.split(","))
+    """A row's model name with a scorer file named by its file name alone: runs that named the same scorer by
+    different paths are one row."""
+    return ",".join(scorer_by_file_name(family))
 
 
 def frame(cells: list[dict]) -> pd.DataFrame:

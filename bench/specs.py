@@ -54,14 +54,20 @@ class ModelSpec(schema.ModelSpec):
                        family=fam)
 
 
+def scorer_by_file_name(text: str) -> list[str]:
+    """A spec string's comma-separated parts, a `scorer=` file named by its file name alone (the store keys the
+    file's contents, so two paths to one file are one scorer)."""
+    return [f"scorer={Path(t.split('=', 1)[1].strip()).name}" if t.split("=")[0].strip() == "scorer" else t
+            for t in (t.strip() for t in text.split(",")) if t]
+
+
 def label_of(text: str) -> str:
     """A spec string's label: a checkpoint folder's name, a bare preset's name, else the text itself (a scorer file
     by its name: the store keys its contents)."""
     text = text.strip()
     if Path(text).expanduser().is_dir():
         return Path(text).expanduser().resolve().name
-    tokens = [f"scorer={Path(t.split('=', 1)[1].strip()).name}" if t.split("=")[0].strip() == "scorer" else t
-              for t in (t.strip() for t in text.split(",")) if t]
+    tokens = scorer_by_file_name(text)
     if "=" not in tokens[0] and Path(tokens[0]).expanduser().is_dir():  # a checkpoint with cache options
         return ",".join([Path(tokens[0]).expanduser().resolve().name, *tokens[1:]])
     return tokens[0] if len(tokens) == 1 and "=" not in tokens[0] else text
