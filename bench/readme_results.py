@@ -47,6 +47,14 @@ def _retention(ret: pd.DataFrame, budget: int, row: str, column: str) -> str:
     return f"{_num(cell['mean'].iloc[0])} ({n} seed{'s' if n > 1 else ''})"
 
 
+SOURCES = ("tables.csv", "seeds.csv", "retention.csv", "hybrid.csv", "sniah.csv", "ruler.csv", "latency.csv")
+
+
+def has_sources(board: Path) -> bool:
+    """Whether `board` is a whole leaderboards folder (every file the table reads), not one command's output."""
+    return all((Path(board) / name).is_file() for name in SOURCES)
+
+
 def rows(board: Path) -> list[str]:
     """The table's rows, each read from a generated CSV in ``board`` (the leaderboards folder)."""
     board = Path(board)

@@ -10,7 +10,7 @@ from bench.claims.evidence import evidence
 from bench.claims.page import readme_with_table, to_markdown
 from bench.claims.verdicts import claims_table
 from bench.needle_types import section as needle_types_section
-from bench.readme_results import readme_with_results
+from bench.readme_results import has_sources, readme_with_results
 from bench.leaderboard import load_reference, to_csv, write_if_changed
 from bench.store import Store
 
@@ -40,8 +40,9 @@ def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = Non
     png = retention_plot.plot(retention)
     files += ((out_dir / "retention.png", png),) if png else ()
     changed = [p for p, data in files if write_if_changed(p, data)]
-    if readme is not None and Path(readme).is_file():  # its claims table, then its results table (read from out_dir)
-        text = readme_with_results(readme_with_table(Path(readme).read_text(), table), out_dir)
+    if readme is not None and Path(readme).is_file():  # its claims table; its results table when out_dir has all
+        text = readme_with_table(Path(readme).read_text(), table)  # the leaderboards that table reads
+        text = readme_with_results(text, out_dir) if has_sources(out_dir) else text
         changed += [Path(readme)] if write_if_changed(Path(readme), text) else []
     return changed
 
