@@ -29,6 +29,7 @@ def main(argv: list[str]) -> int:
         mine = fingerprint(model)
         everyone = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, mine)
+        dist.barrier()  # no rank tears its gloo pairs down while a peer still reads from them (SIGABRT at exit)
     finally:
         dist.destroy_process_group()
     same = len(set(everyone)) == 1
