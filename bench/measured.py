@@ -74,6 +74,20 @@ def measured_frame(cells: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# The study's long-context setting: the claims and the retention table compare S-NIAH and RULER cells at this
+# context length and sample count only; cells at other settings (the needle-type and KV-compression matrices at
+# 1K or 50 samples) have tables of their own and must not be averaged into a study cell.
+STUDY_CONTEXT, STUDY_SAMPLES = 4096, 500
+
+
+def study_setting(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` without the long-context cells measured at another context length or sample count."""
+    if frame.empty:
+        return frame
+    long = frame["context_length"].notna()
+    return frame[~long | ((frame["context_length"] == STUDY_CONTEXT) & (frame["num_samples"] == STUDY_SAMPLES))]
+
+
 def add_cr(row: dict) -> dict:
     if row.get("CR") is None and all(row.get(c) is not None for c in CR_COLS):
         row["CR"] = sum(row[c] for c in CR_COLS) / len(CR_COLS)

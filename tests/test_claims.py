@@ -179,11 +179,11 @@ def test_a_training_free_role_reads_its_own_cells_and_no_held_out_ce(tmp_path):
     assert evidence.role_scores(ev, "gdn-w248-s8-sc,window=60,retain=60,retain_score=proj_residual", None, "CR")[0] == []
 
 
-def put_long(store, key, family, display, value, budget):
-    """One S-NIAH / RULER cell at 4K, 500 samples (`display` is the column, value in points)."""
+def put_long(store, key, family, display, value, budget, *, context_length=4096, num_samples=500):
+    """One S-NIAH / RULER cell, by default at 4K, 500 samples (`display` is the column, value in points)."""
     task = "golinear_" + display.lower().replace("-", "_")
-    store.put({"key": {"model": key, "task": task, "config": {"limit": None, "context_length": 4096,
-                                                               "num_samples": 500}},
+    store.put({"key": {"model": key, "task": task, "config": {"limit": None, "context_length": context_length,
+                                                               "num_samples": num_samples}},
                "model": {"label": family, "family": family, "backbone": "smollm2-135m", "full_attention": False,
                          "budget": budget},
                "task": task, "display": display, "suite": "ruler", "metric": "score", "n": 500,
@@ -224,6 +224,19 @@ def test_retention_table_lays_out_the_retention_rows_at_equal_budget(tmp_path):
     assert "| 256 | default | 5.00 (2) | 6.00 (2) | 7.00 (2) | **6.00 (2)** | 7.00 |" in md
     assert f"| 256 | {free} |" in md and "| **10.00** |" in md and "`mechanism=none,window=248,sinks=8`" in md
     assert md.count("\n| 256 |") == 3
+
+
+def test_long_context_evidence_is_the_studys_setting_only(tmp_path):
+    """A cell of the same model and task at another context length or sample count (the needle-type matrix at 1K,
+    50 samples) has its own table: averaged into the study's 4K cell it would move a verdict."""
+    ck, store = tmp_path / "ck", Store(tmp_path / "store")
+    checkpoint(ck, "gdn-w248-s8-sc", 3.4)
+    key = f"base=smollm2-135m,checkpoint=gdn-w248-s8-sc,checkpoint_files={checkpoint_identity(ck / 'gdn-w248-s8-sc')}"
+    put_long(store, key, "gdn-w248-s8-sc", "S-NIAH-1", 40.0, 256)
+    put_long(store, key, "gdn-w248-s8-sc", "S-NIAH-1", 14.0, 256, context_length=1024, num_samples=50)
+    put_long(store, key, "gdn-w248-s8-sc", "S-NIAH-1", 20.0, 256, num_samples=50)
+    ev = evidence.evidence(store, ck)
+    assert evidence.role_scores(ev, "gdn-w248-s8-sc", ["S-NIAH-1"], "S-NIAH")[0] == [pytest.approx(40.0)]
 
 
 def test_retention_plot_draws_the_tables_suite_means_by_budget():

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.claims.metrics import CE
-from bench.measured import CR_COLS, RULER_COLS, SNIAH_TASKS, measured_frame
+from bench.measured import CR_COLS, RULER_COLS, SNIAH_TASKS, measured_frame, study_setting
 from bench.store import Store
 from models.spec import checkpoint_identity
 
@@ -69,12 +69,12 @@ def pick(runs: list[Run]) -> list[Run]:
 
 
 def store_value(frame: pd.DataFrame, target: str, metric: str, cols, run: Run | None = None) -> float | None:
-    """Mean of `cols` for one model in the store, None unless every column is there (full sets only; a
-    checkpoint's cells only when they are of the folder's current files)."""
+    """Mean of `cols` for one model in the store, None unless every column is there (full sets only, long-context
+    cells at the study's setting only; a checkpoint's cells only when they are of the folder's current files)."""
     if frame.empty:
         return None
     cols = cols or {"CR": CR_COLS, "LAMBADA": ["LAMBADA"], "S-NIAH": SNIAH_TASKS, "RULER": RULER_COLS}[metric]
-    f = frame[frame["limit"].isna()]
+    f = study_setting(frame[frame["limit"].isna()])
     if target == "full":
         f = f[f["full_attention"]]
     elif target.startswith("none@"):
