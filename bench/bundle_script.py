@@ -28,7 +28,7 @@ if [ ! -f "$VENV/.golinear-installed" ]; then
     "$VENV/bin/python" -m pip install --quiet --no-index --no-deps --find-links "$HERE/wheels" \
       -r "$HERE/requirements-nodeps.txt"
   fi
-  printf '#!/bin/sh\nexec "%s/bin/python" -m bench.cli "$@"\n' "$VENV" > "$VENV/bin/golinear"
+  printf '#!/bin/sh\nexec "%s/bin/python" -m golinear.bench.cli "$@"\n' "$VENV" > "$VENV/bin/golinear"
   chmod +x "$VENV/bin/golinear"
   touch "$VENV/.golinear-installed"
 fi

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bench.store import Store
-from models.model_card import write_card
-from models.spec import checkpoint_identity
+from golinear.bench.store import Store
+from golinear.models.model_card import write_card
+from golinear.models.spec import checkpoint_identity
 
 OWN_KEYS = {"base", "checkpoint", "checkpoint_files"}
 

@@ -17,15 +17,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.cli_args import CHECK_LIMIT, CHECK_SUITES, CHECK_Z
-from models.atomic import atomic_write
+from golinear.bench.cli_args import CHECK_LIMIT, CHECK_SUITES, CHECK_Z
+from golinear.models.atomic import atomic_write
 
 TMP_PREFIX = "golinear-check-"
 
 
 def remove_stale_temp_stores() -> None:
     """Temp stores of `golinear check` runs whose process is gone (killed with SIGKILL: no cleanup ran)."""
-    from bench.store import pid_alive
+    from golinear.bench.store import pid_alive
     for d in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
         pid = d.name[len(TMP_PREFIX):].split("-", 1)[0]
         if d.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
@@ -52,7 +52,7 @@ def temp_store():
 
 def evaluate_subset(model: str, suites: str, limit: int, store_dir=None, **run_kwargs) -> list[dict]:
     """One row per (task, metric) reported by the suites, evaluated on `model` in a store of its own."""
-    from bench.runner import resolve_suites, run_matrix
+    from golinear.bench.runner import resolve_suites, run_matrix
     with (temp_store() if store_dir is None else contextlib.nullcontext(store_dir)) as store:
         summary = run_matrix([model], suites, store, limit=limit, **run_kwargs)
         cells = {c["task"]: c for c in summary.cells if c}
@@ -98,7 +98,7 @@ def baseline_problem(data) -> str | None:
             or not (isinstance(subset.get("limit", 1), int) and subset.get("limit", 1) >= 1):
         return "'subset' must hold suites (comma-separated) and a positive limit"
     if "parameters" in data:
-        from bench.param_stats import stats_problem
+        from golinear.bench.param_stats import stats_problem
         problem = stats_problem(data["parameters"])
         if problem:
             return problem
@@ -172,7 +172,7 @@ def run_check(model: str, baseline_path, update=False, suites=None, limit=None, 
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ValueError(f"cannot write baseline {str(path)!r}: {e.strerror or e}") from None
-    from bench.param_stats import new_parameter_stats, stats_changes
+    from golinear.bench.param_stats import new_parameter_stats, stats_changes
     head = (f"golinear check: {model!r} vs {path} (suites {suites}, first {limit} docs, tolerance "
             f"{z:g} x stderr + {min_abs:g})")
     stats = new_parameter_stats(model)  # cheap (the checkpoint file alone): damaged weights fail before evaluating

@@ -14,34 +14,34 @@ import importlib
 import re
 import sys
 
-from bench import quiet
+from golinear.bench import quiet
 
 COMMANDS = {  # name: (module that runs it, module of its options, help)
-    "demo": ("bench.demo", "bench.cli_args",
+    "demo": ("golinear.bench.demo", "golinear.bench.cli_args",
              "main job: evaluate the embedded default (full attention and the default recipe)"),
-    "params": ("bench.params", "bench.cli_args", "new-parameter counts per mechanism on named configurations"),
-    "run": ("bench.runner", "bench.cli_args",
+    "params": ("golinear.bench.params", "golinear.bench.cli_args", "new-parameter counts per mechanism on named configurations"),
+    "run": ("golinear.bench.runner", "golinear.bench.cli_args",
             "evaluate models x suites x configurations into the result store (resumable)"),
-    "leaderboard": ("bench.leaderboard", "bench.cli_args", "render leaderboards/*.md|csv|html from the result store"),
-    "claims": ("bench.claims.render", "bench.cli_args",
+    "leaderboard": ("golinear.bench.leaderboard", "golinear.bench.cli_args", "render leaderboards/*.md|csv|html from the result store"),
+    "claims": ("golinear.bench.claims.render", "golinear.bench.cli_args",
                "render leaderboards/claims.md|csv: each claim of the paper, ours at 135M, a verdict by a rule "
                "(and seeds, tables .md|csv, retention .md|csv|png)"),
-    "store": ("bench.store_cli", "bench.cli_args",
+    "store": ("golinear.bench.store_cli", "golinear.bench.cli_args",
               "store merge SRC...: add the cells of other result stores to --store (kept cells never change); "
               "store stale: list (--drop: delete) the cells of checkpoints retrained in place"),
-    "check": ("bench.check", "bench.cli_args", "regression check against a committed baseline"),
-    "latency": ("bench.latency", "bench.cli_args", "latency/memory sweep over prompt lengths against full attention"),
-    "generation": ("bench.generation", "bench.cli_args",
+    "check": ("golinear.bench.check", "golinear.bench.cli_args", "regression check against a committed baseline"),
+    "latency": ("golinear.bench.latency", "golinear.bench.cli_args", "latency/memory sweep over prompt lengths against full attention"),
+    "generation": ("golinear.bench.generation", "golinear.bench.cli_args",
                    "generation throughput on S-NIAH-1: full attention vs batched linearized"),
-    "bundle": ("bench.bundle", "bench.cli_args",
+    "bundle": ("golinear.bench.bundle", "golinear.bench.cli_args",
                "prepare a folder (or parts) for a GPU machine without network: wheels, backbone, data, checkpoints"),
-    "train": ("models.train_cli", "models.cli_args",
+    "train": ("golinear.models.training.train_cli", "golinear.models.cli_args",
               "train the new parameters of a linearized model (frozen backbone)"),
-    "diagnose": ("models.diagnostics", "models.cli_args",
+    "diagnose": ("golinear.models.diagnostics", "golinear.models.cli_args",
                  "approximation diagnostics: nMSE, key concentration, residuals"),
-    "lm-eval": ("bench.lm_eval_cli", "bench.cli_args",
+    "lm-eval": ("golinear.bench.lm_eval_cli", "golinear.bench.cli_args",
                 "lm-eval's own command line (every option) with golinear's backends and tasks known to it"),
-    "cards": ("bench.cards", "bench.cli_args",
+    "cards": ("golinear.bench.cards", "golinear.bench.cli_args",
               "write each checkpoint's model card (README.md) from its config and the result store's scores"),
 }
 PASS_THROUGH = {"lm-eval": "lm_eval_args"}  # commands whose arguments all belong to another program's parser

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.configs import NAMED_CONFIGS
+from golinear.models.backbones.configs import NAMED_CONFIGS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # demo
 MMLU_CATEGORIES = ("social_sciences", "humanities", "other", "stem", "all")
 MMLU_BATCH = 2  # 2 x 1,061 tokens (the longest social-science prompt) x 49,152 x fp32, twice: 0.8 GB
-# params, latency: the named configurations (models.configs: data, no torch)
+# params, latency: the named configurations (models.backbones.configs: data, no torch)
 NAMED_CONFIG_NAMES = tuple(NAMED_CONFIGS)
 # check
 CHECK_SUITES = "cr,lambada"
@@ -68,8 +68,8 @@ def params(p):
 
 
 def run(p):
-    from bench.plan import ALL_SUITES  # light: no torch, no lm-eval
-    from models.spec import PRESETS
+    from golinear.bench.plan import ALL_SUITES  # light: no torch, no lm-eval
+    from golinear.models.spec import PRESETS
     p.add_argument("--models", required=True,
                    help="';'-separated model specs: presets (" + ", ".join(sorted(PRESETS)) +
                         "), key=value lists (e.g. 'mechanism=gdn,window=120,sinks=8') or checkpoint folders")

@@ -7,7 +7,7 @@ is from what the memory allows. One function per term; each counts what the step
 given kernel happens to touch (a masked static KV buffer's empty slots, logits, activations and the few bytes
 of positions are not counted: they are small or avoidable).
 
-The linearized layers' terms are read off the DecodeState a decoder actually holds (models/decode_state.py:
+The linearized layers' terms are read off the DecodeState a decoder actually holds (models/cache/decode_state.py:
 exact shapes and dtypes, whatever the mechanism); full-attention layers' KV cache is counted from the model
 config, up to the current length. A layer with retention slots (retain > 0, docs/retention.md) holds a
 RetentionState instead (fp32 whatever the model dtype, as the op keeps it): the same terms from its tensors,
@@ -19,10 +19,10 @@ import time
 
 import torch
 
-from models.decode_state import DecodeState
-from models.ops.retention import Q_KEYS
-from models.ops.retention_rows import RetentionRows
-from models.projection import decoder_layers
+from golinear.models.cache.decode_state import DecodeState
+from golinear.models.attention.ops.retention import Q_KEYS
+from golinear.models.attention.ops.retention_rows import RetentionRows
+from golinear.models.attention.projection import decoder_layers
 
 TERMS = ("weights", "embedding_rows", "kv_cache", "recurrent_state", "window_sinks", "window_inputs", "conv_state",
          "retained_slots")
@@ -55,7 +55,7 @@ def kv_cache_bytes(config, dtype: torch.dtype, batch: int, context: float) -> fl
 
 
 def retention_state(state: DecodeState):
-    """The models.ops.retention.RetentionState of a layer with retention slots (RetentionDecoder stacks its rows
+    """The models.attention.ops.retention.RetentionState of a layer with retention slots (RetentionDecoder stacks its rows
     in a RetentionRows), else None."""
     ret = state.retention
     return ret.state if isinstance(ret, RetentionRows) else ret

@@ -18,16 +18,16 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from bench.cli_args import MMLU_BATCH, MMLU_CATEGORIES  # noqa: F401 - the --mmlu choices
-from models.linearize import DEFAULT_RECIPE, decode_state_bytes
-from models.load import load_model
+from golinear.bench.cli_args import MMLU_BATCH, MMLU_CATEGORIES  # noqa: F401 - the --mmlu choices
+from golinear.models.attention.linearize import DEFAULT_RECIPE, decode_state_bytes
+from golinear.models.load import load_model
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
 
 
 def heldout_passage(tokenizer, n_tokens: int, data_dir=None) -> torch.Tensor:
-    """The first n tokens of the first held-out book (never trained on: models.data's held-out rule)."""
-    from models import data
+    """The first n tokens of the first held-out book (never trained on: models.training.data's held-out rule)."""
+    from golinear.models.training import data
     docs = dict(data.read_jsonl_docs(data.book_files(data_dir)))
     book = data.heldout_ids(docs, 8)[0]
     ids = tokenizer(docs[book][:20 * n_tokens], return_tensors="pt").input_ids[:, :n_tokens]
@@ -84,7 +84,7 @@ def mmlu_entry(category: str) -> dict:
 def fitting_long_tasks(suite: str, context_length: int, data_dir) -> tuple[list[str], list[str]]:
     """(tasks of a long-context suite whose samples fit the length, tasks that do not), by building one
     sample each as the runner would (cached, so the evaluation reuses it)."""
-    from tasks.ruler import SUITES, build_samples
+    from golinear.tasks.ruler import SUITES, build_samples
     fit, skipped = [], []
     for task in SUITES[suite]:
         try:
@@ -102,7 +102,7 @@ def fitting_long_tasks(suite: str, context_length: int, data_dir) -> tuple[list[
 
 def jobs(args, suites: list[str]) -> list[tuple[str, list[str], dict]]:
     """(what, suites, run_matrix keywords) for each evaluation the demo runs."""
-    from bench import runner
+    from golinear.bench import runner
     data_dir = runner.check_data_dir(args.data_dir if args.data_dir is not None else runner.default_data_dir())
     out = []
     standard = [s for s in suites if s in ("cr", "lambada")]
@@ -153,19 +153,19 @@ def main(args) -> int:
     if checkpoint is None and (DEFAULT_CHECKPOINT / "config.json").exists():
         checkpoint = str(DEFAULT_CHECKPOINT)
     if checkpoint is not None:  # a missing or damaged checkpoint is refused before any weights load
-        from models.spec import check_checkpoint_files
+        from golinear.models.spec import check_checkpoint_files
         check_checkpoint_files(checkpoint)
     for name in ("tokens", "limit", "long_samples", "batch_size"):
         if getattr(args, name) < (2 if name == "tokens" else 1):
             raise ValueError(f"--{name.replace('_', '-')} {getattr(args, name)}: "
                              f"need at least {2 if name == 'tokens' else 1}")
-    from tasks.ruler import check_seq_length
+    from golinear.tasks.ruler import check_seq_length
     try:
         check_seq_length(args.context_length)
     except ValueError as e:
         raise ValueError(f"--context-length {args.context_length}: {e}") from None
     suites = [s.strip() for s in args.suites.split(",") if s.strip()]
-    from bench import leaderboard, runner
+    from golinear.bench import leaderboard, runner
     bad = [s for s in suites if s not in runner.ALL_SUITES]
     if bad or not suites:
         raise ValueError(f"--suites {args.suites!r}; allowed: {', '.join(runner.ALL_SUITES)}")
@@ -178,7 +178,7 @@ def main(args) -> int:
         checkpoint = rel if not rel.startswith("..") else checkpoint
     models = ["full", f"checkpoint={checkpoint}" if checkpoint else "gdn-default"]
     probe_environment_once()
-    from tasks.standard import task_manager
+    from golinear.tasks.standard import task_manager
     # only golinear's tasks run here: lm-eval's thousands of built-in YAMLs need not be indexed
     tm = task_manager(runner.check_data_dir(args.data_dir if args.data_dir is not None else runner.default_data_dir()),
                       include_defaults=False)

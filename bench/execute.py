@@ -9,10 +9,10 @@ import os
 import time
 from pathlib import Path
 
-from bench import request_cache
-from bench import specs as S
-from bench.plan import Cell, TaskEntry
-from bench.provenance import CellProvenance, ModelInfo, data_hashes, hardware, jsonable
+from golinear.bench import request_cache
+from golinear.bench import specs as S
+from golinear.bench.plan import Cell, TaskEntry
+from golinear.bench.provenance import CellProvenance, ModelInfo, data_hashes, hardware, jsonable
 
 LM_EVAL_SEEDS = {"random_seed": 0, "numpy_random_seed": 1234, "torch_random_seed": 1234, "fewshot_random_seed": 1234}
 
@@ -23,7 +23,7 @@ def build_task_manager(data_dir: str | None, include_path=None, tasks=()):
     task in `tasks`, else with lm-eval's built-in tasks too (indexing those YAMLs takes ~10 s a process, paid by
     every `golinear run`; our tasks name the built-in files they mirror by path and need no index)."""
     from lm_eval.tasks import TaskManager
-    from tasks.standard import task_manager
+    from golinear.tasks.standard import task_manager
     for defaults in (False, True):
         tm = task_manager(data_dir, include_defaults=defaults)
         if include_path:  # extra user task folders on top of ours
@@ -54,8 +54,8 @@ def backend_and_args(spec: S.ModelSpec) -> tuple[str, dict]:
 def validate_model(spec: S.ModelSpec, device: str) -> None:
     """Every check that needs no weights: the backend's argument check (names, dtype, device, checkpoint
     folder), the backbone's config (base) and the linearize options against it (models.spec)."""
-    from bench.lm_backend import check_model_args
-    from models.spec_checks import backbone_config, check_linearize
+    from golinear.bench.lm_backend import check_model_args
+    from golinear.models.spec_checks import backbone_config, check_linearize
     try:
         backend, args = backend_and_args(spec)
         check_model_args(backend, {**args, "device": device})
@@ -75,8 +75,8 @@ def build_lm(spec: S.ModelSpec, batch_size=1, device="cpu"):
     import lm_eval.models  # noqa: F401 - registers the built-ins first (registry pitfall)
     from lm_eval.api.registry import get_model
 
-    import bench.lm_backend  # noqa: F401 - registers golinear-hf and linearized
-    import bench.press_backend  # noqa: F401 - registers golinear-press
+    import golinear.bench.lm_backend  # noqa: F401 - registers golinear-hf and linearized
+    import golinear.bench.press_backend  # noqa: F401 - registers golinear-press
     backend, args = backend_and_args(spec)
     return get_model(backend).create_from_arg_obj(args, {"batch_size": batch_size, "device": device})
 
@@ -87,7 +87,7 @@ def check_checkpoint_base(spec: S.ModelSpec) -> None:
     if not ckpt or not base:
         return
     if (Path(ckpt) / "config.json").exists():
-        from models.spec import read_checkpoint_config
+        from golinear.models.spec import read_checkpoint_config
         ck_base = read_checkpoint_config(ckpt).get("base")  # names the file when its JSON is broken
         if ck_base and ck_base != base:
             raise ValueError(f"checkpoint {ckpt!r} was trained on {ck_base!r}, not on base {base!r}")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.specs import WINDOW_ONLY_LABEL
-from models.spec import SCORER  # a checkpoint's own copy: named by its folder, not by this
+from golinear.bench.specs import WINDOW_ONLY_LABEL
+from golinear.models.spec import SCORER  # a checkpoint's own copy: named by its folder, not by this
 
 
 def family_of(model: dict) -> tuple[str, str]:

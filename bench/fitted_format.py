@@ -11,7 +11,7 @@ import functools
 import json
 from pathlib import Path
 
-from models.retention_scorer import load_scorer
+from golinear.models.cache.retention_scorer import load_scorer
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m"
 SCORERS = CHECKPOINTS / "scorers"
@@ -73,7 +73,7 @@ def fitted_label(label: str, fitted_type: str | None, test_types) -> str:
 
 def needle_value_types(tasks) -> set[str]:
     """The needle value types of RULER / S-NIAH tasks (lm-eval or display names); tasks without needles add none."""
-    from tasks.ruler.api import resolve_task
+    from golinear.tasks.ruler.api import resolve_task
     return {t for t in (resolve_task(name).value_type for name in tasks) if t}
 
 
@@ -81,6 +81,6 @@ def needle_value_types(tasks) -> set[str]:
 def row_label(name: str, model: str, tasks) -> str:
     """`name` of a row whose runs are `model` (a spec label: checkpoint folder and cache options), shown on `tasks`
     (RULER / S-NIAH task or display names; others, e.g. CR, have no needles), under the label rule."""
-    from tasks.ruler.api import TASKS
+    from golinear.tasks.ruler.api import TASKS
     known = set(TASKS) | {t.display for t in TASKS.values()}
     return fitted_label(name, fitted_value_type(model or ""), needle_value_types([t for t in tasks if t in known]))

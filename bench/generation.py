@@ -6,7 +6,7 @@ post-processing), in one process. Equal work in every speed comparison: the time
 --new-tokens tokens a sample (default 128; stop rules off: no EOS, no stop string), so samples/s and tokens/s
 compare the same prompts and the same number of generated tokens:
   - full:             SmolLM2 full attention, lm-eval's own batched HF generate (left padding);
-  - full-static:      the same backbone through the static-cache decoder (models/fast_decode.py), batched;
+  - full-static:      the same backbone through the static-cache decoder (models/decoding/fast_decode.py), batched;
   - <linear>:         the linearized model (default: the shipped default recipe), batched on that decoder;
   - <linear>-sequential: the old path, HF generate one prompt at a time (the first --sequential-samples prompts).
 The as-evaluated rows (`full-static-evaluated`, `linear-evaluated`; labelled "(as evaluated)") run the task's own
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from bench.cli_args import DEFAULT_LINEAR, GENERATION_ROWS
+from golinear.bench.cli_args import DEFAULT_LINEAR, GENERATION_ROWS
 
 TASK = "golinear_sniah_1"
 KEY = ["model", "config", "device", "dtype", "context_length", "batch_size"]
@@ -50,8 +50,8 @@ def _repo_root() -> Path:
 
 def _check(args):
     """Fill the device-dependent defaults and validate every option before any loading."""
-    from bench.lm_backend import check_device, default_device
-    from tasks.ruler import check_seq_length
+    from golinear.bench.lm_backend import check_device, default_device
+    from golinear.tasks.ruler import check_seq_length
     args.device = check_device(args.device or default_device())
     cuda = args.device.startswith("cuda")
     args.dtype = args.dtype or ("bfloat16" if cuda else "float32")
@@ -79,13 +79,13 @@ def _check(args):
     bad = [r for r in args.rows if r not in GENERATION_ROWS]
     if bad or not args.rows:
         raise ValueError(f"--rows {bad or args.rows}: allowed {list(GENERATION_ROWS)}")
-    from bench.specs import parse_model_spec
+    from golinear.bench.specs import parse_model_spec
     args.linear_spec = parse_model_spec(args.linear)
     if args.linear_spec.is_full_attention:
         raise ValueError(f"--linear {args.linear!r} is full attention; give a linearized spec or checkpoint")
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise FileNotFoundError(f"--data-dir {args.data_dir!r} does not exist")
-    from bench.lm_backend import check_model_args
+    from golinear.bench.lm_backend import check_model_args
     for label, backend, margs, *_ in _plan(args):
         try:  # e.g. a model with retention slots has no batched row
             check_model_args(backend, {**margs, "device": args.device})
@@ -95,7 +95,7 @@ def _check(args):
 
 def _requests(args, tokenizer):
     from lm_eval.api.instance import Instance
-    from tasks.ruler.cache import cached_samples
+    from golinear.tasks.ruler.cache import cached_samples
     rows = cached_samples(TASK, tokenizer, max_seq_length=args.context_length, num_samples=args.samples,
                           seed=args.seed, data_dir=args.data_dir)
     reqs = [Instance("generate_until", row, (row["prompt"], {"until": [], "max_gen_toks": row["max_gen_toks"],
@@ -164,9 +164,9 @@ def _plan(args):
 def run(args, publish) -> tuple[list[dict], list[dict]]:
     """Every row, then the batch-size-1 parity; publish(rows, parity) after each, so a run stopped by a time limit
     keeps what it measured."""
-    from bench.lm_backend import make_lm
-    from bench.provenance import git_state
-    from tasks.ruler import score
+    from golinear.bench.lm_backend import make_lm
+    from golinear.bench.provenance import git_state
+    from golinear.tasks.ruler import score
     commit = git_state().get("commit") or ""
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     device_label = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
@@ -278,7 +278,7 @@ def sorted_rows(df):
 
 
 def _write_csv(path: Path, df):
-    from models.atomic import atomic_write
+    from golinear.models.atomic import atomic_write
     atomic_write(path, df.to_csv(index=False))
 
 
@@ -307,7 +307,7 @@ def render(df, parity) -> str:
              "rules off), so their samples/s and tokens/s compare equal work; rows marked \"(as evaluated)\" run the "
              "task's stop rules (EOS, 128 new tokens at most) and give the scores, and no ratio is computed from "
              "them. `full`: lm-eval's batched HF generate; `full-static`: the backbone through the static-cache "
-             "decoder (models/fast_decode.py); the linear rows: batched on that decoder, or one prompt at a time "
+             "decoder (models/decoding/fast_decode.py); the linear rows: batched on that decoder, or one prompt at a time "
              "through HF generate (`-sequential`, the first prompts only). The speed-up is the linear row's tokens/s "
              "over the row's, at equal new tokens a sample. Produced by `golinear generation`; see "
              "docs/generation.md.", ""]
@@ -355,7 +355,7 @@ def main(args) -> int:
         _write_csv(out_dir / "generation.csv", df)
         if len(par):
             _write_csv(out_dir / "generation_parity.csv", par)
-        from models.atomic import atomic_write
+        from golinear.models.atomic import atomic_write
         atomic_write(out_dir / "generation.md", render(df, par))
 
     rows, _ = run(args, publish)

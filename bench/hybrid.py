@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.figures import png_bytes, pyplot
-from bench.measured import CR_COLS, add_cr
+from golinear.bench.figures import png_bytes, pyplot
+from golinear.bench.measured import CR_COLS, add_cr
 
 COLUMNS = ["CR", "LAMBADA", "LAMBADA ppl"]
 STRICT = {"mechanism": "gdn", "window": 0, "sinks": 0, "short_conv": False, "lora": False}

@@ -3,15 +3,15 @@
 For each batch size of `--batch` (e.g. 1,8: the interactive case and the paper's) and each prompt length:
 prefill the prompt (logits of the last position only), then `--new-tokens` greedy decode steps. Full
 attention is the backbone itself (HF model, SDPA, its own dynamic KV cache, eager); `full-static` the backbone
-through models.fast_decode (each row reads its filled KV prefix: the split-K kernel on CUDA), `full-static-sdpa`
+through models.decoding.fast_decode (each row reads its filled KV prefix: the split-K kernel on CUDA), `full-static-sdpa`
 that decoder with SDPA over the whole KV buffer (one run measures both steps). Linearized configurations
-run through models.fast_decode (chunked prefill, static cache, decode captured in a CUDA graph on GPU); those
-with retention slots (retain > 0) through models.retention_generate.RetentionDecoder (each prompt prefilled
+run through models.decoding.fast_decode (chunked prefill, static cache, decode captured in a CUDA graph on GPU); those
+with retention slots (retain > 0) through models.decoding.retention_generate.RetentionDecoder (each prompt prefilled
 alone and whole, eager decode: rows with prefill_chunk 0 and cuda_graph False). KV-cache compression rows
 (`press=<name>,kv_budget=<entries>[,prefill_chunk=<tokens>]`) run through bench/latency_press.py: full-attention
 prefill compressed to the budget by a kvpress press, then HF's DynamicCache decode over the compressed entries.
 Weights are random by default (speed does not depend on trained values): `--model` names a configuration in
-models.backbone.NAMED_CONFIGS; with `--weights real` the model is loaded (embedded SmolLM2, a folder or a hub id).
+models.backbones.backbone.NAMED_CONFIGS; with `--weights real` the model is loaded (embedded SmolLM2, a folder or a hub id).
 
 Each row also carries the decode bandwidth bound (bench/decode_bound.py): the bytes one decode step moves for
 that model, configuration, batch and length, the copy bandwidth measured once per run on the same device, the
@@ -31,12 +31,12 @@ from pathlib import Path
 
 import torch
 
-from bench.cli_args import LATENCY_CPU_BATCHES, LATENCY_GPU_BATCHES
-from bench.latency_press import PressRun, check_press_spec
-from bench.latency_render import render
-from bench.latency_runs import run_fast, run_full
-from bench.latency_targets import STATIC_FULL, STATIC_FULL_SDPA, checks_markdown
-from models.atomic import atomic_path
+from golinear.bench.cli_args import LATENCY_CPU_BATCHES, LATENCY_GPU_BATCHES
+from golinear.bench.latency_press import PressRun, check_press_spec
+from golinear.bench.latency_render import render
+from golinear.bench.latency_runs import run_fast, run_full
+from golinear.bench.latency_targets import STATIC_FULL, STATIC_FULL_SDPA, checks_markdown
+from golinear.models.atomic import atomic_path
 
 KEY = ["model", "weights", "dtype", "config", "length", "batch", "device"]  # weights/dtype: part of "model"
 BOUND_COLUMNS = ["decode_bytes_per_step", "copy_gb_per_s", "decode_bound_ms", "decode_vs_bound"]
@@ -85,7 +85,7 @@ def _peak_gib(device) -> float:
 
 
 def _load(args, device, dtype):
-    from models.backbone import NAMED_CONFIGS, load_backbone, random_backbone
+    from golinear.models.backbones.backbone import NAMED_CONFIGS, load_backbone, random_backbone
     if args.weights == "random":
         if args.model not in NAMED_CONFIGS:
             raise ValueError(f"--model {args.model!r} with random weights must be a named configuration; "
@@ -106,8 +106,8 @@ def _load(args, device, dtype):
 
 def _linearize(model, spec, dtype):
     """Linearize in place (new parameters in the run dtype); return a function that undoes it."""
-    from models.fast_decode import decoder_layers
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.decoding.fast_decode import decoder_layers
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     if spec.checkpoint:
         raise ValueError(f"config {spec.label!r}: latency runs linearize the backbone afresh (speed does not "
                          "depend on trained values); give the configuration instead of a checkpoint")
@@ -128,8 +128,8 @@ def _linearize(model, spec, dtype):
 
 def _runner(args, model, spec, dtype, device, max_len):
     """(run(ids) -> (prefill s, decode s), row fields, decoder or None, undo or None) for one configuration."""
-    from models.batch_generate import decoder_for
-    from models.fast_decode import FastDecoder
+    from golinear.models.decoding.batch_generate import decoder_for
+    from golinear.models.decoding.fast_decode import FastDecoder
     use_graph = not args.no_graph and device.type == "cuda"
     if isinstance(spec, str):  # full attention through the same static-cache / CUDA-graph decoder as ours
         decoder = FastDecoder(model, prefill_chunk=0, use_graph=use_graph, max_len=max_len,
@@ -154,7 +154,7 @@ def bound_fields(model, states, batch: int, length: int, new_tokens: int, copy_b
     """The row's decode bandwidth bound: bytes per step (bench/decode_bound.py), the copy bandwidth, the bound
     in ms/token and measured / bound. `length`: the KV entries per layer the decode starts from (the prompt's
     length; a press row's compressed count)."""
-    from bench.decode_bound import decode_bytes, mean_context
+    from golinear.bench.decode_bound import decode_bytes, mean_context
     nbytes = sum(decode_bytes(model, states, batch, mean_context(length, new_tokens)).values())
     bound_ms = 1000 * nbytes / copy_bytes_per_s
     return dict(decode_bytes_per_step=nbytes, copy_gb_per_s=copy_bytes_per_s / 1e9, decode_bound_ms=bound_ms,
@@ -164,8 +164,8 @@ def bound_fields(model, states, batch: int, length: int, new_tokens: int, copy_b
 def sweep(args) -> list[dict]:
     """Every configuration x batch x length of `args`; rows merged into args.csv_path (if set) as they come."""
     args.csv_path = getattr(args, "csv_path", None)
-    from bench.decode_bound import copy_bandwidth
-    from bench.specs import parse_model_spec
+    from golinear.bench.decode_bound import copy_bandwidth
+    from golinear.bench.specs import parse_model_spec
     device = torch.device(args.device)
     dtype = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32,
              "fp32": torch.float32, "float16": torch.float16}.get(args.dtype)
@@ -338,8 +338,8 @@ def main(args) -> int:
     return 0
 
 
-if __name__ == "__main__":  # `python -m bench.latency ...` = `golinear latency ...`
+if __name__ == "__main__":  # `python -m golinear.bench.latency ...` = `golinear latency ...`
     import sys
 
-    from bench.cli import main as cli
+    from golinear.bench.cli import main as cli
     sys.exit(cli(["latency", *sys.argv[1:]]))

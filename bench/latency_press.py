@@ -14,16 +14,16 @@ import time
 
 import torch
 
-from bench.latency_runs import sync
-from models.kv_compression.generate import chunks, compressed_prefill, split_budget
+from golinear.bench.latency_runs import sync
+from golinear.models.kv_compression.generate import chunks, compressed_prefill, split_budget
 
 MIN_BUDGET = 2  # the prompt's last token is read after compression: at least one entry kept before it
 
 
 def check_press_spec(spec, lengths: list[int]) -> None:
     """The press row's options and lengths, checked before any model is built (one-line errors)."""
-    from models.kv_compression.kvpress_adapter import kvpress_version
-    from models.kv_compression.presses import build_press
+    from golinear.models.kv_compression.kvpress_adapter import kvpress_version
+    from golinear.models.kv_compression.presses import build_press
     kvpress_version()
     if spec.kv_budget < MIN_BUDGET:
         raise ValueError(f"config {spec.label!r}: press={spec.press} needs kv_budget=<KV entries kept per layer and "

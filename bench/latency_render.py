@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.latency_targets import against_fastest_markdown, checks_markdown
-from models.atomic import atomic_path, atomic_write
+from golinear.bench.latency_targets import against_fastest_markdown, checks_markdown
+from golinear.models.atomic import atomic_path, atomic_write
 
 METRICS = (("prefill_s", "prefill s"), ("decode_ms_per_token", "decode ms/tok"), ("peak_gib", "peak GiB"))
 BOUND_METRICS = (("decode_bound_ms", "bound ms/tok"), ("decode_vs_bound", "decode/bound"))
@@ -63,7 +63,7 @@ def render_markdown(df, md_path: Path, png_name: str):
            "(logits of the last position); decode: per greedy token after the prefill; peak: "
            "torch.cuda.max_memory_allocated over prefill + decode (weights included). `full` is HF's own model "
            "(SDPA, dynamic KV cache, eager decoding); `full-static` is the same backbone through "
-           "models/fast_decode.py (static KV cache, CUDA-graph decoding; each row reads only its filled KV prefix, "
+           "models/decoding/fast_decode.py (static KV cache, CUDA-graph decoding; each row reads only its filled KV prefix, "
            "split over the key length on CUDA), the decoder every linearized configuration runs through (chunked "
            "prefill, static state, CUDA-graph decoding); `full-static-sdpa` is that decoder with SDPA over the "
            "whole KV buffer and a per-row mask. `<press> (kvpress) @B` rows are full attention with its KV cache "

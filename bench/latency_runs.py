@@ -1,7 +1,7 @@
 """The timed runs behind `golinear latency`'s rows: each takes a batch of prompt ids and returns (prefill seconds,
 decode seconds), the device synchronised at both ends of each phase.
 
-`run_full`: HF's own model on its DynamicCache; `run_fast`: models.fast_decode's decoder (full-static and every
+`run_full`: HF's own model on its DynamicCache; `run_fast`: models.decoding.fast_decode's decoder (full-static and every
 linearized configuration). The KV-cache compression rows are bench/latency_press.py's PressRun.
 """
 from __future__ import annotations

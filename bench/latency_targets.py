@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-FULL, STATIC_FULL = "full", "full-static"  # HF's own eager model; the same backbone through models.fast_decode
+FULL, STATIC_FULL = "full", "full-static"  # HF's own eager model; the same backbone through models.decoding.fast_decode
 STATIC_FULL_SDPA = "full-static-sdpa"  # that decoder's step with SDPA over the whole KV buffer (FastDecoder "sdpa")
 BASELINES = (FULL, STATIC_FULL, STATIC_FULL_SDPA)
 GROUP = ["model", "weights", "dtype", "device", "batch"]

@@ -17,17 +17,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.cli_args import REFERENCE_DIR
-from bench.families import families, family_of
-from bench.fitted_format import row_label
-from bench.figures import legend_entries, png_bytes, pyplot
-from bench.hybrid import hybrid_plot, hybrid_table
-from bench.measured import (LOWER_IS_BETTER, REF_STANDARD, RULER_COLS, SNIAH_TASKS, STANDARD_COLS, add_cr,
+from golinear.bench.cli_args import REFERENCE_DIR
+from golinear.bench.families import families, family_of
+from golinear.bench.fitted_format import row_label
+from golinear.bench.figures import legend_entries, png_bytes, pyplot
+from golinear.bench.hybrid import hybrid_plot, hybrid_table
+from golinear.bench.measured import (LOWER_IS_BETTER, REF_STANDARD, RULER_COLS, SNIAH_TASKS, STANDARD_COLS, add_cr,
                             budget_label, budget_value, measured_frame)
-from bench.page import render_page
-from bench.store import Store
-from bench.store_conflicts import current_cells
-from models.atomic import atomic_write
+from golinear.bench.page import render_page
+from golinear.bench.store import Store
+from golinear.bench.store_conflicts import current_cells
+from golinear.models.atomic import atomic_write
 
 GAP_LABEL = "Gap with full attention, points (full - best linearized)"
 

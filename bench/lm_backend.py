@@ -6,19 +6,19 @@ builds the model with `models.load.load_model` (the embedded SmolLM2, hub ids an
 for both); HFLM's batching and scoring are reused unchanged. Scoring pads on the right, which is causal-safe
 for recurrent layers too. Generation (`generation=` model arg):
   - `batched` (linearized default; `golinear-hf` with it = full-static): HFLM's batches, left-padded, are
-    unpadded and generated together by models.batch_generate on the static-cache decoder (right-padded
+    unpadded and generated together by models.decoding.batch_generate on the static-cache decoder (right-padded
     prefill, per-row positions, per-row stop; CUDA graph on CUDA, eager on the CPU), see docs/generation.md;
-    a model with retention slots (retain > 0) on models.retention_generate (each prompt prefilled alone, the
+    a model with retention slots (retain > 0) on models.decoding.retention_generate (each prompt prefilled alone, the
     decode steps batched, eager);
   - `hf` (golinear-hf default): lm-eval's own batched HF generate (left padding is exact for softmax);
   - `sequential`: HF generate one sequence at a time without its padding (the old linearized path).
 A prompt longer than max_length - max_gen_toks is an error naming both lengths (HFLM would cut it on the left).
 
-    import bench.lm_backend, lm_eval
+    import golinear.bench.lm_backend, lm_eval
     lm_eval.simple_evaluate(model="linearized", model_args="mechanism=gdn,window=64,sinks=4",
                             tasks=["golinear_piqa"], task_manager=tasks.standard.task_manager(), limit=8)
 
-`python -m bench.lm_backend run ...` is lm-eval's own CLI with these backends registered.
+`python -m golinear.bench.lm_backend run ...` is lm-eval's own CLI with these backends registered.
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils import _add_special_kwargs, has_bos_prefix
 
-from models.spec import LINEAR_KEYS as LINEAR_ARGS  # the spec's keys and values: models.spec, one schema
-from models.spec import PRESS_KEYS, STRING_KEYS, ModelSpec
+from golinear.models.spec import LINEAR_KEYS as LINEAR_ARGS  # the spec's keys and values: models.spec, one schema
+from golinear.models.spec import PRESS_KEYS, STRING_KEYS, ModelSpec
 
 MODEL_ARGS = ("base", *LINEAR_ARGS, *PRESS_KEYS, "dtype", "device", "batch_size", "max_length", "seed", "generation")
 GENERATION = {"golinear-hf": ("hf", "batched", "sequential"), "linearized": ("batched", "sequential"),
@@ -141,7 +141,7 @@ def unpadded(context: torch.Tensor, mask: torch.Tensor | None) -> list[list[int]
 def with_continuations(context: torch.Tensor, outs: list[list[int]], pad: int) -> torch.Tensor:
     """[B, W + longest new]: the padded context, then each row's new tokens padded on the right with `pad` (HFLM
     slices the continuation at the context's width W). One host-to-device copy and one concatenation."""
-    from models.batch_generate import pad_rows
+    from golinear.models.decoding.batch_generate import pad_rows
     new, _ = pad_rows(outs, pad)
     return torch.cat([context, new.to(device=context.device, dtype=context.dtype)], 1)
 
@@ -178,12 +178,12 @@ class GolinearHF(HFLM):
 
     def _base(self) -> str:
         """The backbone: the spec's, else the checkpoint's own, else the embedded default."""
-        from models.spec import ModelSpec
+        from golinear.models.spec import ModelSpec
         return ModelSpec(base=self.golinear_spec.get("base"), checkpoint=self.golinear_spec.get("checkpoint")).base_name
 
     def _get_config(self, pretrained, **kwargs):
         """The backbone's config, read without weights (the golinear loader resolves the embedded GGUF)."""
-        from models.spec_checks import backbone_config
+        from golinear.models.spec_checks import backbone_config
         self._config = backbone_config(self._base())
 
     def _create_tokenizer(self, pretrained, tokenizer, **kwargs):
@@ -192,7 +192,7 @@ class GolinearHF(HFLM):
     def _create_model(self, pretrained, dtype="float32", **kwargs):
         """The golinear model on HFLM's device (under accelerate, this process's own), with its provenance.
         New (untrained) parameters are initialised from `seed` without touching the global RNG."""
-        from models.load import load_model
+        from golinear.models.load import load_model
         spec = {**self.golinear_spec, "dtype": dtype, "device": str(self._device)}
         model, tokenizer, info = load_model(**spec, **({"seed": self._seed} if spec.get("mechanism") else {}))
         self._model, self.tokenizer, self._config = model, tokenizer, model.config
@@ -286,7 +286,7 @@ class GolinearHF(HFLM):
         bos = self.tokenizer.decode(self.prefix_token_id)
         if any(self._encode_kwargs(s, bos) != batch_kw for s in strings):
             return None, None
-        from models.batch_generate import pad_rows
+        from golinear.models.decoding.batch_generate import pad_rows
         return pad_rows([cache[s] for s in strings], self.tokenizer.pad_token_id, padding_side)
 
     def _model_generate(self, context, max_length, stop, **generation_kwargs):
@@ -309,7 +309,7 @@ class GolinearHF(HFLM):
         return with_continuations(context, outs, self.eot_token_id if pad is None else pad)
 
     def _generate_batched(self, prompts, new_tokens: int, stop, generation_kwargs) -> list[list[int]]:
-        from models.batch_generate import decoder_for, eos_ids, generate_batch
+        from golinear.models.decoding.batch_generate import decoder_for, eos_ids, generate_batch
         if generation_kwargs.get("do_sample") or generation_kwargs.get("num_beams", 1) != 1:
             raise ValueError(f"generation=batched is greedy only; got do_sample={generation_kwargs.get('do_sample')}, "
                              f"num_beams={generation_kwargs.get('num_beams', 1)} (use generation=sequential)")
@@ -364,14 +364,14 @@ def make_lm(backend: str, **model_args):
     """Build a backend by name (the runner's entry point); bad names/args fail before any loading."""
     check_model_args(backend, model_args)
     if backend == "golinear-press":  # its class extends these: built by bench.execute through lm-eval's registry
-        raise ValueError("model 'golinear-press' is built by bench.press_backend.PressLM (it extends this module)")
+        raise ValueError("model 'golinear-press' is built by golinear.bench.press_backend.PressLM (it extends this module)")
     return {"linearized": LinearizedLM, "golinear-hf": GolinearHF}[backend](**model_args)
 
 
 if __name__ == "__main__":
     # lm-eval's own CLI with our backends registered (lm-eval has no plugin flag for models), e.g.
-    # python -m bench.lm_backend run --model linearized --model_args mechanism=gdn,window=56,sinks=8 \
+    # python -m golinear.bench.lm_backend run --model linearized --model_args mechanism=gdn,window=56,sinks=8 \
     #     --include_path tasks/standard --tasks golinear_piqa --limit 8
-    import bench.lm_backend  # noqa: F401  registers 'linearized' and 'golinear-hf'
+    import golinear.bench.lm_backend  # noqa: F401  registers 'linearized' and 'golinear-hf'
     from lm_eval.__main__ import cli_evaluate
     cli_evaluate()

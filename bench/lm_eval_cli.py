@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from tasks.standard import TASK_DIRS
+from golinear.tasks.standard import TASK_DIRS
 
 
 def include_paths(user_path) -> list[str]:
@@ -22,7 +22,7 @@ def include_paths(user_path) -> list[str]:
 
 
 def run_lm_eval(argv: list[str]) -> int:
-    from bench.lm_backend import default_device  # the import registers 'linearized' and 'golinear-hf'
+    from golinear.bench.lm_backend import default_device  # the import registers 'linearized' and 'golinear-hf'
     from lm_eval.__main__ import HarnessCLI, setup_logging
 
     setup_logging()

@@ -9,7 +9,7 @@ import math
 
 import pandas as pd
 
-from bench.families import family_of
+from golinear.bench.families import family_of
 
 CR_COLS = ["PIQA", "ARC-e", "ARC-c", "HellaSwag", "WinoGrande"]
 STANDARD_COLS = CR_COLS + ["CR", "MMLU", "LAMBADA", "LAMBADA ppl"]
@@ -23,7 +23,7 @@ LOWER_IS_BETTER = {"LAMBADA ppl"}
 # ----------------------------------------------------------------------------- columns
 def column_specs() -> list[tuple[str, str, str, bool]]:
     """(task, metric, column, scale_to_percent) for every reported number, from the suites' SUITES."""
-    from bench.plan import ALL_SUITES, resolve_suites
+    from golinear.bench.plan import ALL_SUITES, resolve_suites
     out = []
     for suite in ALL_SUITES:
         try:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.claims.markdown import md_table
-from bench.fitted_format import file_fit, fitted_label, fitted_value_type, scorer_path
-from bench.leaderboard import fmt
-from bench.specs import scorer_by_file_name
+from golinear.bench.claims.markdown import md_table
+from golinear.bench.fitted_format import file_fit, fitted_label, fitted_value_type, scorer_path
+from golinear.bench.leaderboard import fmt
+from golinear.bench.specs import scorer_by_file_name
 
 TASKS = {("noise", "numbers"): "golinear_sniah_1", ("noise", "words"): "golinear_sniah_words_1",
          ("noise", "uuids"): "golinear_sniah_uuids_1", ("essay", "numbers"): "golinear_sniah_2",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.figures import png_bytes, pyplot
+from golinear.bench.figures import png_bytes, pyplot
 
 FOLDED = ("status", "source", "setting")  # long or repetitive: in the row's details cell, still searchable
 LEADING = ("model", "task", "cache", "share of full layers", "selection")  # what a row is, before its scores

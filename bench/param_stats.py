@@ -15,7 +15,7 @@ REL_TOL = 1e-6  # float64 reductions of the same float32 file agree far closer; 
 
 
 def checkpoint_folder(model: str) -> Path | None:
-    from bench.specs import parse_model_spec
+    from golinear.bench.specs import parse_model_spec
     ckpt = parse_model_spec(model).full.get("checkpoint")
     return Path(ckpt) if ckpt else None
 

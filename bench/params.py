@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from models.linearize import LinearizeConfig, count_for_config
+from golinear.models.attention.linearize import LinearizeConfig, count_for_config
 
 # Table 1 (no SWA, frozen q/k/v) and Table 3 (short conv), in millions, as the paper prints them.
 PAPER = {

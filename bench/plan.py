@@ -8,9 +8,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import specs as S
-from bench.store import CellKey
-from models.data_hashes import verify_files
+from golinear.bench import specs as S
+from golinear.bench.store import CellKey
+from golinear.models.training.data_hashes import verify_files
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STANDARD_SUITES = ("cr", "mmlu", "lambada")
@@ -54,9 +54,9 @@ def _entry(suite: str, item) -> TaskEntry:
 
 
 def _long_task_details(task: str) -> dict:
-    """Display name and data folders of a RULER/S-NIAH task, from tasks.ruler's task table."""
-    from tasks.ruler import resolve_task
-    from tasks.ruler.constants import RECIPES
+    """Display name and data folders of a RULER/S-NIAH task, from golinear.tasks.ruler's task table."""
+    from golinear.tasks.ruler import resolve_task
+    from golinear.tasks.ruler.constants import RECIPES
     try:
         t = resolve_task(task)
     except ValueError:  # not one of tasks.ruler's tasks (an extra suite's)
@@ -68,11 +68,11 @@ def _long_task_details(task: str) -> dict:
 
 
 def suite_module(suite: str):
-    return importlib.import_module("tasks.standard" if suite in STANDARD_SUITES else "tasks.ruler")
+    return importlib.import_module("golinear.tasks.standard" if suite in STANDARD_SUITES else "golinear.tasks.ruler")
 
 
 def resolve_suites(names, extra_suites: dict | None = None, tasks=None) -> list[TaskEntry]:
-    """Suite names -> task entries, from tasks.standard / tasks.ruler SUITES (plus extra_suites); tasks (a list
+    """Suite names -> task entries, from golinear.tasks.standard / tasks.ruler SUITES (plus extra_suites); tasks (a list
     or comma-separated string of task or display names, any case, e.g. MQ,MV,VT): only those of the suites."""
     names = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
     known = set(ALL_SUITES) | set(extra_suites or {})
@@ -135,7 +135,7 @@ def check_long_context_fits(cells, data_dir) -> None:
     """Each long-context task's prompts (sized to --context-length, the tokens to generate included) fit the
     model's max_position_embeddings, and RULER's QA tasks have room for whole documents (one sample per QA
     task and tokenizer is built now), so either fails before any model loads or file is written."""
-    from models.spec_checks import backbone_config
+    from golinear.models.spec_checks import backbone_config
     seen, limits = set(), {}
     for c in cells:
         if not c.entry.long:
@@ -153,7 +153,7 @@ def check_long_context_fits(cells, data_dir) -> None:
         if k in seen:
             continue
         seen.add(k)
-        from tasks.ruler import build_samples
+        from golinear.tasks.ruler import build_samples
         try:
             build_samples(c.entry.task, c.model.base_name, max_seq_length=c.config["context_length"],
                           num_samples=1, seed=c.config["seed"], data_dir=data_dir)

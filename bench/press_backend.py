@@ -11,8 +11,8 @@ from __future__ import annotations
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
-from bench.lm_backend import GolinearHF
-from models.spec import ModelSpec
+from golinear.bench.lm_backend import GolinearHF
+from golinear.models.spec import ModelSpec
 
 
 @register_model("golinear-press")
@@ -40,7 +40,7 @@ class PressLM(GolinearHF):
     def split_ids(self, task: str, prompt: str) -> tuple[list[int], int]:
         """The prompt's token ids (as tok_encode makes them) and how many of the last ones are the question: the
         tokens that end after the question's first character (a token across the boundary goes with the question)."""
-        from tasks.ruler.split import question_start
+        from golinear.tasks.ruler.split import question_start
         at = question_start(task, prompt)
         kw = self._encode_kwargs(prompt, self.tokenizer.decode(self.prefix_token_id))
         enc = self.tokenizer(prompt, return_offsets_mapping=True, **kw)
@@ -52,8 +52,8 @@ class PressLM(GolinearHF):
         handling: the same gen_kwargs normalisation, stop strings (and EOS) and post-processing."""
         from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 
-        from models.batch_generate import eos_ids
-        from models.kv_compression.generate import generate
+        from golinear.models.decoding.batch_generate import eos_ids
+        from golinear.models.kv_compression.generate import generate
         eos_text = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
         eos, out = frozenset(eos_ids(self.model, self.tokenizer)), []
         for req in tqdm(requests, disable=disable_tqdm or self.rank != 0, desc=f"press={self.press_spec.press}"):

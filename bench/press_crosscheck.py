@@ -20,7 +20,7 @@ COLUMNS = ("task", "samples", "press_score", "window_score", "same_answer", "bot
 
 def models(budget: int, base: str = "smollm2-135m", dtype: str = "float32"):
     """(press, window) specs at one budget: press=streaming_llm and window + sinks (mechanism=none)."""
-    from bench import specs as S
+    from golinear.bench import specs as S
     press = S.parse_model_spec(f"press=streaming_llm,base={base},dtype={dtype}").with_budget(budget, SINKS)
     window = S.window_only(S.parse_model_spec(f"base={base},dtype={dtype}")).with_budget(budget, SINKS)
     return press, window
@@ -29,7 +29,7 @@ def models(budget: int, base: str = "smollm2-135m", dtype: str = "float32"):
 def per_sample(res: dict, task: str) -> list[dict]:
     """One row per document of an lm-eval result logged with samples: its id, answer (RULER's clean-up) and
     whether it is right (the task's own per-sample score is 100)."""
-    from tasks.ruler.metrics import postprocess_pred
+    from golinear.tasks.ruler.metrics import postprocess_pred
     rows = []
     for s in sorted(res["samples"][task], key=lambda s: s["doc_id"]):
         metric = next(k for k in ("string_match_all", "string_match_part") if k in s)
@@ -58,7 +58,7 @@ def evaluate(lm, task: str, tm, context_length: int, samples: int, seed: int) ->
     """One task through lm-eval with per-sample logs, prompts made as `golinear run` makes them."""
     import lm_eval
 
-    from bench.execute import LM_EVAL_SEEDS, with_metadata
+    from golinear.bench.execute import LM_EVAL_SEEDS, with_metadata
     meta = {"max_seq_lengths": [context_length], "seed": seed, "num_samples": samples, "tokenizer": "smollm2-135m"}
     return lm_eval.simple_evaluate(model=lm, tasks=[task], task_manager=with_metadata(tm, meta), log_samples=True,
                                    bootstrap_iters=0, **LM_EVAL_SEEDS)
@@ -66,8 +66,8 @@ def evaluate(lm, task: str, tm, context_length: int, samples: int, seed: int) ->
 
 def crosscheck(tasks, *, budget: int, context_length: int, samples: int, seed: int = 42, device: str = "cpu"):
     """(rows, samples by task, provenance): both models on each task's same prompts."""
-    from bench.execute import build_lm, build_task_manager
-    from bench.provenance import git_state, hardware
+    from golinear.bench.execute import build_lm, build_task_manager
+    from golinear.bench.provenance import git_state, hardware
     press_spec, window_spec = models(budget)
     tm = build_task_manager(None, tasks=tasks)
     logged = {}

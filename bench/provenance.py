@@ -11,9 +11,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.plan import REPO_ROOT, TaskEntry, task_data_files
-from bench.store import hash_data_paths
-from models.spec import ModelSpec
+from golinear.bench.plan import REPO_ROOT, TaskEntry, task_data_files
+from golinear.bench.store import hash_data_paths
+from golinear.models.spec import ModelSpec
 
 def jsonable(obj):
     if isinstance(obj, dict):
@@ -29,7 +29,7 @@ def jsonable(obj):
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """The backend's account of the evaluated weights (`lm.golinear_info`, from models.load.load_model
+    """The backend's account of the evaluated weights (`lm.golinear_info`, from golinear.models.load.load_model
     or models.checkpoint.load_checkpoint), JSON-safe; `raw` is stored whole under the record's model.info.
     `spec` is what was loaded in the one schema (models.spec): backbone and linearize options, a checkpoint's
     own included; full attention has no mechanism."""
@@ -104,7 +104,7 @@ def hardware(lm) -> dict:
     if device.startswith("cuda") and torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name(torch.device(device))
     try:
-        from models import ops
+        from golinear.models.attention import ops
         out["ops"] = ops.backend_name(torch.empty(0, device=device))
     except Exception as exc:  # provenance must never stop an evaluation
         out["ops"] = f"unknown ({type(exc).__name__})"

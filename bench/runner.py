@@ -16,16 +16,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import request_cache
-from bench import specs as S
-from bench.execute import (build_lm, build_task_manager, check_checkpoint_base, distributed_context, evaluate_cell,
+from golinear.bench import request_cache
+from golinear.bench import specs as S
+from golinear.bench.execute import (build_lm, build_task_manager, check_checkpoint_base, distributed_context, evaluate_cell,
                            validate_model)
-from bench.plan import LONG_SUITES  # noqa: F401 - bench.demo reads runner.LONG_SUITES
-from bench.plan import (ALL_SUITES, Cell, cell_data, check_data_dir, check_long_context_fits, check_task_data,
+from golinear.bench.plan import LONG_SUITES  # noqa: F401 - bench.demo reads runner.LONG_SUITES
+from golinear.bench.plan import (ALL_SUITES, Cell, cell_data, check_data_dir, check_long_context_fits, check_task_data,
                         default_data_dir, plan_cells, resolve_suites)
-from bench.provenance import ModelInfo, git_state, package_versions
-from bench.run_summary import score_table
-from bench.store import Store
+from golinear.bench.provenance import ModelInfo, git_state, package_versions
+from golinear.bench.run_summary import score_table
+from golinear.bench.store import Store
 
 
 # ----------------------------------------------------------------------------- running

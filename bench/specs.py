@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from models import spec as schema
-from models.spec import PRESETS  # noqa: F401 - the runner's help lists the presets
+from golinear.models import spec as schema
+from golinear.models.spec import PRESETS  # noqa: F401 - the runner's help lists the presets
 
 WINDOW_ONLY_LABEL = "window+sinks (no linear state)"
 

@@ -25,9 +25,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.metric_ranges import cell_metrics_problem
-from models.atomic import atomic_write
-from models.data_hashes import file_sha256
+from golinear.bench.metric_ranges import cell_metrics_problem
+from golinear.models.atomic import atomic_write
+from golinear.models.training.data_hashes import file_sha256
 
 SCHEMA = 1
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 def main(args) -> int:
     if args.action == "merge":
-        from bench.store_merge import merge
+        from golinear.bench.store_merge import merge
         return merge(args)
-    from bench.store_stale import stale
+    from golinear.bench.store_stale import stale
     return stale(args)
 
 

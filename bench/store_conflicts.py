@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bench.store import canonical_json
-from models.data_hashes import file_sha256
+from golinear.bench.store import canonical_json
+from golinear.models.training.data_hashes import file_sha256
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -69,7 +69,7 @@ def current_cells(cell_files, data_dir=None, command: str = "golinear leaderboar
     """The cells to show: those of other data than the current left out, said once in one line (data_dir: the
     default data folder, bench.plan.default_data_dir, when None)."""
     if data_dir is None:
-        from bench.plan import default_data_dir
+        from golinear.bench.plan import default_data_dir
         data_dir = default_data_dir()
     left_out = other_data_cells(cell_files, data_dir)
     if left_out:

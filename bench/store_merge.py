@@ -7,7 +7,7 @@ anything is written.
 """
 from __future__ import annotations
 
-from bench.store import Store
+from golinear.bench.store import Store
 
 
 def merge(args) -> int:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from bench.plan import default_data_dir
-from bench.store import Store
-from bench.store_conflicts import other_data_cells
-from models.spec import checkpoint_identity
+from golinear.bench.plan import default_data_dir
+from golinear.bench.store import Store
+from golinear.bench.store_conflicts import other_data_cells
+from golinear.models.spec import checkpoint_identity
 
 CHECKPOINT = re.compile(r"(?:^|,)checkpoint=([^,]+)")
 FILES = re.compile(r"(?:^|,)checkpoint_files=([0-9a-f]+)")

@@ -15,11 +15,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from models.atomic import atomic_path, atomic_write
-from models.backbone import fingerprint, load_backbone, stored_fingerprint
-from models.linearize import (LinearizeConfig, count_new_parameters, linearize, match_new_parameters_to_backbone,
+from golinear.models.atomic import atomic_path, atomic_write
+from golinear.models.backbones.backbone import fingerprint, load_backbone, stored_fingerprint
+from golinear.models.attention.linearize import (LinearizeConfig, count_new_parameters, linearize, match_new_parameters_to_backbone,
                               new_parameters)
-from models.spec import (CONFIG, SCORER, WEIGHTS, ModelSpec, read_checkpoint_config,  # the one schema of config.json
+from golinear.models.spec import (CONFIG, SCORER, WEIGHTS, ModelSpec, read_checkpoint_config,  # the one schema of config.json
                          with_cache_options)
 
 FORMAT_VERSION = 1

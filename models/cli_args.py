@@ -1,4 +1,4 @@
-"""The options of `golinear train` and `golinear diagnose`, apart from the commands (models.train_cli,
+"""The options of `golinear train` and `golinear diagnose`, apart from the commands (models.training.train_cli,
 models.diagnostics) so that `golinear train --help` builds its parser without torch; bench.cli imports
 a command's module only to run it. One function per command, taking the subparser.
 """
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from models.spec import CONV_ON, MECHANISMS, RETAIN_SCORES, SELECTIONS  # the allowed values, one place
-from models.train_config import TrainConfig
+from golinear.models.spec import CONV_ON, MECHANISMS, RETAIN_SCORES, SELECTIONS  # the allowed values, one place
+from golinear.models.training.train_config import TrainConfig
 
 
 def train(p) -> None:

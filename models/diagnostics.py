@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from models.ops.key_stats import normalize_keys, running_mean  # noqa: F401  (diagnostics' names for them too)
+from golinear.models.attention.ops.key_stats import normalize_keys, running_mean  # noqa: F401  (diagnostics' names for them too)
 
 C_EDGES = np.linspace(-1.0, 1.0, 21)
 R_EDGES = np.linspace(0.0, 1.0, 21)  # R <= 1 + |kbar| <= 2; values above the last edge go in the last bin
@@ -107,8 +107,8 @@ def lora_disabled(module):
 
 def frozen_qkv(attn, x: torch.Tensor, position_embeddings):
     """q [B,T,H,D], k, v [B,T,Hkv,D] from the frozen projections (+ q/k norm, RoPE), no conv, no LoRA
-    (models.projection: a linearized layer's fused form, a full-attention layer's own)."""
-    from models.projection import project_qkv
+    (models.attention.projection: a linearized layer's fused form, a full-attention layer's own)."""
+    from golinear.models.attention.projection import project_qkv
 
     with lora_disabled(attn):
         _, q, k, v, _ = project_qkv(attn, x, position_embeddings, fused=hasattr(attn, "project"))
@@ -125,7 +125,7 @@ class Collector:
         self._handles = []
 
     def __enter__(self):
-        from models.projection import decoder_layers
+        from golinear.models.attention.projection import decoder_layers
         for idx, layer in enumerate(decoder_layers(self.model)):
             attn = layer.self_attn
             self._handles.append(attn.register_forward_pre_hook(self._attn_hook(idx), with_kwargs=True))
@@ -209,7 +209,7 @@ def _plt():
 
 
 def _save(fig, path: Path):
-    from models.atomic import atomic_path
+    from golinear.models.atomic import atomic_path
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
 
@@ -277,7 +277,7 @@ def plot_geometry(geometry: dict, runs: dict, out: Path) -> Path:
 
 # ---------------------------------------------------------------------------------------------- CLI
 def _heldout(args, tokenizer) -> tuple[torch.Tensor, dict]:
-    from models import data as data_mod
+    from golinear.models.training import data as data_mod
     if args.sequences < 1 or args.seq_len < 2:
         raise ValueError(f"--sequences {args.sequences} / --seq-len {args.seq_len}: need >= 1 and >= 2")
     if args.tokens:
@@ -293,7 +293,7 @@ def _heldout(args, tokenizer) -> tuple[torch.Tensor, dict]:
 
 def _parse_fresh(spec: str) -> dict:
     """--fresh mechanism[:window[:sinks]] -> linearize options, every value checked by the one schema (models.spec)."""
-    from models.spec import ModelSpec
+    from golinear.models.spec import ModelSpec
     parts = spec.split(":")
     try:
         if len(parts) > 3:
@@ -304,13 +304,13 @@ def _parse_fresh(spec: str) -> dict:
 
 
 def main(args) -> int:
-    from models.backbone import fingerprint, load_backbone
-    from models.checkpoint import apply_checkpoint, read_config
-    from models.linearize import LinearizeConfig, linearize
-    from models.train_utils import atomic_write_json, seed_everything
+    from golinear.models.backbones.backbone import fingerprint, load_backbone
+    from golinear.models.checkpoint import apply_checkpoint, read_config
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
+    from golinear.models.training.train_utils import atomic_write_json, seed_everything
 
-    from models.spec import check_checkpoint_files
-    from models.spec_checks import check_linearize
+    from golinear.models.spec import check_checkpoint_files
+    from golinear.models.spec_checks import check_linearize
     # every value is checked before any model loads or any file is written
     if args.sequences < 1 or args.seq_len < 2:
         raise ValueError(f"--sequences {args.sequences} / --seq-len {args.seq_len}: need >= 1 and >= 2")

@@ -1,6 +1,6 @@
 """`load_model`: the one entry point from a spec to (model, tokenizer, info).
 
-It sits above models.linearize (a fresh conversion) and models.checkpoint (a saved one, which itself builds
+It sits above models.attention.linearize (a fresh conversion) and models.checkpoint (a saved one, which itself builds
 on linearize), so neither of those two has to import the other's caller.
 """
 from __future__ import annotations
@@ -9,10 +9,10 @@ import math
 
 import torch
 
-from models.backbone import DEFAULT_BACKBONE, load_backbone, stored_fingerprint
-from models.checkpoint import load_checkpoint
-from models.linearize import LinearizeConfig, count_new_parameters, linearize, match_new_parameters_to_backbone
-from models.spec import MECHANISMS
+from golinear.models.backbones.backbone import DEFAULT_BACKBONE, load_backbone, stored_fingerprint
+from golinear.models.checkpoint import load_checkpoint
+from golinear.models.attention.linearize import LinearizeConfig, count_new_parameters, linearize, match_new_parameters_to_backbone
+from golinear.models.spec import MECHANISMS
 
 
 def load_model(base: str | None = None, checkpoint: str | None = None, mechanism: str | None = None,

@@ -12,7 +12,7 @@ import json
 import math
 from pathlib import Path
 
-from models.atomic import atomic_write
+from golinear.models.atomic import atomic_write
 
 CARD = "README.md"
 HUB_IDS = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}  # golinear's embedded backbone, as the Hub names it
@@ -104,7 +104,7 @@ def card_text(folder: str | Path, scores: list[dict] | None = None, store_name: 
         f"{HUB_IDS.get(base, base)} linearized post hoc with golinear: {recipe_words(lin)}. The folder holds only "
         f"the {_num(config.get('new_parameters'))} new parameters (the backbone stays frozen and is checked by its "
         f"fingerprint `{config.get('base_fingerprint')}` when loaded).", "",
-        "```python", "from models.load import load_model",
+        "```python", "from golinear.models.load import load_model",
         f"model, tokenizer, info = load_model(checkpoint={json.dumps(shown)})", "```",
         f"or evaluated with lm-eval: `golinear lm-eval --model linearized --model_args checkpoint={shown} "
         "--tasks golinear_piqa`.", "",

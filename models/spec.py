@@ -3,7 +3,7 @@
 Every front end converts through it: the CLI/store string (`from_string`, `to_string`, `store_key`), lm-eval
 model_args (`from_model_args`, `to_model_args`), `golinear train` flags (`from_train_args`) and a checkpoint's
 config.json (`from_checkpoint_config`, `to_checkpoint_config`). Each value is checked once, in `parse_value`,
-against one allowed set, with one message. models.linearize.LinearizeConfig (the model side) takes its
+against one allowed set, with one message. models.attention.linearize.LinearizeConfig (the model side) takes its
 values from here too. The allowed values and their checks are in models.spec_values, a checkpoint folder's files
 in models.spec_files (both re-exported here); the weight-free checks of whole configurations in models.spec_checks.
 This module imports no torch at import time (the CLI builds its parser from it).
@@ -15,11 +15,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.checkpoint_paths import candidates, find_checkpoint
-from models.spec_files import (CONFIG, CONTENT_HASH_LIMIT, SCORER, WEIGHTS, checkpoint_identity,  # noqa: F401
+from golinear.models.checkpoint_paths import candidates, find_checkpoint
+from golinear.models.spec_files import (CONFIG, CONTENT_HASH_LIMIT, SCORER, WEIGHTS, checkpoint_identity,  # noqa: F401
                                check_checkpoint_files, file_identity, local_files_identity,
                                read_checkpoint_config, read_layer_scores)
-from models.spec_values import (CACHE_KEYS, CONV_ON, DEFAULT_BASE, DTYPES, FALSE, LINEAR_KEYS,  # noqa: F401
+from golinear.models.spec_values import (CACHE_KEYS, CONV_ON, DEFAULT_BASE, DTYPES, FALSE, LINEAR_KEYS,  # noqa: F401
                                 LINEARIZE_KEYS, MECHANISMS, MINIMUM, OUT_NORM_MECHANISMS, PARSERS, PRESETS,
                                 PRESS_KEYS, RETAIN_SCORES, RETENTION_KEYS, SELECTIONS, STRING_KEYS, TRUE,
                                 check_conv_on, check_press_options,
@@ -47,11 +47,11 @@ class ModelSpec:
     layer_scores: tuple[float, ...] | None = None
     gate_rank: int = 16
     feature_dim: int = 64
-    retain: int = 0                # retention slots per KV head (GDN with a window; models.ops.retention)
+    retain: int = 0                # retention slots per KV head (GDN with a window; models.attention.ops.retention)
     retain_score: str = RETAIN_SCORES[0]
-    out_norm: bool = False         # output RMSNorm after the op (gla, kgla, gdn; models.mechanisms.OutputNorm)
+    out_norm: bool = False         # output RMSNorm after the op (gla, kgla, gdn; models.attention.mechanisms.OutputNorm)
     conv_on: str = CONV_ON[0]      # the path(s) the short conv feeds: both | linear
-    scorer: str | None = None      # absolute path of a scorer file (retain_score=fitted; models.retention_scorer)
+    scorer: str | None = None      # absolute path of a scorer file (retain_score=fitted; models.cache.retention_scorer)
     press: str | None = None       # a kvpress press on the full-attention model (models.kv_compression)
     kv_budget: int = 0             # the press's cache budget: KV entries kept per layer and KV head
     question_aware: bool = False   # the press also sees the question (default: the context alone is compressed)
@@ -125,7 +125,7 @@ class ModelSpec:
         if a.get("scorer"):
             parts.append(f"scorer_file={file_identity(a['scorer'])}")
         if a.get("press"):  # a press's scores are kvpress's code: its version is part of the cell's identity
-            from models.kv_compression.kvpress_adapter import kvpress_version
+            from golinear.models.kv_compression.kvpress_adapter import kvpress_version
             parts.append(f"kvpress={kvpress_version()}")
         return ",".join(parts)
 
@@ -145,7 +145,7 @@ class ModelSpec:
     # ------------------------------------------------------------------ golinear train flags
     @classmethod
     def from_train_args(cls, args):
-        """`golinear train`'s model flags (models.train_cli.add_arguments); --layer-scores names a JSON file."""
+        """`golinear train`'s model flags (models.training.train_cli.add_arguments); --layer-scores names a JSON file."""
         return cls(base=args.base, mechanism=args.mechanism, window=args.window, sinks=args.sinks,
                    short_conv=args.short_conv, lora=args.lora, full_layers=args.full_layers or None,
                    keep_full=args.keep_full, select=args.select, layer_scores=read_layer_scores(args.layer_scores),

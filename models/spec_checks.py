@@ -10,7 +10,7 @@ from pathlib import Path
 def backbone_config(base: str):
     """The backbone's transformers config (no weights), or a one-line ValueError naming `base`."""
     import transformers
-    from models.backbone import DEFAULT_BACKBONE, check_architecture, resolve
+    from golinear.models.backbones.backbone import DEFAULT_BACKBONE, check_architecture, resolve
     path = resolve(base)
     local = Path(path).expanduser()
     if local.exists() and not (local / "config.json").is_file():
@@ -29,6 +29,6 @@ def backbone_config(base: str):
 
 
 def check_linearize(options: dict, base: str) -> None:
-    """Every LinearizeConfig check (models.linearize.validate) against the backbone's config, before loading."""
-    from models.linearize import LinearizeConfig, validate
+    """Every LinearizeConfig check (models.attention.linearize.validate) against the backbone's config, before loading."""
+    from golinear.models.attention.linearize import LinearizeConfig, validate
     validate(LinearizeConfig.from_dict(options), backbone_config(base))

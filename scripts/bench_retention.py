@@ -16,8 +16,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from models import ops
-from models.ops.retention_prefill import retention_prefill, retention_prefill_walk
+from golinear.models.attention import ops
+from golinear.models.attention.ops.retention_prefill import retention_prefill, retention_prefill_walk
 
 SCORES = ("proj_residual", "delta_error")
 DTYPES = ("float32", "bfloat16")

@@ -1,4 +1,4 @@
-"""Batched decoding of a model with retention slots (models.retention_generate) against HF generate one prompt at a
+"""Batched decoding of a model with retention slots (models.decoding.retention_generate) against HF generate one prompt at a
 time: wall time of each phase and how many generations are identical. Prompts are random token ids of slightly
 different lengths; no EOS. Default model: an untrained SmolLM2 linearization (gdn, sinks 8, window 48, retain 8,
 short conv); `--checkpoint` + `--window/--retain` time a trained one with slots instead (the study's S-NIAH rows).
@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from models.batch_generate import decoder_for, generate_batch, pad_rows  # noqa: E402
-from models.load import load_model  # noqa: E402
-from models.spec import RETAIN_SCORES  # noqa: E402
+from golinear.models.decoding.batch_generate import decoder_for, generate_batch, pad_rows  # noqa: E402
+from golinear.models.load import load_model  # noqa: E402
+from golinear.models.spec import RETAIN_SCORES  # noqa: E402
 
 
 def sync(device: str) -> float:

@@ -28,7 +28,7 @@ def main(argv=None) -> int:
         print(f"error: tasks {bad} (allowed {list(TASKS)}), samples {a.samples} (>= 1), budget {a.budget} (> 8), "
               f"context length {a.context_length} (> budget)", file=sys.stderr)
         return 2
-    from bench.press_crosscheck import crosscheck, to_csv, to_markdown, with_summary
+    from golinear.bench.press_crosscheck import crosscheck, to_csv, to_markdown, with_summary
     rows, _, prov = crosscheck(tasks, budget=a.budget, context_length=a.context_length, samples=a.samples,
                                seed=a.seed, device=a.device)
     out = Path(a.out)

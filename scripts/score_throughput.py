@@ -13,8 +13,8 @@ import time
 
 import lm_eval
 
-import bench.lm_backend as B
-import tasks.standard as ts
+import golinear.bench.lm_backend as B
+import golinear.tasks.standard as ts
 
 TASKS = ["golinear_piqa", "golinear_hellaswag"]
 

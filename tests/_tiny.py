@@ -104,7 +104,7 @@ def inductor_works() -> bool:
 def token_by_token_and_parallel(model, ids):
     """(logits decoded one token at a time through a LinearCache, logits of one parallel forward) for ids [B, T]:
     the decode-vs-forward parity every option is held to."""
-    from models.cache import LinearCache
+    from golinear.models.cache.hf_cache import LinearCache
     cache = LinearCache.for_model(model)
     with torch.no_grad():
         steps = [model(ids[:, i:i + 1], past_key_values=cache, use_cache=True).logits for i in range(ids.shape[1])]

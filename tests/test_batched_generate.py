@@ -1,4 +1,4 @@
-"""Batched variable-length generation (models/batch_generate.py on models/fast_decode.py), fp32 on the CPU:
+"""Batched variable-length generation (models/decoding/batch_generate.py on models/decoding/fast_decode.py), fp32 on the CPU:
 a batch of prompts of different lengths gives, token for token, what each prompt gives generated alone by
 HF's generate on the model's own forward (the old one-at-a-time path), for every mechanism and option."""
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 import torch
 import transformers
 
-from models.batch_generate import generate_batch, pad_rows
-from models.fast_decode import FastDecoder
-from models.linearize import LinearizeConfig, linearize
+from golinear.models.decoding.batch_generate import generate_batch, pad_rows
+from golinear.models.decoding.fast_decode import FastDecoder
+from golinear.models.attention.linearize import LinearizeConfig, linearize
 from _tiny import perturb_new_params
 
 VOCAB = 97

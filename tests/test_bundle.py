@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 def main():
-    from models.checkpoint_paths import resolve_checkpoint  # from the bundle's repo/, found through PYTHONPATH
+    from golinear.models.checkpoint_paths import resolve_checkpoint  # from the bundle's repo/, found through PYTHONPATH
     data = Path(os.environ["GOLINEAR_DATA"])
     files = sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.is_file())
     out = {"python": sys.executable, "checkpoint": str(resolve_checkpoint("gdn-w56-s8-sc")), "data": files,
@@ -50,7 +50,7 @@ def probe_wheel(folder: Path) -> Path:
 
 def golinear(*argv, cwd=ROOT):
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "HOME": os.environ.get("HOME", "/tmp")}
-    return subprocess.run([sys.executable, "-m", "bench.cli", *argv], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "golinear.bench.cli", *argv], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench import lm_backend as B
-from bench.specs import label_of, parse_model_spec
-from models.checkpoint import save_checkpoint
-from models.linearize import new_parameters
-from models.load import load_model
-from models.projection import decoder_layers
+from golinear.bench import lm_backend as B
+from golinear.bench.specs import label_of, parse_model_spec
+from golinear.models.checkpoint import save_checkpoint
+from golinear.models.attention.linearize import new_parameters
+from golinear.models.load import load_model
+from golinear.models.attention.projection import decoder_layers
 from tests._tiny import write_tiny_backbone
 
 

@@ -1,8 +1,8 @@
-"""A cache policy added in this file alone (models.policies' public registry): "keep the keys of largest norm".
+"""A cache policy added in this file alone (models.cache.policies' public registry): "keep the keys of largest norm".
 
 It runs, with no other module touched, through the layer's whole-prompt pass (the slots after the prompt hold the
 largest-norm keys, and the output is the retention definition's with those scores), HF-generate decoding, the
-right-padded one-pass prefill and batched decoding (models.batch_generate), and lm-eval's generate_until through
+right-padded one-pass prefill and batched decoding (models.decoding.batch_generate), and lm-eval's generate_until through
 bench.lm_backend (batched = one prompt at a time). fp32 on the CPU, tiny random Llama models."""
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from models.batch_generate import decoder_for, generate_batch  # noqa: E402
-from models.ops.retention import retention_recurrent  # noqa: E402
-from models.policies import (make_policy, policy_class, policy_names, register_policy, retention_scores,  # noqa: E402
+from golinear.models.decoding.batch_generate import decoder_for, generate_batch  # noqa: E402
+from golinear.models.attention.ops.retention import retention_recurrent  # noqa: E402
+from golinear.models.cache.policies import (make_policy, policy_class, policy_names, register_policy, retention_scores,  # noqa: E402
                              unregister_policy)
-from models.policies.base import CachePolicy  # noqa: E402
-from models.policies.retention_slots import RetentionSlots  # noqa: E402
-from models.retention_generate import RetentionDecoder  # noqa: E402
-from models.spec import RETAIN_SCORES, ModelSpec  # noqa: E402
+from golinear.models.cache.policies.base import CachePolicy  # noqa: E402
+from golinear.models.cache.policies.retention_slots import RetentionSlots  # noqa: E402
+from golinear.models.decoding.retention_generate import RetentionDecoder  # noqa: E402
+from golinear.models.spec import RETAIN_SCORES, ModelSpec  # noqa: E402
 from test_batched_generate import alone, prompts, tiny_model  # noqa: E402
 from test_retention import assert_close, tiny_layer  # noqa: E402
 
@@ -67,7 +67,7 @@ def test_the_registry_lists_it_beside_the_built_in_policies():
 def test_prefill_keeps_the_largest_norm_keys_and_is_the_definition():
     """The layer's whole-prompt pass = retention_recurrent with the key norms as given scores; after the prompt each
     KV head's slots hold the 3 largest-norm keys among the tokens that left the window (positions 2..21 of 26)."""
-    from models.decode_state import DecodeState
+    from golinear.models.cache.decode_state import DecodeState
     layer, y_layer, (q, k, v, lin), (x, pe) = tiny_layer(window=4, sinks=2, retain=3, retain_score="key_norm")
     assert isinstance(layer.cache_policy, KeyNorm)
     with torch.no_grad():
@@ -103,7 +103,7 @@ def test_lm_eval_generate_until_batched_equals_one_at_a_time(tmp_path):
     default for retention slots) gives what each prompt generated alone gives."""
     from lm_eval.api.instance import Instance
 
-    import bench.lm_backend as B
+    import golinear.bench.lm_backend as B
     from tests._tiny import write_tiny_backbone
 
     tiny = write_tiny_backbone(tmp_path / "tiny")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.check import compare, render, run_check
+from golinear.bench.check import compare, render, run_check
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,7 +63,7 @@ def test_committed_baseline_is_well_formed():
 def _check_cli(capsys, *args) -> tuple[int, str, str]:
     """`golinear check ARGS` through the CLI's main() in this process: (the exit code the console script returns,
     stdout, stderr). The tests below are about the check's verdict, not the process boundary."""
-    from bench.cli import main
+    from golinear.bench.cli import main
     capsys.readouterr()
     code = main(["check", *args])
     out, err = capsys.readouterr()
@@ -75,7 +75,7 @@ def test_damaged_weights_fail_the_check(tmp_path, capsys):
     """Baseline from the real SmolLM2 (LAMBADA, 8 docs); the same model passes; a copy whose weights were
     perturbed (noise of half each tensor's std) drops beyond tolerance and the CLI exits 1."""
     import torch
-    from models.backbone import load_backbone
+    from golinear.models.backbones.backbone import load_backbone
     base = tmp_path / "baseline.json"
     code, report = run_check("full", base, update=True, suites="lambada", limit=8, batch_size=4, progress=False)
     assert code == 0 and base.exists(), report
@@ -135,7 +135,7 @@ def test_shipped_checkpoint_passes_and_a_damaged_copy_fails(tmp_path, capsys):
 def test_temp_store_is_removed_on_sigterm_and_swept_after_sigkill(tmp_path):
     """A killed `golinear check` leaves no temp store: SIGTERM unwinds; SIGKILL's is swept next time."""
     import signal
-    code = ("import sys, time; sys.path.insert(0, '.'); from bench.check import temp_store\n"
+    code = ("import sys, time; sys.path.insert(0, '.'); from golinear.bench.check import temp_store\n"
             "with temp_store() as d:\n    print(d, flush=True)\n    time.sleep(60)\n")
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     root = Path(__file__).resolve().parent.parent

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from models.checkpoint_paths import SHIPPED, resolve_checkpoint
-from models.spec import ModelSpec
+from golinear.models.checkpoint_paths import SHIPPED, resolve_checkpoint
+from golinear.models.spec import ModelSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
@@ -53,7 +53,7 @@ def test_a_missing_checkpoint_names_where_it_looked(tmp_path, monkeypatch):
 
 
 def test_the_cli_refuses_a_missing_checkpoint_in_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "bench.cli", "run", "--models", "checkpoint=no-such-run",
+    r = subprocess.run([sys.executable, "-m", "golinear.bench.cli", "run", "--models", "checkpoint=no-such-run",
                         "--suites", "cr", "--store", str(tmp_path / "s")], cwd=tmp_path, capture_output=True,
                        text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 2, r.stderr

@@ -9,12 +9,12 @@ import statistics
 import pandas as pd
 import pytest
 
-from bench.claims import caveats, catalog, evidence, metrics, page, paper_rows, render, rules, targets, verdicts
-from bench.cli import main as cli_main
-from bench.cli_args import REFERENCE_DIR, REPO_ROOT
-from bench.leaderboard import load_reference
-from bench.store import Store
-from models.spec import checkpoint_identity
+from golinear.bench.claims import caveats, catalog, evidence, metrics, page, paper_rows, render, rules, targets, verdicts
+from golinear.bench.cli import main as cli_main
+from golinear.bench.cli_args import REFERENCE_DIR, REPO_ROOT
+from golinear.bench.leaderboard import load_reference
+from golinear.bench.store import Store
+from golinear.models.spec import checkpoint_identity
 
 CR_TASKS = {"golinear_piqa": "acc", "golinear_arc_easy": "acc", "golinear_arc_challenge": "acc_norm",
             "golinear_hellaswag": "acc_norm", "golinear_winogrande": "acc"}
@@ -193,8 +193,8 @@ def put_long(store, key, family, display, value, budget, *, context_length=4096,
 def test_retention_table_lays_out_the_retention_rows_at_equal_budget(tmp_path):
     """retention.md/.csv: at each budget the untrained window, the default recipe and the retention rows (claims'
     roles), each column the mean over the seeds measured in it; a suite's mean only where all its tasks are there."""
-    from bench.claims import retention_table as R
-    from bench.measured import RULER_COLS, SNIAH_TASKS
+    from golinear.bench.claims import retention_table as R
+    from golinear.bench.measured import RULER_COLS, SNIAH_TASKS
     ck, store = tmp_path / "ck", Store(tmp_path / "store")
     for name, seed in (("gdn-w248-s8-sc", 0), ("gdn-w248-s8-sc-seed1", 1)):
         checkpoint(ck, name, 3.4, seed=seed)
@@ -242,7 +242,7 @@ def test_long_context_evidence_is_the_studys_setting_only(tmp_path):
 def test_retention_plot_draws_the_tables_suite_means_by_budget():
     """retention.png: a line per (suite mean, row) through the table's cells in budget order, the seeds' std as an
     error bar; no suite mean measured, no picture."""
-    from bench.claims import retention_plot as P
+    from golinear.bench.claims import retention_plot as P
     cells = [(512, "default", "RULER", 12.0, 0.5, 2), (256, "default", "RULER", 5.0, None, 1),
              (256, "default", "MK", 7.0, None, 1), (1024, "untrained window + sinks", "S-NIAH", 23.0, None, 1)]
     table = pd.DataFrame([{"budget": b, "row": r, "target": "", "column": c, "mean": m, "std": s, "n": n, "runs": ""}
@@ -309,7 +309,7 @@ def test_seeds_spread_is_mean_and_sample_std_of_the_finished_seed_folders(tmp_pa
 def test_seeds_table_is_mean_and_std_of_each_columns_seeds(tmp_path):
     """seeds.md/.csv: one row per recipe with two or more finished seeds (a short run and a one-seed recipe are
     left out), each column's mean +- sample std over the seeds that have it, every seed's value in the CSV."""
-    from bench.claims import seeds
+    from golinear.bench.claims import seeds
     ck, store = tmp_path / "ck", Store(tmp_path / "store")
     checkpoint(ck, "gdn-w56-s8-sc", 9.9, steps=379)
     for name, loss, seed in (("gdn-w56-s8-sc-10m", 3.0, 0), ("gdn-w56-s8-sc-seed1", 3.2, 1),
@@ -338,7 +338,7 @@ def test_paper_tables_put_each_recipe_beside_the_papers_row(tmp_path):
     """tables.md/.csv: full attention, then every mechanism x recipe of the paper's Tables 1-3 (Hedgehog only
     strict), ours as mean ± std over the finished seeds (store cells; held-out CE from the folders), the paper's CR
     and LAMBADA of the same row from the reference CSV; a recipe without cells has empty cells."""
-    from bench.claims import paper_tables
+    from golinear.bench.claims import paper_tables
     ck, store = tmp_path / "ck", Store(tmp_path / "store")
     for name, loss, seed in (("gdn-w56-s8-sc-10m", 3.0, 0), ("gdn-w56-s8-sc-seed1", 3.2, 1),
                              ("gdn-w56-s8-sc-seed2", 3.4, 2)):

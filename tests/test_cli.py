@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from bench import quiet
-from bench.cli import COMMANDS, build_parser
+from golinear.bench import quiet
+from golinear.bench.cli import COMMANDS, build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_top_level_help_imports_no_command_module():
     """`golinear --help` must not pay for torch / lm-eval: only the chosen command's module is imported."""
-    code = ("import sys; from bench.cli import build_parser; build_parser().format_help(); "
-            "print(sorted(m for m in ('torch', 'lm_eval', 'transformers', 'bench.runner') if m in sys.modules))")
+    code = ("import sys; from golinear.bench.cli import build_parser; build_parser().format_help(); "
+            "print(sorted(m for m in ('torch', 'lm_eval', 'transformers', 'golinear.bench.runner') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -28,7 +28,7 @@ def test_command_help_imports_neither_torch_nor_the_command(command):
     """`golinear COMMAND --help` builds its parser from the options module alone: no torch, lm-eval or
     transformers, and not the command's own module (imported only when the command runs)."""
     module = COMMANDS[command][0]
-    code = ("import contextlib, io, sys\nfrom bench.cli import main\n"
+    code = ("import contextlib, io, sys\nfrom golinear.bench.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
             f"    try:\n        main([{command!r}, '--help'])\n    except SystemExit:\n        pass\n"
             "assert '--help' in out.getvalue()\n"
@@ -38,8 +38,8 @@ def test_command_help_imports_neither_torch_nor_the_command(command):
 
 
 def test_named_configurations_listed_in_params_help_are_the_backbones():
-    from bench.cli_args import NAMED_CONFIG_NAMES
-    from models.backbone import NAMED_CONFIGS
+    from golinear.bench.cli_args import NAMED_CONFIG_NAMES
+    from golinear.models.backbones.backbone import NAMED_CONFIGS
     assert NAMED_CONFIG_NAMES == tuple(NAMED_CONFIGS)
 
 

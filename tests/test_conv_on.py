@@ -9,15 +9,16 @@ import json
 import pytest
 import torch
 
-from models import cli_args, ops
-from models.batch_generate import WholePromptDecoder, decoder_for, generate_batch
-from models.checkpoint import apply_checkpoint, save_checkpoint
-from models.fast_decode import FastDecoder
-from models.layers import LinearizedAttention
-from models.linearize import LinearizeConfig, linearize
-from models.ops import fused_decode
-from models.spec import ModelSpec
-from models.train_cli import linearize_options, run_name
+from golinear.models import cli_args
+from golinear.models.attention import ops
+from golinear.models.decoding.batch_generate import WholePromptDecoder, decoder_for, generate_batch
+from golinear.models.checkpoint import apply_checkpoint, save_checkpoint
+from golinear.models.decoding.fast_decode import FastDecoder
+from golinear.models.attention.layers import LinearizedAttention
+from golinear.models.attention.linearize import LinearizeConfig, linearize
+from golinear.models.attention.ops import fused_decode
+from golinear.models.spec import ModelSpec
+from golinear.models.training.train_cli import linearize_options, run_name
 from test_batched_generate import alone, prompts, tiny_model
 from _tiny import token_by_token_and_parallel
 
@@ -236,8 +237,8 @@ def test_golinear_train_records_and_reloads(tmp_path):
     """`golinear train --conv-on linear` end to end on a tiny backbone: the record and the checkpoint carry the
     option, and the checkpoint reloads (load_model) as conv_on=linear with its trained conv."""
     from _tiny import write_books, write_tiny_backbone
-    from bench.cli import main as golinear
-    from models.load import load_model
+    from golinear.bench.cli import main as golinear
+    from golinear.models.load import load_model
     base = write_tiny_backbone(tmp_path / "base")
     write_books(tmp_path / "data")
     run = tmp_path / "run"

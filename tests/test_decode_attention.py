@@ -1,5 +1,5 @@
-"""The split-K decode attention kernel (models/ops/decode_attention_split_k.py) against its definition, the SDPA
-reference (models/ops/decode_attention.py): on the CPU under Triton's interpreter, on a GPU compiled. Rows of
+"""The split-K decode attention kernel (models/attention/ops/decode_attention_split_k.py) against its definition, the SDPA
+reference (models/attention/ops/decode_attention.py): on the CPU under Triton's interpreter, on a GPU compiled. Rows of
 different filled lengths (inside one key block, spanning splits, filling the whole buffer), GQA and MHA, head sizes
 that are and are not powers of two, more splits than a short row has keys. Skipped where Triton is not installed."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from models.ops.decode_attention import decode_attention, decode_attention_reference
+from golinear.models.attention.ops.decode_attention import decode_attention, decode_attention_reference
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu":  # read when triton.language is first imported (its own functions are kernels too) and when a
@@ -19,7 +19,7 @@ if DEVICE == "cpu":  # read when triton.language is first imported (its own func
                     "before it runs this file)", allow_module_level=True)
     os.environ["TRITON_INTERPRET"] = "1"  # no GPU here, so no compiled kernels to keep
 pytest.importorskip("triton")
-from models.ops.decode_attention_split_k import decode_attention_split_k  # noqa: E402
+from golinear.models.attention.ops.decode_attention_split_k import decode_attention_split_k  # noqa: E402
 
 
 def _case(B, Hq, Hkv, D, L, lengths, dtype=torch.float32, seed=0):

@@ -5,8 +5,8 @@ import argparse
 
 import pytest
 
-from bench import cli_args, demo
-from bench.cli import main as cli
+from golinear.bench import cli_args, demo
+from golinear.bench.cli import main as cli
 
 
 def _args(**kw):
@@ -26,7 +26,7 @@ def test_default_plan_covers_every_suite_and_skips_only_what_cannot_fit(capsys):
     assert mmlu["limit"] == 1 and mmlu["extra_suites"]["mmlu"][0]["task"] == "golinear_mmlu_social_sciences"
     assert mmlu["batch_size"] == demo.MMLU_BATCH
     assert long["context_length"] == 1024 and long["num_samples"] == long["limit"] == 1
-    from tasks.ruler import SUITES
+    from golinear.tasks.ruler import SUITES
     assert long["extra_suites"]["sniah"] == SUITES["sniah"]
     skipped = {"golinear_ruler_hqa", "golinear_ruler_sqa"}  # their documents need 2K tokens with SmolLM2
     assert long["extra_suites"]["ruler"] == [t for t in SUITES["ruler"] if t not in skipped]
@@ -35,15 +35,15 @@ def test_default_plan_covers_every_suite_and_skips_only_what_cannot_fit(capsys):
 
 
 def test_at_2k_every_long_task_runs(capsys):
-    from tasks.ruler import SUITES
+    from golinear.tasks.ruler import SUITES
     (_, _, long), = demo.jobs(_args(context_length=2048), ["ruler"])
     assert long["extra_suites"] == {"ruler": SUITES["ruler"]} and "skipped" not in capsys.readouterr().out
 
 
 def test_mmlu_choice_names_a_registered_group_shown_as_mmlu():
     """...in the demo's task manager, which indexes golinear's tasks only."""
-    from bench.runner import default_data_dir, resolve_suites
-    from tasks.standard import task_manager
+    from golinear.bench.runner import default_data_dir, resolve_suites
+    from golinear.tasks.standard import task_manager
     known = set(task_manager(default_data_dir(), include_defaults=False).all_tasks)
     assert "golinear_mmlu" in known and "hellaswag" not in known  # lm-eval's own tasks are not indexed
     for category in demo.MMLU_CATEGORIES:
@@ -71,8 +71,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
 def test_a_bad_checkpoint_is_refused_before_any_weights_load(tmp_path, monkeypatch, capsys, damage):
     import shutil
     from pathlib import Path
-    import models.backbone
-    monkeypatch.setattr(models.backbone, "load_backbone", lambda *a, **k: pytest.fail("weights loaded"))
+    import golinear.models.backbones.backbone
+    monkeypatch.setattr(golinear.models.backbones.backbone, "load_backbone", lambda *a, **k: pytest.fail("weights loaded"))
     folder = tmp_path / "ckpt"
     if damage == "truncated":
         shipped = Path(demo.__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"

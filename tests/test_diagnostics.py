@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from models import diagnostics as diag
+from golinear.models import diagnostics as diag
 from _tiny import tiny_llama, tiny_tokenizer, write_books, write_tiny_backbone
 
 
@@ -86,7 +86,7 @@ def _seqs(vocab, n=2, T=40):
 
 def test_window_covering_everything_has_zero_nmse():
     """mechanism 'none' with a window >= T is exact softmax attention: the plumbing must report ~0."""
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     model = tiny_llama(320)
     linearize(model, LinearizeConfig(mechanism="none", window=64, short_conv=True))
     res = diag.summarize_nmse(diag.collect(model, _seqs(320), with_nmse=True))
@@ -95,7 +95,7 @@ def test_window_covering_everything_has_zero_nmse():
 
 
 def test_gdn_nmse_positive_and_geometry_matches_base():
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     seqs = _seqs(320)
     base = diag.collect(tiny_llama(320), seqs, with_nmse=False)
     model = linearize(tiny_llama(320), LinearizeConfig(mechanism="gdn"))
@@ -112,7 +112,7 @@ def test_gdn_nmse_positive_and_geometry_matches_base():
 
 
 def test_lora_is_disabled_for_the_teacher():
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     model = linearize(tiny_llama(320), LinearizeConfig(mechanism="none", window=64, lora=True))
     for n, p in model.named_parameters():  # make LoRA non-trivial
         if "lora_B" in n:
@@ -123,7 +123,7 @@ def test_lora_is_disabled_for_the_teacher():
 
 # ------------------------------------------------------------------------------------------- CLI
 def test_cli_diagnose_then_hybrid_training(tmp_path):
-    from bench.cli import main as cli
+    from golinear.bench.cli import main as cli
     base = write_tiny_backbone(tmp_path / "base")
     data = write_books(tmp_path / "data")
     ckpt = tmp_path / "ckpt"
@@ -147,7 +147,7 @@ def test_cli_diagnose_then_hybrid_training(tmp_path):
                 "hardness", "--layer-scores", str(out / "layer_scores.json"), "--out", str(hybrid)]) == 0
     cfg = json.loads((hybrid / "config.json").read_text())
     assert cfg["linearize"]["keep_full"] == 0.5
-    from models.checkpoint import load_checkpoint
+    from golinear.models.checkpoint import load_checkpoint
     model, _, _ = load_checkpoint(hybrid, base=str(base))
     assert model.config.golinear["full_layers"] == [hard]
     assert cli(["diagnose", *common, "--fresh", "gdn:bad", "--out", str(tmp_path / "bad")]) == 2  # one line, exit 2

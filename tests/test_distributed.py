@@ -20,7 +20,7 @@ STEPS, SEQ_LEN = 6, 32
 
 
 def _setup(data_dir: Path):
-    from models import data as data_mod
+    from golinear.models.training import data as data_mod
     from _tiny import tiny_llama, tiny_tokenizer
     tok = tiny_tokenizer()
     model = tiny_llama(len(tok), seed=0)
@@ -32,7 +32,7 @@ def _setup(data_dir: Path):
 
 
 def worker(out: Path, data_dir: Path) -> None:
-    from models import train as train_mod
+    from golinear.models.training import train as train_mod
     model, seqs = _setup(data_dir)
     cfg = train_mod.TrainConfig(seq_len=SEQ_LEN, batch_size=1, steps=STEPS, lr=1e-2, save_every=0, log_every=2)
     trainer = train_mod.Trainer(model, seqs, cfg, out / "run")
@@ -54,7 +54,7 @@ def _launch(args: list[str], tmp_path: Path, ok: bool = True) -> subprocess.Comp
 
 def test_two_ranks_end_identical_and_match_one_process(tmp_path):
     from _tiny import write_books
-    from models import train as train_mod
+    from golinear.models.training import train as train_mod
     data_dir = write_books(tmp_path / "data")
     _launch([str(Path(__file__)), str(tmp_path), str(data_dir)], tmp_path)
     r0, r1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
@@ -79,7 +79,7 @@ def test_two_ranks_end_identical_and_match_one_process(tmp_path):
 def test_every_command_destroys_the_process_group_it_ran_under(tmp_path, argv):
     """A launched rank that leaves its gloo group to interpreter teardown can abort after its work is done."""
     import torch.distributed as dist
-    from bench.cli import main as cli
+    from golinear.bench.cli import main as cli
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         cli(argv)
@@ -95,7 +95,7 @@ def test_cli_train_under_accelerate_launch(tmp_path):
     base = write_tiny_backbone(tmp_path / "base")
     data_dir = write_books(tmp_path / "data")
     out = tmp_path / "ckpt"
-    _launch(["-m", "bench.cli", "train", "--base", str(base), "--data-dir", str(data_dir), "--heldout-docs", "2",
+    _launch(["-m", "golinear.bench.cli", "train", "--base", str(base), "--data-dir", str(data_dir), "--heldout-docs", "2",
              "--seq-len", "32", "--steps", "3", "--eval-sequences", "1", "--mechanism", "gla", "--window", "0",
              "--sinks", "0", "--no-short-conv", "--tokens", str(tmp_path / "tok.npz"), "--out", str(out)], tmp_path)
     record = json.loads((out / "train_config.json").read_text())
@@ -110,7 +110,7 @@ def test_ddp_refuses_sequences_that_never_reach_the_linear_state(tmp_path):
     "Expected to have finished reduction" (the gates get no gradient); the trainer says why before the first."""
     from _tiny import write_books, write_tiny_backbone
     base = write_tiny_backbone(tmp_path / "base")
-    proc = _launch(["-m", "bench.cli", "train", "--base", str(base), "--data-dir", str(write_books(tmp_path / "data")),
+    proc = _launch(["-m", "golinear.bench.cli", "train", "--base", str(base), "--data-dir", str(write_books(tmp_path / "data")),
                     "--heldout-docs", "2", "--seq-len", "32", "--steps", "3", "--eval-sequences", "1",
                     "--tokens", str(tmp_path / "tok.npz"), "--out", str(tmp_path / "ckpt")], tmp_path, ok=False)
     out = proc.stdout + proc.stderr
@@ -119,6 +119,6 @@ def test_ddp_refuses_sequences_that_never_reach_the_linear_state(tmp_path):
 
 
 if __name__ == "__main__":
-    from bench.cli import end_process_group
+    from golinear.bench.cli import end_process_group
     worker(Path(sys.argv[1]), Path(sys.argv[2]))
     end_process_group()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.plan import default_data_dir
-from bench.cli import main as golinear
+from golinear.bench.plan import default_data_dir
+from golinear.bench.cli import main as golinear
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(default_data_dir() or "/nonexistent")

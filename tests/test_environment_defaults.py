@@ -17,12 +17,12 @@ def probe(module: str, var: str, value: str | None) -> str:
 def test_importing_bench_keeps_lm_eval_from_forking_a_bootstrap_pool():
     """lm-eval's stderr bootstrap runs in the process (DISABLE_MULTIPROC) once bench is imported; a user's own
     setting is kept."""
-    assert probe("bench", "DISABLE_MULTIPROC", None) == "1"
-    assert probe("bench", "DISABLE_MULTIPROC", "yes") == "yes"
+    assert probe("golinear.bench", "DISABLE_MULTIPROC", None) == "1"
+    assert probe("golinear.bench", "DISABLE_MULTIPROC", "yes") == "yes"
 
 
 def test_importing_models_configures_the_tokenizers_parallelism():
     """The setting is explicit before any tokenizer runs (the library's fork handler then leaves forked children
     alone); a user's own choice is kept."""
-    assert probe("models", "TOKENIZERS_PARALLELISM", None) == "true"
-    assert probe("models", "TOKENIZERS_PARALLELISM", "false") == "false"
+    assert probe("golinear.models", "TOKENIZERS_PARALLELISM", None) == "true"
+    assert probe("golinear.models", "TOKENIZERS_PARALLELISM", "false") == "false"

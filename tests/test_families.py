@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.families import families, family_of
-from bench.specs import WINDOW_ONLY_LABEL
+from golinear.bench.families import families, family_of
+from golinear.bench.specs import WINDOW_ONLY_LABEL
 
 
 def _model(label, window, trained, mechanism="gdn", family=None, **lin):

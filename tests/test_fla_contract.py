@@ -1,7 +1,7 @@
-"""What models.ops.fla_backend hands to FLA's kernels, checked on the CPU (no triton needed).
+"""What models.attention.ops.fla_backend hands to FLA's kernels, checked on the CPU (no triton needed).
 
 FLA's entry points are replaced by recorders that check every tensor argument (contiguous; q/k/v one float dtype,
-gates fp32, states fp32) and then compute the op with models.ops.reference, and every op is routed to fla_backend
+gates fp32, states fp32) and then compute the op with models.attention.ops.reference, and every op is routed to fla_backend
 (as on CUDA). A real linearized model runs its forward and one decode step at eval-like shapes (batch 4, GQA,
 bf16), strict and with window + sinks. chunk_gla must also get inputs for which FLA picks chunk size 64: the H200
 faulted in lm-eval on chunk 32 (fla_backend.GLA_MIN_T). Two more tests check that this padding changes no value
@@ -15,10 +15,10 @@ import pytest
 import torch
 import transformers
 
-from models import ops
-from models.cache import LinearCache
-from models.linearize import LinearizeConfig, linearize
-from models.ops import fla_backend, reference
+from golinear.models.attention import ops
+from golinear.models.cache.hf_cache import LinearCache
+from golinear.models.attention.linearize import LinearizeConfig, linearize
+from golinear.models.attention.ops import fla_backend, reference
 from _tiny import perturb_new_params
 
 QKV_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # the q/k/v dtypes FLA's kernels take

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from bench import generation
-from bench.cli import main as cli
+from golinear.bench import generation
+from golinear.bench.cli import main as cli
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -78,7 +78,7 @@ def test_warm_up_covers_every_batch_size_of_the_timed_run(n, batch, sizes):
 
 def test_rows_run_linear_first_and_files_list_them_in_table_order(tmp_path):
     """A run cut off by a time limit keeps the linear rows; the files keep full, full-static, linear, sequential."""
-    from bench.cli import build_parser
+    from golinear.bench.cli import build_parser
     args = build_parser("generation").parse_args(["generation", "--device", "cpu", "--linear", "gdn-default",
                                                   "--rows", "full;full-static;linear-sequential;linear"])
     generation._check(args)

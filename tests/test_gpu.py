@@ -73,7 +73,7 @@ def _leaves(x, state):
 
 
 def _compare(mech, form, dtype, B, T, H, D, backward=True):
-    from models.ops import fla_backend, reference
+    from golinear.models.attention.ops import fla_backend, reference
     x, state = _inputs(mech, B, T, H, D, dtype)
     x32, s32 = _upcast(x, state)
     scale = D ** -0.5
@@ -120,7 +120,7 @@ def test_gdn_training_shapes_backward(D, H):
 
 def test_gdn_guard_bypass_is_scoped():
     """On Hopper with triton < 3.7.1 FLA's own op refuses backward; ours runs and restores the flag."""
-    from models.ops import fla_backend
+    from golinear.models.attention.ops import fla_backend
     fla_backend.load_fla()
     chunk_o = fla_backend.kernels.chunk_o
     if not (chunk_o.IS_NVIDIA_HOPPER and chunk_o.TRITON_ABOVE_3_4_0 and not chunk_o.TRITON_ABOVE_3_7_1):
@@ -139,7 +139,7 @@ def test_gdn_guard_bypass_is_scoped():
 @pytest.mark.parametrize("T", LENGTHS)
 @pytest.mark.parametrize("grad", [False, True], ids=["fla-kernel", "blocked-autograd"])
 def test_window_sink_attention(T, dtype, grad):
-    from models.ops import fla_backend, reference
+    from golinear.models.attention.ops import fla_backend, reference
     dt = DTYPES[dtype]
     g = torch.Generator(device="cuda").manual_seed(2)
     B, Hq, Hkv, D, s, w = 2, 8, 2, 64, 8, 56
@@ -156,7 +156,7 @@ def test_window_sink_attention(T, dtype, grad):
 @pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
 def test_short_conv_fast_path(dtype):
     """fla_backend.short_conv without grad (shifted multiply-adds in the input dtype) vs the reference."""
-    from models.ops import fla_backend, reference
+    from golinear.models.attention.ops import fla_backend, reference
     dt = DTYPES[dtype]
     g = torch.Generator(device="cuda").manual_seed(3)
     x = torch.randn(2, 1000, 4096, device="cuda", generator=g).to(dt)
@@ -173,7 +173,7 @@ def test_short_conv_fast_path(dtype):
 @pytest.mark.parametrize("mech", ["gla", "gdn"])
 def test_mixed_input_dtypes(mech):
     """Under autocast q/k can arrive in fp32 with v in bf16: computed in v's dtype, output in q's."""
-    from models.ops import fla_backend
+    from golinear.models.attention.ops import fla_backend
     x, state = _inputs(mech, 2, 70, 4, 64, torch.bfloat16)
     x = {k: v.detach() for k, v in x.items()}
     x["q"], x["k"] = x["q"].float(), x["k"].float()
@@ -185,7 +185,7 @@ def test_mixed_input_dtypes(mech):
 
 
 def test_dispatch_routes_cuda_to_fla(monkeypatch):
-    from models import ops
+    from golinear.models.attention import ops
     x = torch.zeros(1, device="cuda")
     assert ops.backend_name(x) == "fla"
     assert ops.backend_name(torch.zeros(1)) == "reference"
@@ -197,7 +197,7 @@ def _small_cuda_model(mech):
     """A 2-layer random Llama on CUDA, linearized with `mech` (None: full attention) as the default recipe, its new
     parameters moved off their identity/zero initialisation so that every path carries signal."""
     import transformers
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=300)
@@ -211,7 +211,7 @@ def _small_cuda_model(mech):
 @pytest.mark.parametrize("mech", ["gdn", "gla", "hedgehog"])
 def test_fast_decoder_matches_forward_on_cuda(mech):
     """Static cache + CUDA graph decoding gives the logits of the model's own parallel forward."""
-    from models.fast_decode import FastDecoder
+    from golinear.models.decoding.fast_decode import FastDecoder
     model = _small_cuda_model(mech)
     fd = FastDecoder(model, prefill_chunk=128)
     # one decoder, three prompts: >= sinks + window (the steady step), shorter (the general step, with masks
@@ -235,8 +235,8 @@ def test_fast_decoder_matches_forward_on_cuda(mech):
 def test_batched_generation_on_cuda(mech):
     """Variable-length batch, CUDA graph: the logits of every row's first steps match the model's own forward on
     that row alone (fp32), and the batched tokens equal each prompt generated alone by the same decoder."""
-    from models.batch_generate import generate_batch
-    from models.fast_decode import FastDecoder
+    from golinear.models.decoding.batch_generate import generate_batch
+    from golinear.models.decoding.fast_decode import FastDecoder
     model = _small_cuda_model(mech)
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 300, (n,), generator=g).tolist() for n in (300, 40, 129, 7)]  # around s + w = 64
@@ -260,7 +260,7 @@ def test_batched_generation_on_cuda(mech):
 @pytest.mark.parametrize("with_state", [False, True], ids=["zeros", "state"])
 def test_prefill_conv_kernel(dtype, with_state):
     """fla_backend.conv_fresh (FLA's causal conv forward) on a channel slice of [q|k|v] vs the reference conv."""
-    from models.ops import fla_backend, reference
+    from golinear.models.attention.ops import fla_backend, reference
     dt = DTYPES[dtype]
     g = torch.Generator(device="cuda").manual_seed(4)
     qkv = torch.randn(2, 1000, 960, device="cuda", generator=g).to(dt)
@@ -281,8 +281,8 @@ def test_prefill_rope_kernel(dtype):
     """fla_backend.rope (FLA's rotary kernel) vs apply_rotary_pos_emb's formula, HF's own cos/sin tables at
     positions 100..1099 (a later prefill chunk); twice, so that the first (autotuning) call is checked too."""
     import transformers
-    from models.ops import fla_backend
-    from models.projection import _rope_formula
+    from golinear.models.attention.ops import fla_backend
+    from golinear.models.attention.projection import _rope_formula
     dt = DTYPES[dtype]
     g = torch.Generator(device="cuda").manual_seed(5)
     cfg = transformers.LlamaConfig(hidden_size=768, num_attention_heads=12, num_key_value_heads=3, head_dim=64,
@@ -301,8 +301,8 @@ def test_prefill_rope_kernel(dtype):
 
 @pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
 def test_prefill_l2norm_kernel(dtype):
-    from models.mechanisms import l2norm
-    from models.ops import fla_backend
+    from golinear.models.attention.mechanisms import l2norm
+    from golinear.models.attention.ops import fla_backend
     dt = DTYPES[dtype]
     x = torch.randn(2, 1000, 12, 64, device="cuda", generator=torch.Generator(device="cuda").manual_seed(6)).to(dt)
     with torch.no_grad():
@@ -316,9 +316,9 @@ def test_prefill_l2norm_kernel(dtype):
 def test_fast_prefill_matches_plain_prefill(dtype, monkeypatch):
     """A chunked variable-length prefill through FLA's conv/rotary/l2norm kernels (ops.fast_inference) gives the
     logits and decode state of the plain path (GOLINEAR_FAST_PREFILL=0), and the kernels did run."""
-    from models import ops
-    from models.fast_decode import FastDecoder
-    from models.ops import fla_backend
+    from golinear.models.attention import ops
+    from golinear.models.decoding.fast_decode import FastDecoder
+    from golinear.models.attention.ops import fla_backend
     dt = DTYPES[dtype]
     model = _small_cuda_model("gdn").to(dt)
     calls = []
@@ -355,7 +355,7 @@ def test_gdn_step_inplace_matches_reference(dtype):
     """FLA's recurrent GDN kernel with h0 = ht (the state written over itself) == the reference step, at the
     8B decode shape (batch 8, 32 heads of 128)."""
     dtype = DTYPES[dtype]
-    from models.ops import fla_backend, reference
+    from golinear.models.attention.ops import fla_backend, reference
     g = torch.Generator(device="cuda").manual_seed(0)
     B, H, D = 8, 32, 128
     q, k = (F.normalize(torch.randn(B, 1, H, D, device="cuda", generator=g), dim=-1).to(dtype) for _ in range(2))
@@ -377,8 +377,8 @@ def test_fused_decode_step_matches_the_step_on_cuda(dtype, monkeypatch):
     steps in a CUDA graph, rows at different positions, head dim 128."""
     dtype = DTYPES[dtype]
     import transformers
-    from models.fast_decode import FastDecoder
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.decoding.fast_decode import FastDecoder
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(hidden_size=512, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
                                    num_key_value_heads=1, head_dim=128, vocab_size=300)
@@ -417,7 +417,7 @@ def test_gla_family_eval_forward_matches_reference(mech, T, dtype):
     import copy
 
     import transformers
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=1, num_attention_heads=9,
                                    num_key_value_heads=3, head_dim=64, vocab_size=300)

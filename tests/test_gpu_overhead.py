@@ -25,7 +25,7 @@ pytestmark = [
 @pytest.mark.parametrize("T", [1, 15, 63, 65, 1000, 4096])
 @pytest.mark.parametrize("grad", [False, True], ids=["gather", "unfold-autograd"])
 def test_window_sink_softmax(T, dtype, grad):
-    from models.ops import fla_backend, reference
+    from golinear.models.attention.ops import fla_backend, reference
     dt = DTYPES[dtype]
     g = torch.Generator(device="cuda").manual_seed(2)
     B, Hq, Hkv, D, s, w = 2, 9, 3, 64, 8, 56
@@ -41,7 +41,7 @@ def test_window_sink_softmax(T, dtype, grad):
 @pytest.mark.parametrize("p0", [0, 3, 8192])
 def test_window_attention_blocked_chunk_form(p0):
     """The fast decoder's prefill form (queries from p0; keys = sinks | previous window | chunk), bf16."""
-    from models.ops import reference, window
+    from golinear.models.attention.ops import reference, window
     B, Tc, Hq, Hkv, D, s, w = 2, 1000, 32, 8, 128, 8, 56
     g = torch.Generator(device="cuda").manual_seed(0)
     T = p0 + Tc
@@ -58,7 +58,7 @@ def test_window_attention_blocked_chunk_form(p0):
 
 @pytest.mark.parametrize("autocast", [False, True])
 def test_short_conv_autograd_path(autocast):
-    from models.ops import fla_backend, reference
+    from golinear.models.attention.ops import fla_backend, reference
     g = torch.Generator(device="cuda").manual_seed(3)
     x = torch.randn(2, 1000, 960, device="cuda", generator=g).to(torch.bfloat16 if autocast else torch.float32)
     w = (torch.randn(960, 4, device="cuda", generator=g) * 0.5).requires_grad_()
@@ -74,7 +74,7 @@ def test_short_conv_autograd_path(autocast):
 
 
 def _tiny(mech="gdn", **opts):
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(hidden_size=576, intermediate_size=256, num_hidden_layers=2, num_attention_heads=9,
                                    num_key_value_heads=3, head_dim=64, vocab_size=300)

@@ -1,4 +1,4 @@
-"""The CUDA-graph training step (`golinear train --cuda-graph`, models/graph_step.py) on the GPU: the same
+"""The CUDA-graph training step (`golinear train --cuda-graph`, models/training/graph_step.py) on the GPU: the same
 parameters and logged losses as the eager loop, exact-enough resume (re-captured after a restart), and
 (printed, `-s`) tokens/s of the default recipe at SmolLM2-135M sizes, eager against graphed. Marked `gpu`;
 skipped without CUDA or flash-linear-attention.  Run: python -m pytest -v -s tests/test_gpu_train_graph.py
@@ -12,9 +12,9 @@ import pytest
 import torch
 import transformers
 
-from models import data as data_mod
-from models import train as train_mod
-from models import train_utils
+from golinear.models.training import data as data_mod
+from golinear.models.training import train as train_mod
+from golinear.models.training import train_utils
 
 pytestmark = [
     pytest.mark.gpu,
@@ -24,7 +24,7 @@ pytestmark = [
 
 
 def _model(layers=2, vocab=300, hidden=576, inter=256, seed=0):
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     cfg = transformers.LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
                                    num_attention_heads=9, num_key_value_heads=3, head_dim=64, vocab_size=vocab,
                                    tie_word_embeddings=True)
@@ -54,7 +54,7 @@ def test_graph_replays_the_eager_step_exactly(bf16):
     autocast without its cache): identical parameters and losses after 12 steps, up to the last bits."""
     import copy
 
-    from models import graph_step
+    from golinear.models.training import graph_step
 
     def run(model, graphed):
         params = [p for p in model.parameters() if p.requires_grad]

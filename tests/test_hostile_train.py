@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.cli import main as golinear
+from golinear.bench.cli import main as golinear
 
 
 # ----------------------------------------------------------------------------- golinear train: settings, Ctrl-C
@@ -39,7 +39,7 @@ def signals_restored():
 
 
 def test_a_resume_with_other_settings_is_refused_naming_each(tmp_path, capsys, signals_restored):
-    from models.train import STATE_FILE
+    from golinear.models.training.train import STATE_FILE
     assert cli_train(tmp_path, "--steps", "12", "--stop-after", "3") == 0  # stopped, resumable
     state = tmp_path / "run" / STATE_FILE
     saved = state.read_bytes()
@@ -74,7 +74,7 @@ def test_train_stopped_by_a_signal_saves_its_state_and_exits_non_zero(tmp_path, 
     import os
     import signal
 
-    from models import train as train_mod
+    from golinear.models.training import train as train_mod
     real, calls = train_mod.Trainer._batch, []
 
     def batch_then_signal(self):  # the signal arrives while step 3 is in flight
@@ -89,13 +89,13 @@ def test_train_stopped_by_a_signal_saves_its_state_and_exits_non_zero(tmp_path, 
     assert (tmp_path / "run" / train_mod.STATE_FILE).exists()
     monkeypatch.undo()
     assert cli_train(tmp_path, "--steps", "12", "--save-every", "100") == 0  # resumes and finishes
-    from models.train_utils import read_log
+    from golinear.models.training.train_utils import read_log
     steps = [r["step"] for r in read_log(tmp_path / "run" / train_mod.LOG_FILE)]
     assert steps == list(range(1, 13))
 
 
 def test_ctrl_c_before_training_is_one_line(tmp_path, capsys, monkeypatch, signals_restored):
-    from models import train_cli
+    from golinear.models.training import train_cli
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import main as golinear
-from bench.plan import default_data_dir
+from golinear.bench.cli import main as golinear
+from golinear.bench.plan import default_data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(default_data_dir() or "/nonexistent")
@@ -36,7 +36,7 @@ def test_run_refuses_a_missing_include_path(tmp_path, capsys):
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
 def test_default_data_folder_is_resolved_like_an_explicit_one(tmp_path, monkeypatch):
-    from tasks.standard import local_data
+    from golinear.tasks.standard import local_data
     link = tmp_path / "shared-link"
     link.symlink_to(DATA.resolve(), target_is_directory=True)
     monkeypatch.setattr(local_data, "DEFAULT_DATA_DIR", link)
@@ -63,7 +63,7 @@ def tiny_run(base, store, capsys=None, code=0):
 
 
 def only_cell(store):
-    from bench.store import Store
+    from golinear.bench.store import Store
     cells = Store(store).cells()
     assert len(cells) == 1
     return cells[0]
@@ -73,8 +73,8 @@ def only_cell(store):
 @pytest.mark.parametrize("content,says", [(b"", "no such table"), (b"not sqlite at all " * 100, "not a database")],
                          ids=["empty", "not-sqlite"])
 def test_a_damaged_request_cache_is_set_aside_and_the_cell_redone(tmp_path, tiny_base, capsys, content, says):
-    from bench.provenance import ModelInfo
-    from bench.store import CellKey, Store
+    from golinear.bench.provenance import ModelInfo
+    from golinear.bench.store import CellKey, Store
     clean = only_cell(tiny_run(tiny_base, tmp_path / "clean") or tmp_path / "clean")
     store = Store(tmp_path / "store")
     prefix = store.request_cache(CellKey.from_dict(clean["key"]), clean["model"]["label"],
@@ -170,7 +170,7 @@ def test_impossible_scores_are_refused_on_read_write_and_merge(tmp_path, capsys,
     import json
     import shutil
 
-    from bench.store import CellKey, Store
+    from golinear.bench.store import CellKey, Store
     task, change, words = IMPOSSIBLE[case]
     path, cell = committed_cell(task)
     change(cell)
@@ -194,7 +194,7 @@ def test_a_corrupted_backbone_cache_is_refused_with_the_rebuild_command(tmp_path
 
     import numpy as np
 
-    from models.backbone import smollm2_path
+    from golinear.models.backbones.backbone import smollm2_path
     good = smollm2_path()
     copy = tmp_path / "cache" / good.name
     shutil.copytree(good, copy)
@@ -217,7 +217,7 @@ def test_a_corrupted_backbone_cache_is_refused_with_the_rebuild_command(tmp_path
 
 
 def test_a_gguf_of_other_content_is_refused_before_converting(tmp_path, monkeypatch):
-    from models import backbone
+    from golinear.models.backbones import backbone
     fake = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
     fake.write_bytes(b"GGUF" + b"\0" * 1000)
     monkeypatch.setattr(backbone, "_smollm2_gguf", lambda: fake)
@@ -229,7 +229,7 @@ def test_a_gguf_of_other_content_is_refused_before_converting(tmp_path, monkeypa
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
 def test_ctrl_c_in_run_is_one_line_and_keeps_the_scored_requests(tmp_path, tiny_base, capsys, monkeypatch):
-    from bench import lm_backend
+    from golinear.bench import lm_backend
     real, calls = lm_backend.GolinearHF._model_call, []
 
     def interrupted_on_second(self, *a, **k):
@@ -280,8 +280,8 @@ def test_a_checkpoint_with_non_finite_parameters_is_refused_at_load(tmp_path, ca
 def test_check_fails_on_one_damaged_weight_before_evaluating(tmp_path):
     import json
 
-    from bench.check import read_baseline, run_check
-    from bench.param_stats import new_parameter_stats, stats_changes
+    from golinear.bench.check import read_baseline, run_check
+    from golinear.bench.param_stats import new_parameter_stats, stats_changes
     baseline = json.loads((ROOT / "leaderboards" / "baseline" / "smollm2-gdn-default.json").read_text())
     baseline["parameters"] = new_parameter_stats(str(CKPT))
     path = tmp_path / "baseline.json"
@@ -308,7 +308,7 @@ def test_the_leaderboard_shows_the_cell_of_the_current_data_and_stale_lists_the_
                                                                                    monkeypatch, current):
     import copy
 
-    from bench.store import Store
+    from golinear.bench.store import Store
     _, cell = committed_cell("golinear_piqa")
     files = cell["provenance"]["data"]["files"]
     data_file = next(k for k in files if not k.startswith("tasks/"))

@@ -3,9 +3,9 @@ five tasks, the two curves plotted with the strict model and full attention as t
 import pandas as pd
 import pytest
 
-from bench import hybrid as H
-from bench import leaderboard as L
-from bench.store import Store
+from golinear.bench import hybrid as H
+from golinear.bench import leaderboard as L
+from golinear.bench.store import Store
 
 TASKS = {"golinear_piqa": "acc", "golinear_arc_easy": "acc", "golinear_arc_challenge": "acc_norm",
          "golinear_hellaswag": "acc_norm", "golinear_winogrande": "acc", "golinear_lambada_openai": "acc"}

@@ -119,6 +119,13 @@ def test_no_import_cycles():
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
+def test_models_and_tasks_never_import_bench():
+    """One direction: the library (models, tasks) knows nothing of the benchmark that reads it."""
+    found = [f"{m} -> {d}" for m, deps in graph(FILES).items() if not m.startswith("bench")
+             for d in deps if d.startswith("bench")]
+    assert not found, "models/tasks importing bench:\n" + "\n".join(found)
+
+
 def test_no_module_over_400_lines():
     sizes = {m: len(p.read_text().splitlines()) for m, p in FILES.items()}
     over = {m: n for m, n in sizes.items() if n > MAX_LINES}

@@ -7,18 +7,18 @@ import pytest
 pytest.importorskip("kvpress")
 import torch  # noqa: E402
 
-from bench import specs as S  # noqa: E402
-from models.kv_compression.generate import chunks  # noqa: E402
-from models.kv_compression.kvpress_adapter import apply_press, legacy_kwargs  # noqa: E402
-from models.kv_compression.presses import PRESSES, build_press, ratio_for  # noqa: E402
-from models.spec import ModelSpec  # noqa: E402
-from tasks.ruler.api import SUITES, TASKS, build_samples  # noqa: E402
-from tasks.ruler.split import question_start  # noqa: E402
+from golinear.bench import specs as S  # noqa: E402
+from golinear.models.kv_compression.generate import chunks  # noqa: E402
+from golinear.models.kv_compression.kvpress_adapter import apply_press, legacy_kwargs  # noqa: E402
+from golinear.models.kv_compression.presses import PRESSES, build_press, ratio_for  # noqa: E402
+from golinear.models.spec import ModelSpec  # noqa: E402
+from golinear.tasks.ruler.api import SUITES, TASKS, build_samples  # noqa: E402
+from golinear.tasks.ruler.split import question_start  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def smollm():
-    from models.load import load_model
+    from golinear.models.load import load_model
     model, tok, _ = load_model()
     return model.eval(), tok
 
@@ -89,7 +89,7 @@ def test_streaming_llm_keeps_the_sinks_and_the_last_tokens_of_the_full_cache(smo
 
 
 def test_a_budget_above_the_prompt_is_full_attention_greedy(smollm):
-    from models.kv_compression.generate import generate
+    from golinear.models.kv_compression.generate import generate
     model, tok = smollm
     ids = prompt_ids(tok, 60)
     ref = model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)[0, len(ids):].tolist()
@@ -98,7 +98,7 @@ def test_a_budget_above_the_prompt_is_full_attention_greedy(smollm):
 
 
 def test_question_agnostic_leaves_room_for_the_question():
-    from models.kv_compression.generate import split_budget
+    from golinear.models.kv_compression.generate import split_budget
     assert split_budget(1000, 30, 256, False) == (970, 226)
     assert split_budget(1000, 30, 256, True) == (999, 255)
     with pytest.raises(ValueError, match="cannot hold the question's 300 tokens"):
@@ -141,7 +141,7 @@ def test_spec_rules():
 
 
 def test_backend_refuses_a_press_without_a_budget_and_scoring():
-    from bench.lm_backend import check_model_args
+    from golinear.bench.lm_backend import check_model_args
     with pytest.raises(ValueError, match="needs kv_budget"):
         check_model_args("golinear-press", {"press": "knorm"})
     with pytest.raises(ValueError, match="takes no press="):
@@ -149,7 +149,7 @@ def test_backend_refuses_a_press_without_a_budget_and_scoring():
 
 
 def test_plan_puts_presses_on_the_budget_sweep_and_not_on_scoring_tasks():
-    from bench.plan import plan_cells, resolve_suites
+    from golinear.bench.plan import plan_cells, resolve_suites
     models = S.parse_models("press=snapkv;gdn-default")
     entries = resolve_suites("sniah,cr", tasks="S-NIAH-1,PIQA")
     cells = plan_cells(models, entries, budgets=[128, 256])
@@ -162,7 +162,7 @@ def test_plan_puts_presses_on_the_budget_sweep_and_not_on_scoring_tasks():
 def test_golinear_run_stores_a_press_cell_keyed_by_the_kvpress_version(tmp_path):
     """End to end: `golinear run` with a press on the budget sweep, through lm-eval, into the store."""
     import json
-    from bench.cli import main
+    from golinear.bench.cli import main
     store = tmp_path / "store"
     assert main(["run", "--models", "press=streaming_llm", "--suites", "sniah", "--tasks", "S-NIAH-1",
                  "--budgets", "512", "--context-length", "1024", "--num-samples", "1", "--store", str(store)]) == 0
@@ -183,7 +183,7 @@ def test_chunked_prefill_never_holds_more_than_the_budget_and_a_chunk(smollm):
     """prefill_chunk: the press compresses after every chunk, so the cache peaks at budget + chunk entries."""
     from transformers import DynamicCache
 
-    from models.kv_compression.generate import generate
+    from golinear.models.kv_compression.generate import generate
     model, tok = smollm
     ids = prompt_ids(tok)
     peak, cache = [], DynamicCache()

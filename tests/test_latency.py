@@ -1,4 +1,4 @@
-"""CPU tests for the fast decoder (models/fast_decode.py) and `golinear latency` (bench/latency.py)."""
+"""CPU tests for the fast decoder (models/decoding/fast_decode.py) and `golinear latency` (bench/latency.py)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -6,10 +6,10 @@ import pytest
 import torch
 import transformers
 
-from bench import latency
-from bench.cli import main as cli
-from models.fast_decode import FastDecoder
-from models.linearize import LinearizeConfig, linearize
+from golinear.bench import latency
+from golinear.bench.cli import main as cli
+from golinear.models.decoding.fast_decode import FastDecoder
+from golinear.models.attention.linearize import LinearizeConfig, linearize
 from _tiny import inductor_works, perturb_new_params
 from pathlib import Path
 
@@ -191,7 +191,7 @@ PLAIN_WEIGHTS = 4 * (3 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64) + 6
 def test_decode_bytes_full_attention_hand_count(tied):
     """Weights once (the embedding table only as the LM head when tied), B embedding rows, K and V of every
     layer up to the context: counted by hand for the tiny fp32 model."""
-    from bench.decode_bound import decode_bytes
+    from golinear.bench.decode_bound import decode_bytes
     model = tiny_model(None)
     if tied:
         model.lm_head.weight = model.model.embed_tokens.weight
@@ -214,7 +214,7 @@ def test_decode_bytes_linearized_hand_count(mech, window, sinks, conv, state, in
     """Each term of a linearized hybrid (layer 1 kept full) against a hand count from the tiny config: the
     state read and written, every sink and window K/V slot read plus one written, one window slot of linear
     inputs read and one written, the conv state [B, q+k+v dims, 3] read and written; the full layer's KV."""
-    from bench.decode_bound import decode_bytes
+    from golinear.bench.decode_bound import decode_bytes
     model = tiny_model(mech, window=window, sinks=sinks, short_conv=conv, full_layers=[1])
     fd = FastDecoder(model, prefill_chunk=5, max_len=64)
     fd.prefill(torch.randint(0, 97, (B, CTX)))
@@ -231,13 +231,13 @@ def test_decode_bytes_linearized_hand_count(mech, window, sinks, conv, state, in
 
 
 def test_decode_bytes_needs_a_state_per_layer():
-    from bench.decode_bound import decode_bytes
+    from golinear.bench.decode_bound import decode_bytes
     with pytest.raises(ValueError, match="3 decoder layers"):
         decode_bytes(tiny_model(None), [None], batch=1, context=4)
 
 
 def test_copy_bandwidth_cpu():
-    from bench.decode_bound import copy_bandwidth
+    from golinear.bench.decode_bound import copy_bandwidth
     bps = copy_bandwidth(torch.device("cpu"), nbytes=16 * 2**20, reps=2)
     assert 1e8 < bps < 1e13  # any machine copies 16 MiB faster than 100 MB/s and slower than 10 TB/s
 
@@ -246,7 +246,7 @@ def test_copy_bandwidth_cpu():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_copy_bandwidth_cuda():
     """On the H200 (HBM3e, 4.8 TB/s) a device-to-device copy moves well over 1 TB/s (anchor: ~4.3 TB/s)."""
-    from bench.decode_bound import copy_bandwidth
+    from golinear.bench.decode_bound import copy_bandwidth
     bps = copy_bandwidth(torch.device("cuda"))
     print(f"copy bandwidth {bps / 1e9:.0f} GB/s")
     assert 1e12 < bps < 1e13
@@ -284,7 +284,7 @@ def _rows(with_bound: bool):
 
 
 def test_target_checks_from_rows():
-    from bench.latency_targets import target_checks
+    from golinear.bench.latency_targets import target_checks
     checks = target_checks(_rows(with_bound=True)).set_index("target")
     assert list(checks.config.unique()) == ["gdn-default"]  # the baselines are not checked against themselves
     assert checks.loc["prefill speed-up vs the fastest full attention", ["value", "met"]].tolist() == \
@@ -305,7 +305,7 @@ def test_target_checks_from_rows():
 def test_linear_rows_against_the_fastest_full_attention_row():
     """Per length the fastest full-attention row is the baseline (here full-static, then a faster full-static-sdpa
     at 32K): the decode target uses it, and each linearized row is stated against it beside both decode/bounds."""
-    from bench.latency_targets import against_fastest_full, target_checks
+    from golinear.bench.latency_targets import against_fastest_full, target_checks
     df = _rows(with_bound=True)
     sdpa = df[df.config == "full-static"].assign(config="full-static-sdpa", decode_ms_per_token=[12.0, 21.0],
                                                   prefill_s=[0.5, 30.0])
@@ -323,7 +323,7 @@ def test_linear_rows_against_the_fastest_full_attention_row():
 def test_render_with_and_without_bound_columns(tmp_path, with_bound):
     """Old CSV rows (no bound columns) still render; new ones add the bound table and the copy bandwidth.
     A row of the new kind beside old ones shows '-' where the old rows have no value."""
-    from bench.latency_render import render
+    from golinear.bench.latency_render import render
     oom = dict(model="m", weights="random", dtype="bfloat16", device="gpu", batch=64, status="OOM", config="full",
                length=32768, **({"copy_gb_per_s": 4000.0} if with_bound else {}))  # nothing measured but that
     df = pd.concat([_rows(with_bound), pd.DataFrame([oom])], ignore_index=True)
@@ -349,7 +349,7 @@ def test_render_with_and_without_bound_columns(tmp_path, with_bound):
 def test_blocked_window_and_sink_merge_match_reference(T, window, sinks, groups):
     """The autograd window path (blocked) + sink merge, and the no-grad add_sinks, equal the reference."""
     import math
-    from models.ops import reference, window as win
+    from golinear.models.attention.ops import reference, window as win
     g = torch.Generator().manual_seed(T)
     B, Hkv, D = 2, 2, 16
     q = torch.randn(B, T, Hkv * groups, D, generator=g, dtype=torch.float64, requires_grad=True)
@@ -379,7 +379,7 @@ def test_blocked_window_and_sink_merge_match_reference(T, window, sinks, groups)
 
 @pytest.mark.parametrize("T,with_state", [(1, True), (17, False), (17, True)])
 def test_fast_short_conv_matches_reference(T, with_state):
-    from models.ops import fla_backend as fb, reference
+    from golinear.models.attention.ops import fla_backend as fb, reference
     g = torch.Generator().manual_seed(T)
     x, w = torch.randn(2, T, 12, generator=g), torch.randn(12, 4, generator=g)
     state = torch.randn(2, 12, 3, generator=g) if with_state else None
@@ -390,7 +390,7 @@ def test_fast_short_conv_matches_reference(T, with_state):
     torch.testing.assert_close(got_state, want_state)
 
 
-# ------------------------------------------------------------------ the fused steady decode step (models.ops.fused_decode)
+# ------------------------------------------------------------------ the fused steady decode step (models.attention.ops.fused_decode)
 def _decode_run(model, monkeypatch, fused: str, n=5):
     """Logits of n steady steps and the final decode state, rows at different positions (lengths 13 and 9)."""
     monkeypatch.setenv("GOLINEAR_FUSED_DECODE", fused)
@@ -410,7 +410,7 @@ def _decode_run(model, monkeypatch, fused: str, n=5):
 def test_fused_decode_step_equals_the_step(monkeypatch, compiled, sinks, conv, out_norm):
     """GOLINEAR_FUSED_DECODE=1 (fp32, CPU): the same logits and decode state as LinearizedAttention.step, over
     several steady steps (its pure function eagerly, and through torch.compile as on CUDA)."""
-    from models.ops import fused_decode
+    from golinear.models.attention.ops import fused_decode
     if compiled and not inductor_works():
         pytest.skip("torch.compile (inductor) cannot run on this machine")
     if not compiled:
@@ -429,14 +429,14 @@ def test_fused_decode_step_equals_the_step(monkeypatch, compiled, sinks, conv, o
 
 
 def test_fused_decode_mode_is_validated(monkeypatch):
-    from models.ops import fused_decode
+    from golinear.models.attention.ops import fused_decode
     monkeypatch.setenv("GOLINEAR_FUSED_DECODE", "yes")
     with pytest.raises(ValueError, match="GOLINEAR_FUSED_DECODE='yes'; allowed"):
         fused_decode.mode()
 
 
 def test_fused_decode_is_off_on_cpu_by_default(monkeypatch):
-    from models.ops import fused_decode
+    from golinear.models.attention.ops import fused_decode
     monkeypatch.delenv("GOLINEAR_FUSED_DECODE", raising=False)
     layer = tiny_model("gdn", window=4, sinks=2, short_conv=True).model.layers[0].self_attn
     x = torch.zeros(1, 1, 64)
@@ -450,11 +450,11 @@ def test_fused_decode_is_off_on_cpu_by_default(monkeypatch):
 
 @pytest.mark.parametrize("mech,full", [("gdn", None), (None, None), ("gdn", [1])])
 def test_fused_decoder_glue_equals_the_modules(monkeypatch, mech, full):
-    """GOLINEAR_FUSED_DECODE=1, the compiled residual add + RMSNorm and SiLU * up (models.ops.decode_glue): the
+    """GOLINEAR_FUSED_DECODE=1, the compiled residual add + RMSNorm and SiLU * up (models.attention.ops.decode_glue): the
     logits and decode state of the modules' own forward (fp32), full attention and hybrids included."""
     if not inductor_works():
         pytest.skip("torch.compile (inductor) cannot run on this machine")
-    from models.ops import decode_glue
+    from golinear.models.attention.ops import decode_glue
     cfg = dict(window=4, sinks=2, short_conv=True, full_layers=full) if mech else {}
     model = tiny_model(mech, **cfg)
     calls = []
@@ -471,10 +471,10 @@ def test_fused_decoder_glue_equals_the_modules(monkeypatch, mech, full):
 
 def test_fused_glue_only_for_known_formulas(monkeypatch):
     """decode_glue serves Llama/Qwen RMSNorm + SiLU MLPs only, with the mode on; anything else runs the modules."""
-    from models.ops import decode_glue
+    from golinear.models.attention.ops import decode_glue
     model = tiny_model("gdn", window=4, sinks=2, short_conv=True)
     layers, norm, x = model.model.layers, model.model.norm, torch.zeros(1, 1, 64)
-    from models.ops.fused_decode import decode_scope
+    from golinear.models.attention.ops.fused_decode import decode_scope
     monkeypatch.setenv("GOLINEAR_FUSED_DECODE", "1")
     with torch.no_grad(), decode_scope():
         assert decode_glue.usable(layers, norm, x)
@@ -487,7 +487,7 @@ def test_fused_glue_only_for_known_formulas(monkeypatch):
 
 def test_chunk_shapes_names_every_chunk_a_timed_prefill_runs():
     """The warm-up before a timed prefill must have run each chunk shape (FLA compiles and autotunes per shape)."""
-    from bench.latency import chunk_shapes
+    from golinear.bench.latency import chunk_shapes
     assert chunk_shapes(1024, 8192) == {(True, 1024)}
     assert chunk_shapes(32768, 8192) == chunk_shapes(16384, 8192) == {(True, 8192), (False, 8192)}
     assert chunk_shapes(12000, 8192) == {(True, 8192), (False, 3808)}
@@ -509,9 +509,9 @@ def _retention_hand_count(batch, heads, kv_heads, head_dim, sinks, window, retai
 def test_decode_bytes_retention_hand_count():
     """A GDN hybrid with retention slots (layer 1 full), decoded by RetentionDecoder (RetentionRows) and by HF's
     forward on a LinearCache (RetentionState): every term against the hand count, the same after more steps."""
-    from bench.decode_bound import decode_bytes
-    from models.cache import LinearCache
-    from models.retention_generate import RetentionDecoder
+    from golinear.bench.decode_bound import decode_bytes
+    from golinear.models.cache.hf_cache import LinearCache
+    from golinear.models.decoding.retention_generate import RetentionDecoder
     s, w, r = 2, 4, 3
     model = tiny_model("gdn", window=w, sinks=s, short_conv=True, full_layers=[1], retain=r,
                        retain_score="proj_residual")
@@ -540,7 +540,7 @@ def test_latency_retention_config_rows(tmp_path):
     written), and the default recipe's at the same total budget by that one changed slot only."""
     import math
 
-    from models.configs import named_config
+    from golinear.models.backbones.configs import named_config
     s, w, r = 2, 6, 6
     ret = f"gdn-default,sinks={s},window={w},retain={r},retain_score=proj_residual"
     same_window, same_budget = f"gdn-default,sinks={s},window={w}", f"gdn-default,sinks={s},window={w + r}"
@@ -570,8 +570,8 @@ def test_latency_linearizes_with_every_option_of_the_spec():
     """`golinear latency` builds the configuration it names: options beyond window/sinks/conv (conv_on, out_norm)
     reach the layers (an earlier field-by-field copy dropped them and timed the default model)."""
     from _tiny import tiny_llama
-    from bench.latency import _linearize
-    from bench.specs import parse_model_spec
+    from golinear.bench.latency import _linearize
+    from golinear.bench.specs import parse_model_spec
     model = tiny_llama(320, layers=3)
     spec = parse_model_spec("gdn-default,conv_on=linear,out_norm=true,full_layers=1")
     undo = _linearize(model, spec, torch.float32)

@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("kvpress")
 import torch  # noqa: E402
 
-from bench import latency  # noqa: E402
-from bench.cli import main as cli  # noqa: E402
+from golinear.bench import latency  # noqa: E402
+from golinear.bench.cli import main as cli  # noqa: E402
 
 BUDGET, LENGTH, NEW = 64, 256, 4
 SNAPKV, STREAMING = f"press=snapkv,kv_budget={BUDGET}", f"press=streaming_llm,kv_budget={BUDGET}"
@@ -80,10 +80,10 @@ def test_press_rows_through_the_sweep(tmp_path, monkeypatch):
 def test_press_row_decodes_what_the_press_generation_decodes():
     """The latency row's greedy steps are the press generation's (models.kv_compression.generate, with the last
     prompt token as the question) on the same prompt: the timed run does the same work."""
-    from bench.latency_press import PressRun
-    from bench.specs import parse_model_spec
-    from models.backbone import random_backbone
-    from models.kv_compression.generate import generate
+    from golinear.bench.latency_press import PressRun
+    from golinear.bench.specs import parse_model_spec
+    from golinear.models.backbones.backbone import random_backbone
+    from golinear.models.kv_compression.generate import generate
     model = random_backbone("smollm2-135m")
     model.model.layers = model.model.layers[:2]
     model.config.num_hidden_layers = 2
@@ -135,7 +135,7 @@ def test_press_bad_input_is_one_line_before_any_model(config, lengths, needle, t
 def test_press_rows_are_neither_baselines_nor_targets():
     """A press row faster than every full-attention row is not the baseline the targets are taken against, and
     it is not checked against the targets itself (nor listed against the fastest full attention)."""
-    from bench.latency_targets import against_fastest_full, target_checks
+    from golinear.bench.latency_targets import against_fastest_full, target_checks
     base = dict(model="m", weights="random", dtype="bfloat16", device="gpu", batch=8, status="ok")
     table = {"full": (2.0, 40.0, 30.0, None), "full-static": (2.0, 20.0, 30.0, None),
              "gdn-default": (1.0, 10.0, 12.0, None), "snapkv (kvpress) @1024": (0.1, 1.0, 1.0, "snapkv")}

@@ -7,8 +7,8 @@ import re
 import pandas as pd
 import pytest
 
-from bench import leaderboard as L
-from bench.store import Store
+from golinear.bench import leaderboard as L
+from golinear.bench.store import Store
 
 STD = {"golinear_piqa": ("acc", "cr"), "golinear_arc_easy": ("acc", "cr"), "golinear_arc_challenge": ("acc_norm", "cr"),
        "golinear_hellaswag": ("acc_norm", "cr"), "golinear_winogrande": ("acc", "cr"), "golinear_mmlu": ("acc", "mmlu"),
@@ -137,7 +137,7 @@ def test_a_reference_row_without_a_cache_size_shows_a_dash_not_nan():
     """STILL's cache is "NA" in the paper's table: the row shows '-', and no reference cell reads 'nan'."""
     import pandas as pd
 
-    from bench.leaderboard import load_reference, standard_table
+    from golinear.bench.leaderboard import load_reference, standard_table
     table = standard_table(pd.DataFrame(), load_reference()["standard"])
     still = table[table.model.str.startswith("STILL")]
     assert list(still.cache) == ["-"]

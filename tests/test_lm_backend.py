@@ -14,8 +14,8 @@ import lm_eval  # noqa: E402
 import torch  # noqa: E402
 from lm_eval.api.instance import Instance  # noqa: E402
 
-import bench.lm_backend as B  # noqa: E402
-import tasks.standard as ts  # noqa: E402
+import golinear.bench.lm_backend as B  # noqa: E402
+import golinear.tasks.standard as ts  # noqa: E402
 
 LINEAR = dict(mechanism="gdn", window=8, sinks=2, short_conv=True)  # small window: the state path is used
 TASKS = ["golinear_piqa"]  # two choices of different lengths per doc -> real right padding in a batch
@@ -183,10 +183,10 @@ def test_bad_model_input(backend, args, error, match):
 @pytest.mark.slow
 def test_retention_slots_generate_batched_as_one_at_a_time(tmp_path):
     """A model with retain > 0, given as a spec or as a checkpoint, defaults to generation=batched
-    (models.retention_generate); lm-eval's generate_until on prompts of different lengths (one shorter than
+    (models.decoding.retention_generate); lm-eval's generate_until on prompts of different lengths (one shorter than
     sinks + window) gives the same continuations batched and one at a time."""
-    from models.checkpoint import save_checkpoint
-    from models.load import load_model
+    from golinear.models.checkpoint import save_checkpoint
+    from golinear.models.load import load_model
     from tests._tiny import write_tiny_backbone
 
     tiny = write_tiny_backbone(tmp_path / "tiny")
@@ -214,8 +214,8 @@ def test_unknown_mechanism_and_registry_name():
 
 @pytest.mark.slow
 def test_checkpoint_for_another_base_is_refused(tmp_path):
-    from models.checkpoint import save_checkpoint
-    from models.load import load_model
+    from golinear.models.checkpoint import save_checkpoint
+    from golinear.models.load import load_model
     from tests._tiny import write_tiny_backbone
 
     tiny = write_tiny_backbone(tmp_path / "tiny")

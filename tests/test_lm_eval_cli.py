@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.lm_eval_cli import include_paths
-from tasks.standard import TASK_DIRS
+from golinear.bench.lm_eval_cli import include_paths
+from golinear.tasks.standard import TASK_DIRS
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT = ROOT / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
@@ -18,7 +18,7 @@ CHECKPOINT = ROOT / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
 
 def golinear(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "bench.cli", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "golinear.bench.cli", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=1200)
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from bench.cli import main as golinear
-from bench.store import Store
-from models.spec import checkpoint_identity
+from golinear.bench.cli import main as golinear
+from golinear.bench.store import Store
+from golinear.models.spec import checkpoint_identity
 
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 import transformers
 
-from models.cache import LinearCache
-from models.checkpoint import load_checkpoint, save_checkpoint, apply_checkpoint
-from models.layers import LinearizedAttention
-from models.linearize import (LinearizeConfig, count_for_config, linearize, new_parameters, validate)
+from golinear.models.cache.hf_cache import LinearCache
+from golinear.models.checkpoint import load_checkpoint, save_checkpoint, apply_checkpoint
+from golinear.models.attention.layers import LinearizedAttention
+from golinear.models.attention.linearize import (LinearizeConfig, count_for_config, linearize, new_parameters, validate)
 from _tiny import token_by_token_and_parallel
 
 MECHS = ["gla", "kgla", "gdn", "hedgehog", "none"]
@@ -240,7 +240,7 @@ def test_cache_does_not_grow_beyond_budget():
 def test_real_smollm2_default_recipe(tmp_path):
     """The embedded backbone: default recipe decodes like its parallel pass, window >= T is full attention,
     the checkpoint reloads on SmolLM2 and is refused by a different base."""
-    from models.load import load_model
+    from golinear.models.load import load_model
     full, tok, info = load_model()
     assert info["base_fingerprint"] and full.config.num_hidden_layers == 30
     ids = tok("The Eiffel Tower is in Paris, the capital of France. " * 6, return_tensors="pt").input_ids[:, :72]

@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-import tasks.ruler as ruler
-from models.backbone import load_tokenizer
-from tasks.ruler.api import EVALUATION_SEED, TUNING_SEED, check_tuning_seed, resolve_task
-from tasks.ruler.constants import NOISE
+import golinear.tasks.ruler as ruler
+from golinear.models.backbones.backbone import load_tokenizer
+from golinear.tasks.ruler.api import EVALUATION_SEED, TUNING_SEED, check_tuning_seed, resolve_task
+from golinear.tasks.ruler.constants import NOISE
 
 VALUE_TASKS = {"golinear_sniah_words_1": ("noise", "words"), "golinear_sniah_uuids_1": ("noise", "uuids"),
                "golinear_sniah_words_2": ("essay", "words")}
@@ -84,7 +84,7 @@ def test_generation_is_deterministic_and_tuning_prompts_are_disjoint_from_the_ev
 
 
 def test_existing_tasks_samples_and_store_keys_are_unchanged(tok):
-    from bench.plan import resolve_suites, task_config_files
+    from golinear.bench.plan import resolve_suites, task_config_files
     essay_uuids = build(tok, "golinear_sniah_3", EVALUATION_SEED, n=2)
     numbers = build(tok, "golinear_sniah_1", EVALUATION_SEED, n=2)
     assert all(re.fullmatch(FORMATS["numbers"], r["outputs"][0]) for r in numbers)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models.ops import reference as R
+from golinear.models.attention.ops import reference as R
 from _tiny import perturb_new_params
 
 T_VALUES = [1, 15, 63, 64, 65, 130]
@@ -339,7 +339,7 @@ def test_window_sink_attention_matches_brute_force(case):
 
 
 def test_window_sink_attention_in_memory_bounded_groups(monkeypatch):
-    from models.ops import reference_window
+    from golinear.models.attention.ops import reference_window
     monkeypatch.setattr(reference_window, "ATTN_MAX_SCORES", 1)  # one query block per group
     for Tq, Tk, off, sinks, window in [(100, 100, 0, 2, 200), (100, 100, 0, 2, 5), (50, 120, 70, 1, 80)]:
         g = gen(16)
@@ -399,16 +399,16 @@ def test_window_sink_decode_equals_last_row(T):
 
 
 def test_fast_prefill_wiring_matches_plain_path(monkeypatch):
-    """The no-grad CUDA prefill path (models.projection._project_fast, the FLA l2norm) is wired like the plain
+    """The no-grad CUDA prefill path (models.attention.projection._project_fast, the FLA l2norm) is wired like the plain
     path: with FLA's three kernels stood in for by their definitions (reference conv, RoPE formula, l2norm;
     tests/test_gpu.py checks the kernels themselves against these), a chunked variable-length prefill gives the
     same logits and decode state as with the fast path off."""
     import transformers
-    from models import mechanisms, ops
-    from models.fast_decode import FastDecoder
-    from models.linearize import LinearizeConfig, linearize
-    from models.ops import fla_backend
-    from models.projection import _rope_formula
+    from golinear.models.attention import mechanisms, ops
+    from golinear.models.decoding.fast_decode import FastDecoder
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
+    from golinear.models.attention.ops import fla_backend
+    from golinear.models.attention.projection import _rope_formula
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                                    num_key_value_heads=2, head_dim=16, vocab_size=97)

@@ -9,13 +9,13 @@ import torch
 import transformers
 
 from _tiny import write_books, write_tiny_backbone
-from models import ops
-from models.cache import LinearCache
-from models.checkpoint import apply_checkpoint, save_checkpoint
-from models.fast_decode import FastDecoder
-from models.linearize import LinearizeConfig, linearize, new_parameters, validate
-from models.out_norm_calibration import calibrate_out_norm
-from models.spec import ModelSpec
+from golinear.models.attention import ops
+from golinear.models.cache.hf_cache import LinearCache
+from golinear.models.checkpoint import apply_checkpoint, save_checkpoint
+from golinear.models.decoding.fast_decode import FastDecoder
+from golinear.models.attention.linearize import LinearizeConfig, linearize, new_parameters, validate
+from golinear.models.training.out_norm_calibration import calibrate_out_norm
+from golinear.models.spec import ModelSpec
 
 VOCAB = 97
 
@@ -105,7 +105,7 @@ def test_parallel_equals_token_by_token(mech, opts):
 @pytest.mark.parametrize("mech", ["gla", "gdn"])
 @pytest.mark.parametrize("opts", [dict(), dict(window=3, sinks=2, short_conv=True)], ids=["strict", "window"])
 def test_chunked_prefill_and_static_decode_equal_parallel(mech, opts):
-    """FastDecoder: right-padded rows of different lengths prefilled in chunks of 4 (models.prefill), then
+    """FastDecoder: right-padded rows of different lengths prefilled in chunks of 4 (models.decoding.prefill), then
     decoded on the static cache; each row's logits equal the parallel forward of that row alone."""
     model = with_norm(mech, **opts)
     lens, T = [3, 9, 13], 13
@@ -186,7 +186,7 @@ def test_refused_where_it_has_no_meaning(text, message):
 
 def test_spec_and_train_flag_round_trip():
     import argparse
-    from models.train_cli import add_arguments, linearize_options, run_name
+    from golinear.models.training.train_cli import add_arguments, linearize_options, run_name
     spec = ModelSpec.from_string("gdn,out_norm=true")
     assert spec.out_norm and spec.to_string() == "mechanism=gdn,out_norm=true"
     assert ModelSpec.from_string(spec.to_string()) == spec and "out_norm=true" in spec.store_key()
@@ -200,7 +200,7 @@ def test_spec_and_train_flag_round_trip():
 
 
 def test_golinear_train_calibrates_and_records(tmp_path):
-    from bench.cli import main as golinear
+    from golinear.bench.cli import main as golinear
     base = write_tiny_backbone(tmp_path / "base")
     write_books(tmp_path / "data")
     run = tmp_path / "run"

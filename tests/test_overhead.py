@@ -1,7 +1,7 @@
 """Launch overhead of a linearized layer, counted on CPU: kernels per decoder layer, not time.
 
 On the H200 the default recipe is launch-bound (GPU 15-25 % busy), so the number of kernels a layer issues
-is the figure to cut. Here there is no GPU, so the CUDA path (`models.ops.fla_backend`) runs on CPU tensors
+is the figure to cut. Here there is no GPU, so the CUDA path (`models.attention.ops.fla_backend`) runs on CPU tensors
 with each FLA Triton kernel replaced by a stand-in that computes the same thing with the reference op and
 counts as ONE kernel call (FLA's own launches are fixed; we can only remove the work around them).
 Everything else is counted as torch.profiler sees it: every leaf aten op that is not a view, an allocation
@@ -23,8 +23,8 @@ import transformers
 from torch.autograd.profiler import record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models import ops  # noqa: E402
-from models.ops import fla_backend, reference, window  # noqa: E402
+from golinear.models.attention import ops  # noqa: E402
+from golinear.models.attention.ops import fla_backend, reference, window  # noqa: E402
 from _tiny import inductor_works, perturb_new_params
 
 # shapes: SmolLM2-135M's head layout (9 q / 3 kv heads, head dim 64), a narrow MLP, short sequences
@@ -186,7 +186,7 @@ def count_kernels(fn) -> dict:
 
 
 def tiny_model(recipe: str | None, layers: int, dtype=torch.float32):
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     cfg = transformers.LlamaConfig(hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=layers,
                                    num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM,
                                    vocab_size=64, max_position_embeddings=1024)
@@ -202,7 +202,7 @@ def tiny_model(recipe: str | None, layers: int, dtype=torch.float32):
 
 
 def train_step(model, T=TRAIN_T):
-    """One step of the training recipe (models/train.py): fp32 weights, bf16 autocast, no cache, backward."""
+    """One step of the training recipe (models/training/train.py): fp32 weights, bf16 autocast, no cache, backward."""
     ids = torch.randint(0, 64, (1, T), generator=torch.Generator().manual_seed(0))
     def run():
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -212,7 +212,7 @@ def train_step(model, T=TRAIN_T):
 
 
 def prefill(model, T=PREFILL_T, chunk=PREFILL_CHUNK):
-    from models.fast_decode import FastDecoder
+    from golinear.models.decoding.fast_decode import FastDecoder
     ids = torch.randint(0, 64, (1, T), generator=torch.Generator().manual_seed(0))
     dec = FastDecoder(model, prefill_chunk=chunk, use_graph=False)
     return lambda: dec.prefill(ids)
@@ -220,7 +220,7 @@ def prefill(model, T=PREFILL_T, chunk=PREFILL_CHUNK):
 
 def decode_step(model, T=PREFILL_T):
     """One static-cache decode step after a prefill (what the CUDA graph replays per token)."""
-    from models.fast_decode import FastDecoder
+    from golinear.models.decoding.fast_decode import FastDecoder
     ids = torch.randint(0, 64, (1, T), generator=torch.Generator().manual_seed(0))
     dec = FastDecoder(model, prefill_chunk=PREFILL_CHUNK, use_graph=False, max_len=4 * T)
     dec.prefill(ids)
@@ -273,8 +273,8 @@ def report(compiled: bool = False) -> list[dict]:
 # gdn default recipe 114 (+1 FLA call) at the H200 sweep of 2026-11-29 (whose ~4.7 ms per token over
 # full-static at 1K, 32 layers, is these extra launches); 77 since (the steady step once position >=
 # sinks + window: no sink writes, masks or validity checks; l2norm on q and k at once; one SDPA call).
-# GOLINEAR_FUSED_DECODE (auto: on CUDA; default off): the steady step (models.ops.fused_decode) took it to 32, the
-# fused glue (models.ops.decode_glue: residual add + RMSNorm, SiLU * up) to 13 (full attention: 28): 8 matmuls
+# GOLINEAR_FUSED_DECODE (auto: on CUDA; default off): the steady step (models.attention.ops.fused_decode) took it to 32, the
+# fused glue (models.attention.ops.decode_glue: residual add + RMSNorm, SiLU * up) to 13 (full attention: 28): 8 matmuls
 # (q, k, v, [a|b], o and the MLP's 3), the compiled prepare region, two add + norm kernels, SiLU * up, the sum
 # y_lin + y_swa, and the in-place GDN kernel. On the CPU inductor makes the prepare region ONE C++ kernel; Triton
 # on CUDA splits it at its reductions and scatters, so the GPU count is a few higher.
@@ -428,7 +428,7 @@ def test_fused_projection_conv_rope_equal_separate(arch):
     """One matmul for q/k/v, one conv over [q|k|v], one RoPE over q and k == the per-tensor definitions
     (parameters conv.q/k/v keep their names and shapes, so checkpoints load unchanged)."""
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     common = dict(vocab_size=50, hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=64)
     cls, conf = {"llama": (transformers.LlamaForCausalLM, transformers.LlamaConfig),
@@ -466,7 +466,7 @@ def test_fused_projection_conv_rope_equal_separate(arch):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rope_without_grad_equals_the_formula(dtype):
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-    from models.layers import _rope
+    from golinear.models.attention.layers import _rope
     g = torch.Generator().manual_seed(0)
     x, k = torch.randn(2, 9, 5, 16, generator=g).to(dtype), torch.randn(2, 9, 3, 16, generator=g).to(dtype)
     ang = torch.randn(1, 9, 16, generator=g)
@@ -483,7 +483,7 @@ def test_compile_matches_eager(monkeypatch, mech, opts):
     """GOLINEAR_COMPILE=1 (torch.compile of the elementwise regions): same loss and gradients as eager."""
     if not inductor_works():
         pytest.skip("torch.compile (inductor) cannot run on this machine")
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
 
     def step():
         cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -503,7 +503,7 @@ def test_compile_matches_eager(monkeypatch, mech, opts):
     loss0, grads0 = step()
     monkeypatch.setenv("GOLINEAR_COMPILE", "1")
     loss1, grads1 = step()
-    from models import layers, mechanisms
+    from golinear.models.attention import layers, mechanisms
     region = {"gdn": mechanisms._gdn_gates, "hedgehog": mechanisms._hedgehog_features, "kgla": mechanisms._kgla_log_a}
     assert layers._rope_formula.compiled_fn() is not None and region[mech].compiled_fn() is not None
     assert torch.allclose(loss0, loss1, rtol=1e-5, atol=1e-6)
@@ -523,7 +523,7 @@ def test_compiled_step_matches_eager_on_cpu(monkeypatch):
     whose fp32 dot products run in TF32; tests/test_gpu_overhead.py keeps that case, and it fails there.)"""
     import warnings
 
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(hidden_size=576, intermediate_size=256, num_hidden_layers=2, num_attention_heads=9,
                                    num_key_value_heads=3, head_dim=64, vocab_size=300)

@@ -1,13 +1,13 @@
-"""The chunked prefill with the decode step's fused glue (models.fast_decode: GOLINEAR_FUSED_DECODE, the formulas
-of models.ops.decode_glue compiled with automatic dynamic shapes): the logits and decode state of the modules'
+"""The chunked prefill with the decode step's fused glue (models.decoding.fast_decode: GOLINEAR_FUSED_DECODE, the formulas
+of models.attention.ops.decode_glue compiled with automatic dynamic shapes): the logits and decode state of the modules'
 own norms and MLP (fp32), linearized, full-attention and hybrid models, chunks of two lengths."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from models import fast_decode
-from models.fast_decode import FastDecoder
+from golinear.models.decoding import fast_decode
+from golinear.models.decoding.fast_decode import FastDecoder
 from _tiny import inductor_works
 from tests.test_latency import tiny_model
 

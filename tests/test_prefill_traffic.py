@@ -3,12 +3,12 @@ and chunk, for plain gdn and gdn-default (window + sinks + short conv), so what 
 
 At the prefill's sizes (Llama-3.1-8B, batch 8, 8K chunks: every [B, Tc, H, D] bf16 tensor is 0.54 GB) the
 elementwise work around the kernels is bandwidth-bound, so bytes moved, not CPU seconds, is the figure to cut.
-The CUDA path runs on CPU tensors as in tests/test_ops.py's wiring test (models.ops.fast_inference on, FLA's
+The CUDA path runs on CPU tensors as in tests/test_ops.py's wiring test (models.attention.ops.fast_inference on, FLA's
 conv / rotary / l2norm / chunk-GDN kernels stood in for by their definitions); each stand-in counts as ONE
 kernel that reads its inputs and writes its outputs (their inside is FLA's, the same for every recipe). Every
 other aten op that is not a view, an allocation or metadata is one kernel: it writes its outputs and reads its
 inputs (broadcast dimensions once; a gather reads what it writes). Only the linearized attention's prefill
-(models.prefill.prefill_chunk: projections to o_proj) is counted, not the MLP.
+(models.decoding.prefill.prefill_chunk: projections to o_proj) is counted, not the MLP.
 
 `python tests/test_prefill_traffic.py` prints the table at B=2, T=4096, 8/2 heads of 64, chunks of 1024.
 """
@@ -26,9 +26,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models import mechanisms, ops  # noqa: E402
-from models.policies import window_sinks  # noqa: E402  (the window + sinks policy runs the chunked prefill)
-from models.ops import fla_backend, reference  # noqa: E402
+from golinear.models.attention import mechanisms, ops  # noqa: E402
+from golinear.models.cache.policies import window_sinks  # noqa: E402  (the window + sinks policy runs the chunked prefill)
+from golinear.models.attention.ops import fla_backend, reference  # noqa: E402
 
 RECIPES = {"gdn": dict(mechanism="gdn"), "gdn-default": dict(mechanism="gdn", window=56, sinks=8, short_conv=True)}
 NO_TRAFFIC = {"empty", "empty_strided", "new_empty", "new_empty_strided", "lift_fresh", "_local_scalar_dense",
@@ -86,7 +86,7 @@ class Traffic(TorchDispatchMode):
 
 def _stand_ins(mode: Traffic) -> dict:
     """fla_backend names -> their definitions, each counted as one kernel (tests/test_ops.py's wiring test)."""
-    from models.projection import _rope_formula
+    from golinear.models.attention.projection import _rope_formula
 
     def wrap(name, fn):
         def run(*args, **kw):
@@ -106,7 +106,7 @@ def _stand_ins(mode: Traffic) -> dict:
 
 
 def tiny_model(recipe: str, hidden: int, heads: int, kv_heads: int, head_dim: int, layers_n: int = 2):
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     cfg = transformers.LlamaConfig(hidden_size=hidden, intermediate_size=64, num_hidden_layers=layers_n,
                                    num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
                                    vocab_size=64, max_position_embeddings=1 << 16)
@@ -117,7 +117,7 @@ def tiny_model(recipe: str, hidden: int, heads: int, kv_heads: int, head_dim: in
 
 def measure(recipe: str, B=2, T=4096, heads=8, kv_heads=2, head_dim=64, chunk=1024) -> dict:
     """{'kernels', 'written', 'read': per op name, per attention layer and chunk; 'q_bytes': one [B, Tc, H, D]}."""
-    from models.fast_decode import FastDecoder
+    from golinear.models.decoding.fast_decode import FastDecoder
     model = tiny_model(recipe, heads * head_dim, heads, kv_heads, head_dim)
     ids = torch.randint(0, 64, (B, T), generator=torch.Generator().manual_seed(0))
     mode = Traffic()

@@ -1,4 +1,4 @@
-"""The chunked prefill adds the window + sinks straight into the linear output (models.prefill.window_attention_added):
+"""The chunked prefill adds the window + sinks straight into the linear output (models.decoding.prefill.window_attention_added):
 the same numbers, bit for bit, as window_attention_blocked followed by the disjoint sum y_lin + y_swa."""
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import pytest
 import torch
 import transformers
 
-from models import ops, prefill
-from models.fast_decode import FastDecoder
-from models.linearize import LinearizeConfig, linearize
-from models.ops.window import window_attention_blocked
+from golinear.models.attention import ops
+from golinear.models.decoding import prefill
+from golinear.models.decoding.fast_decode import FastDecoder
+from golinear.models.attention.linearize import LinearizeConfig, linearize
+from golinear.models.attention.ops.window import window_attention_blocked
 from _tiny import perturb_new_params
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import press_crosscheck as X
+from golinear.bench import press_crosscheck as X
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import build_parser
-from models.linearize import LinearizeConfig
-from models.spec import read_checkpoint_config
-from models.train_cli import linearize_options, train_config_from_args
+from golinear.bench.cli import build_parser
+from golinear.models.attention.linearize import LinearizeConfig
+from golinear.models.spec import read_checkpoint_config
+from golinear.models.training.train_cli import linearize_options, train_config_from_args
 
 ROOT = Path(__file__).resolve().parent.parent
 CKPT = ROOT / "checkpoints" / "smollm2-135m"

@@ -37,8 +37,8 @@ def test_every_reference_recipe_is_shipped():
 
 @pytest.fixture(scope="module")
 def base_and_text():
-    from models import data as data_mod
-    from models.backbone import load_backbone
+    from golinear.models.training import data as data_mod
+    from golinear.models.backbones.backbone import load_backbone
     model, tok = load_backbone("smollm2-135m")
     try:
         files = data_mod.book_files()
@@ -56,7 +56,7 @@ def _loss(model, ids) -> float:
 
 
 def _check_files_and_record(folder):
-    from models.checkpoint import read_config
+    from golinear.models.checkpoint import read_config
     for f in ("new_params.safetensors", "config.json", "train_log.jsonl", "train_config.json", "loss.png"):
         assert (folder / f).exists(), f"{folder.name}/{f}"
     config = read_config(folder)
@@ -82,8 +82,8 @@ def test_seed_replica_is_complete_and_differs_from_its_recipe(folder):
 
 @pytest.mark.parametrize("folder", RECIPES, ids=[p.name for p in RECIPES])
 def test_loads_on_cpu_and_beats_its_initialisation(folder, base_and_text):
-    from models.checkpoint import apply_checkpoint
-    from models.linearize import LinearizeConfig, count_new_parameters, linearize
+    from golinear.models.checkpoint import apply_checkpoint
+    from golinear.models.attention.linearize import LinearizeConfig, count_new_parameters, linearize
     base, ids = base_and_text
     config = _check_files_and_record(folder)
     trained = apply_checkpoint(copy.deepcopy(base), folder)
@@ -100,8 +100,8 @@ def test_loads_on_cpu_and_beats_its_initialisation(folder, base_and_text):
 
 
 def test_one_call_loader_agrees(base_and_text):
-    from models.checkpoint import apply_checkpoint, read_config
-    from models.load import load_model
+    from golinear.models.checkpoint import apply_checkpoint, read_config
+    from golinear.models.load import load_model
     base, ids = base_and_text
     folder = CKPT_ROOT / "gdn-w56-s8-sc"
     model, _, info = load_model(checkpoint=str(folder))

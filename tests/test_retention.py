@@ -1,4 +1,4 @@
-"""Retention slots (models/ops/retention.py): the chunked prefill and the decode step against the
+"""Retention slots (models/attention/ops/retention.py): the chunked prefill and the decode step against the
 per-token definition, retain=0 against the default recipe (reference ops and LinearizedAttention itself),
 token accounting, a fixed-size cache, and which tokens the slots keep. Then the wiring: the layer with
 retain > 0 against the definition, HF-generate decoding against the full forward, a fixed-size LinearCache,
@@ -11,13 +11,13 @@ import torch.nn.functional as F
 import transformers
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
 
-from models.diagnostics import projection_residual
-from models.layers import LinearizedAttention
-from models.ops import _one_thread
-from models.ops import reference as R
-from models.ops.retention import RetentionState, entry_scores, retention_recurrent, retention_step
-from models.ops.retention_prefill import retention_prefill, retention_prefill_walk
-from models.ops.retention_static import fold_steps
+from golinear.models.diagnostics import projection_residual
+from golinear.models.attention.layers import LinearizedAttention
+from golinear.models.attention.ops import _one_thread
+from golinear.models.attention.ops import reference as R
+from golinear.models.attention.ops.retention import RetentionState, entry_scores, retention_recurrent, retention_step
+from golinear.models.attention.ops.retention_prefill import retention_prefill, retention_prefill_walk
+from golinear.models.attention.ops.retention_static import fold_steps
 from _gpu import TOL as GPU_TOL
 
 SCALE, LIN_SCALE = 0.41, 0.37
@@ -26,7 +26,7 @@ TOL = 1e-10  # fp64 throughout
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    """Small ops on a shared 2-core machine: one OpenMP thread (as models.ops runs the reference ops)."""
+    """Small ops on a shared 2-core machine: one OpenMP thread (as models.attention.ops runs the reference ops)."""
     with _one_thread():
         yield
 
@@ -144,7 +144,7 @@ def test_fast_path_is_the_walk(case, score):
 def test_fast_path_blocks_do_not_matter(monkeypatch):
     """The softmax path's query blocks are a memory bound only: tiny blocks (queries 8 at a time, windows longer
     than a block) give the walk's result."""
-    from models.ops import retention_static
+    from golinear.models.attention.ops import retention_static
     q, k, v, lin, scores = make(50, seed=14)
     y_walk, st_walk = retention_prefill_walk(q, k, v, lin, SCALE, LIN_SCALE, 2, 11, 4, score="given",
                                              scores=tied(scores))
@@ -189,7 +189,7 @@ def test_fold_steps_is_the_pairwise_rule(monkeypatch, block_rows):
     """fold_steps (a wavelet matrix, O(T log T)) gives fold_steps_pairwise's steps (every pair compared, in row
     blocks of any size) for ties, sinks up to the whole prompt, r above the prompt's length, lengths that are and
     are not powers of two."""
-    from models.ops import retention_static
+    from golinear.models.attention.ops import retention_static
     gen = torch.Generator().manual_seed(21)
     cases = 0
     for T in (1, 2, 7, 8, 9, 64, 131):
@@ -403,7 +403,7 @@ def test_proj_residual_is_the_diagnose_formula():
 # ---------------------------------------------------------------------------------------------- the wiring
 def tiny_model(seed=0, **options):
     """A 3-layer Llama linearized with the given options, new parameters moved off their init."""
-    from models.linearize import LinearizeConfig, linearize, new_parameters
+    from golinear.models.attention.linearize import LinearizeConfig, linearize, new_parameters
     torch.manual_seed(seed)
     cfg = transformers.LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
@@ -441,7 +441,7 @@ def test_layer_with_slots_is_the_definition(score):
 def test_generate_cache_equals_the_full_forward(score, prompt):
     """Prefill through LinearCache, then one token per step (HF's own generate loop and a manual one, batch 2),
     equals the full forward on the whole sequence (fp32, 1e-5)."""
-    from models.cache import LinearCache
+    from golinear.models.cache.hf_cache import LinearCache
     model = tiny_model(**RECIPE, retain=3, retain_score=score)
     ids = torch.randint(0, 97, (2, prompt), generator=torch.Generator().manual_seed(prompt))
     out = model.generate(ids, max_new_tokens=16, do_sample=False, return_dict_in_generate=True, output_logits=True,
@@ -460,7 +460,7 @@ def test_generate_cache_equals_the_full_forward(score, prompt):
 def test_generate_cache_has_a_fixed_size():
     """The LinearCache of a model with slots holds the same bytes after a prompt of 3 or 40 tokens and after
     every decode step; the slots are in it (more bytes than without)."""
-    from models.cache import LinearCache
+    from golinear.models.cache.hf_cache import LinearCache
     model = tiny_model(**RECIPE, retain=3)
     sizes = []
     with torch.no_grad():
@@ -478,7 +478,7 @@ def test_generate_cache_has_a_fixed_size():
 
 def test_beam_reorder_keeps_each_rows_slots():
     """Reordering the cache's rows (beam search) reorders the retention state with them."""
-    from models.cache import LinearCache
+    from golinear.models.cache.hf_cache import LinearCache
     model = tiny_model(**RECIPE, retain=3)
     ids = torch.randint(0, 97, (2, 20), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -492,7 +492,7 @@ def test_beam_reorder_keeps_each_rows_slots():
 
 def test_training_gradients_reach_the_new_parameters():
     """The forward with slots is differentiable: every new parameter gets a gradient."""
-    from models.linearize import new_parameters
+    from golinear.models.attention.linearize import new_parameters
     model = tiny_model(**RECIPE, retain=3)
     ids = torch.randint(0, 97, (2, 24))
     model(ids, labels=ids).loss.backward()
@@ -502,7 +502,7 @@ def test_training_gradients_reach_the_new_parameters():
 
 def test_checkpoint_keeps_the_option(tmp_path):
     import json
-    from models.checkpoint import apply_checkpoint, save_checkpoint
+    from golinear.models.checkpoint import apply_checkpoint, save_checkpoint
     model = tiny_model(**RECIPE, retain=3, retain_score="proj_residual")
     save_checkpoint(model, tmp_path / "ck")
     lin = json.loads((tmp_path / "ck" / "config.json").read_text())["linearize"]
@@ -524,30 +524,30 @@ def test_checkpoint_keeps_the_option(tmp_path):
      "unknown retention score 'attention'; allowed: ['delta_error', 'proj_residual', 'fitted']"),
 ])
 def test_linearize_refuses_bad_retention(options, message):
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     with pytest.raises(ValueError) as err:
         linearize(tiny_model(), LinearizeConfig(**options))
     assert str(err.value) == message
 
 
 def test_fast_decoder_refuses_slots():
-    from models.fast_decode import FastDecoder
+    from golinear.models.decoding.fast_decode import FastDecoder
     with pytest.raises(ValueError, match=r"^FastDecoder has no static cache for retention slots \(retain > 0\)"):
         FastDecoder(tiny_model(**RECIPE, retain=2), use_graph=False)
     layer = tiny_model(**RECIPE, retain=2).model.layers[0].self_attn  # nor does its chunked prefill
-    with pytest.raises(ValueError, match=r"^a chunked, right-padded prefill \(models.prefill\) has no retention"):
+    with pytest.raises(ValueError, match=r"^a chunked, right-padded prefill \(golinear.models.decoding.prefill\) has no retention"):
         layer.prefill(torch.zeros(1, 4, 64), None, chunk=object(), carry={})
 
 
 def test_trainer_learns_with_slots(tmp_path):
-    """models.train.Trainer on a tiny random Llama with retention slots (seq 32 > budget 2 + 4 + 3): the held-out
+    """models.training.train.Trainer on a tiny random Llama with retention slots (seq 32 > budget 2 + 4 + 3): the held-out
     loss falls (a little: only the gates and convs train on a random backbone) and only the new parameters
     change."""
     import sys
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     from _tiny import tiny_llama, tiny_tokenizer, write_books
-    from models import data as data_mod, train as train_mod
-    from models.linearize import LinearizeConfig, linearize, new_parameters
+    from golinear.models.training import data as data_mod, train as train_mod
+    from golinear.models.attention.linearize import LinearizeConfig, linearize, new_parameters
     tok = tiny_tokenizer()
     model = linearize(tiny_llama(len(tok)), LinearizeConfig(**RECIPE, retain=3, retain_score="proj_residual"))
     td = data_mod.prepare_books(tok, write_books(tmp_path / "data"), heldout_docs=2)
@@ -575,7 +575,7 @@ def test_gpu_prefill_matches_cpu_and_times_it():
     equals the CPU result (delta_error) and the walk on the GPU (proj_residual's fast path); prints forward +
     backward wall time against the default recipe's ops (run with -s)."""
     import time
-    from models import ops
+    from golinear.models.attention import ops
     q, k, v, lin, _ = make(1024, B=1, H=9, Hkv=3, D=64, seed=11, dtype=torch.float32)
     y_cpu, st_cpu = retention_prefill(q, k, v, lin, 0.125, 0.125, 8, 48, 8)
     dev = [x.cuda().requires_grad_(True) for x in (q, k, v, *lin.values())]
@@ -618,7 +618,7 @@ def test_gpu_prefill_matches_cpu_and_times_it():
 @cuda
 @pytest.mark.parametrize("score", ["proj_residual", "delta_error"])
 def test_gpu_prefill_captures_in_a_cuda_graph(score):
-    """`golinear train` captures the whole step in a CUDA graph on one GPU (models.train): the layer's retention
+    """`golinear train` captures the whole step in a CUDA graph on one GPU (models.training.train): the layer's retention
     path, forward and backward, must capture (no host sync) and replay to the eager result."""
     q, k, v, lin, _ = make(256, B=1, H=9, Hkv=3, D=64, seed=12, dtype=torch.float32)
     leaves = [x.cuda().requires_grad_(True) for x in (q, k, v, *lin.values())]

@@ -1,4 +1,4 @@
-"""retain_score=fitted (models/retention_scorer.py): the features do not see RoPE, the layer's slots are the
+"""retain_score=fitted (models/cache/retention_scorer.py): the features do not see RoPE, the layer's slots are the
 definition's with the scorer's scores, prefill and decode agree, checkpoints carry the scorer file, the store keys
 its contents, and bad scorer files or options are refused with one line naming them (CPU, fp32)."""
 from __future__ import annotations
@@ -9,11 +9,11 @@ import shutil
 import pytest
 import torch
 
-from models.checkpoint import apply_checkpoint, save_checkpoint
-from models.linearize import LinearizeConfig, linearize
-from models.ops.retention import retention_recurrent
-from models.retention_scorer import arrival_scores, load_scorer, pair_magnitudes, save_scorer, scorer_for_model
-from models.spec import ModelSpec, checkpoint_identity
+from golinear.models.checkpoint import apply_checkpoint, save_checkpoint
+from golinear.models.attention.linearize import LinearizeConfig, linearize
+from golinear.models.attention.ops.retention import retention_recurrent
+from golinear.models.cache.retention_scorer import arrival_scores, load_scorer, pair_magnitudes, save_scorer, scorer_for_model
+from golinear.models.spec import ModelSpec, checkpoint_identity
 from test_retention import RECIPE, rel_err, tiny_layer, tiny_model
 
 SHAPE = (3, 2, 8)  # tiny_model's (and test_batched_generate's) layers, KV heads, head_dim / 2
@@ -72,7 +72,7 @@ def test_decode_cache_equals_the_full_forward(scorer, prompt):
     """Prefill through the fixed-size LinearCache, then one token a step = the full forward (fp32). Teacher-forced
     random tokens: a greedy tiny model repeats one token, and a repeated token's keys differ by RoPE alone, which
     the scorer does not see, so its scores tie up to rounding and the two paths may break the tie differently."""
-    from models.cache import LinearCache
+    from golinear.models.cache.hf_cache import LinearCache
     model = tiny_model(**RECIPE, retain=3, retain_score="fitted", scorer=scorer)
     ids = torch.randint(0, 97, (2, 36), generator=torch.Generator().manual_seed(prompt))
     with torch.no_grad():
@@ -85,7 +85,7 @@ def test_decode_cache_equals_the_full_forward(scorer, prompt):
 
 def test_batched_decoder_equals_each_prompt_alone(scorer):
     """RetentionDecoder (one right-padded prefill, per-row steps) = HF generate of each prompt alone."""
-    from models.batch_generate import decoder_for, generate_batch
+    from golinear.models.decoding.batch_generate import decoder_for, generate_batch
     from test_batched_generate import alone, prompts
     from test_batched_generate import tiny_model as batch_model
     model = batch_model("gdn", window=4, sinks=2, short_conv=True, retain=3, retain_score="fitted", scorer=scorer)
@@ -181,8 +181,8 @@ def test_the_committed_scorer_fits_smollm2():
 
 def test_labels_and_families_name_the_scorer_by_its_file_name(scorer, tmp_path):
     """Table rows must not depend on where the scorer file sat (an H200's working tree or this one)."""
-    from bench.families import family_of
-    from bench.specs import label_of
+    from golinear.bench.families import family_of
+    from golinear.bench.specs import label_of
     save_checkpoint(tiny_model(**RECIPE), tmp_path / "plain")
     label = label_of(f"{tmp_path / 'plain'},window=2,retain=2,retain_score=fitted,scorer={scorer}")
     assert label == "plain,window=2,retain=2,retain_score=fitted,scorer=scorer.safetensors"

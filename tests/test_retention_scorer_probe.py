@@ -65,7 +65,7 @@ def test_retrieval_texts_ask_about_one_inserted_sentence():
 
 
 def test_value_labels_mark_the_inserted_values_tokens_only():
-    from models.backbone import load_tokenizer
+    from golinear.models.backbones.backbone import load_tokenizer
     tok = load_tokenizer()
     text = probe.retrieval_texts([". ".join(f"Line {i} of the story" for i in range(12))], 3)[0]
     enc = tok(text, return_offsets_mapping=True)
@@ -76,8 +76,8 @@ def test_value_labels_mark_the_inserted_values_tokens_only():
 
 
 def test_random_scorer_has_the_named_configurations_shape(tmp_path):
-    from models.backbone import named_config
-    from models.retention_scorer import load_scorer, scorer_for_model
+    from golinear.models.backbones.backbone import named_config
+    from golinear.models.cache.retention_scorer import load_scorer, scorer_for_model
     probe.random_scorer(["--model", "smollm2-135m", "--layers", "2", "--out", str(tmp_path / "r.safetensors")])
     weight, bias, meta = load_scorer(tmp_path / "r.safetensors")
     assert tuple(weight.shape) == (2, 3, 32) and tuple(bias.shape) == (2, 3) and "cost" in meta["fit"]
@@ -86,7 +86,7 @@ def test_random_scorer_has_the_named_configurations_shape(tmp_path):
 
 
 def test_retrieval_texts_with_numbers_label_the_whole_number():
-    from models.backbone import load_tokenizer
+    from golinear.models.backbones.backbone import load_tokenizer
     tok = load_tokenizer()
     text = probe.retrieval_texts([". ".join(f"Line {i} of the story" for i in range(12))], 4, values="numbers")[0]
     values = [s.split(" is ")[1] for s in text.rsplit("\n", 1)[0].split(". ") if s.startswith("The secret word")]

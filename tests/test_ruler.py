@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-import tasks.ruler as ruler
-from models.backbone import load_tokenizer
-from tasks.ruler import build_samples, score
-from tasks.ruler.constants import DEPTHS, NOISE, TEMPLATES
-from tasks.ruler.metrics import postprocess_pred, string_match_all, string_match_part
-from tasks.ruler.resources import hotpotqa, resolve_data_dir, sent_tokenize, squad
+import golinear.tasks.ruler as ruler
+from golinear.models.backbones.backbone import load_tokenizer
+from golinear.tasks.ruler import build_samples, score
+from golinear.tasks.ruler.constants import DEPTHS, NOISE, TEMPLATES
+from golinear.tasks.ruler.metrics import postprocess_pred, string_match_all, string_match_part
+from golinear.tasks.ruler.resources import hotpotqa, resolve_data_dir, sent_tokenize, squad
 
 ALL_TASKS = ruler.SUITES["sniah"] + ruler.SUITES["ruler"]
 ESSAY_NIAH = ["golinear_sniah_2", "golinear_sniah_3", "golinear_ruler_mk", "golinear_ruler_mq",
@@ -331,7 +331,7 @@ def test_reproducible_from_seed(tok):
 
 
 def test_metadata_options_reach_the_builder():
-    from tasks.ruler import hooks
+    from golinear.tasks.ruler import hooks
     ds = hooks.golinear_sniah_1(max_seq_lengths=[1024], num_samples=2, pretrained="smollm2-135m",
                                 version=1.0, batch_size=1)["test"]
     assert len(ds) == 2 and all(x <= 1024 for x in ds["length"]) and ds[0]["max_length"] == 1024
@@ -343,8 +343,8 @@ def test_metadata_options_reach_the_builder():
 
 def test_tokenizer_choice_from_metadata(tmp_path):
     import json
-    from models import checkpoint
-    from tasks.ruler.hooks import tokenizer_from_metadata
+    from golinear.models import checkpoint
+    from golinear.tasks.ruler.hooks import tokenizer_from_metadata
     assert tokenizer_from_metadata({"pretrained": "a/b", "base": "c"}) == "a/b"
     assert tokenizer_from_metadata({"base": "qwen-x", "window": 64}) == "qwen-x"
     assert tokenizer_from_metadata({"version": 1.0}) == "smollm2-135m"
@@ -384,7 +384,7 @@ def test_task_table():
 # ----------------------------------------------------------------------------- inputs of the generators
 def test_key_words_equal_rulers_sorted_set():
     import random
-    from tasks.ruler.resources import AdjNounWords, _wonderwords
+    from golinear.tasks.ruler.resources import AdjNounWords, _wonderwords
     adjs, nouns = _wonderwords("adjectivelist.txt"), _wonderwords("nounlist.txt")
     pick = random.Random(0)
     sub_adjs = [a for a in adjs if not a.isalpha()] + pick.sample(adjs, 60) + ["high", "wide", "ad", "x"]
@@ -401,7 +401,7 @@ def test_sentence_splitter_is_english_punkt():
 
 
 def test_disk_cache_round_trip(tok, tmp_path, monkeypatch):
-    from tasks.ruler import cache
+    from golinear.tasks.ruler import cache
     monkeypatch.setenv("GOLINEAR_CACHE", str(tmp_path))
     monkeypatch.setenv("GOLINEAR_RULER_CACHE", "1")
     monkeypatch.setattr(cache, "_MEMO", {})

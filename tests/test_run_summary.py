@@ -5,8 +5,8 @@ import shutil
 import warnings
 from pathlib import Path
 
-from bench.cli import main as cli
-from bench.run_summary import score_table
+from golinear.bench.cli import main as cli
+from golinear.bench.run_summary import score_table
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "leaderboards" / "store" / "cells"
@@ -45,7 +45,7 @@ def test_run_ends_with_the_table_and_the_store(tmp_path, capsys):
 def test_the_past_key_values_deprecation_is_not_printed():
     from transformers.utils.deprecation import deprecate_kwarg
 
-    from bench import quiet
+    from golinear.bench import quiet
 
     @deprecate_kwarg("past_key_values", "99.0.0", new_name="cache")
     def step(cache=None):

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from _tiny import free_port
 
-from bench import specs as S
-from bench.plan import default_data_dir, plan_cells, resolve_suites
-from bench.runner import run_matrix
-from bench.store import Store
+from golinear.bench import specs as S
+from golinear.bench.plan import default_data_dir, plan_cells, resolve_suites
+from golinear.bench.runner import run_matrix
+from golinear.bench.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,7 +122,7 @@ def test_unwritable_store_fails_before_any_work(tmp_path):
 
 
 def test_cli_prints_one_line_errors(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "bench.cli", "run", "--models", "full", "--suites", "nope",
+    proc = subprocess.run([sys.executable, "-m", "golinear.bench.cli", "run", "--models", "full", "--suites", "nope",
                            "--store", str(tmp_path / "s")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "golinear run: error: unknown suite" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -137,7 +137,7 @@ def _env():
 def _golinear_here(capsys, *args) -> tuple[int, str, str]:
     """`golinear ARGS` in this process (its main(), as the console script calls it): (exit code, stdout, stderr).
     For the runs whose test is not about the process boundary: no interpreter start and imports to pay again."""
-    from bench.cli import main
+    from golinear.bench.cli import main
     capsys.readouterr()
     code = main(list(args))
     out, err = capsys.readouterr()
@@ -153,7 +153,7 @@ def test_real_run_kill_resume_noop_and_render(tmp_path, capsys):
     store = tmp_path / "store"
     args = ["run", "--models", "full;swa-sink", "--suites", "lambada", "--limit", "3", "--store", str(store),
             "--batch-size", "4"]
-    proc = subprocess.Popen([sys.executable, "-m", "bench.cli", *args], cwd=ROOT, env=_env(),
+    proc = subprocess.Popen([sys.executable, "-m", "golinear.bench.cli", *args], cwd=ROOT, env=_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None and not list(store.glob("cells/*/*.json")):
@@ -203,7 +203,7 @@ def test_data_parallel_two_ranks_merge_into_one_cell(tmp_path, capsys):
     assert code == 0, err[-3000:]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--main_process_port", str(free_port()), "--mixed_precision", "no",
-           "--dynamo_backend", "no", "-m", "bench.cli", "run", *common, "--store", str(tmp_path / "two")]
+           "--dynamo_backend", "no", "-m", "golinear.bench.cli", "run", *common, "--store", str(tmp_path / "two")]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     one, two = Store(tmp_path / "one").cells(), Store(tmp_path / "two").cells()
@@ -219,7 +219,7 @@ def test_data_parallel_two_ranks_merge_into_one_cell(tmp_path, capsys):
 def test_killed_cell_resumes_from_its_request_cache(tmp_path, monkeypatch):
     """A cell killed mid-way keeps the requests it scored (lm-eval's CachingLM, under <store>/partial); the
     re-run scores only the rest, records how many it resumed, removes the cache, and equals a clean run."""
-    from bench import lm_backend
+    from golinear.bench import lm_backend
     kw = dict(limit=3, batch_size=1, device="cpu", progress=False)
     clean = run_matrix("full", "lambada", tmp_path / "clean", **kw).cells[0]
     assert "resumed_requests" not in clean["provenance"]
@@ -262,7 +262,7 @@ def test_two_identical_runs_at_once_both_finish_and_share_the_work(tmp_path):
     """Two identical `golinear run`s on one store: both exit 0, every cell is evaluated once (claims), and
     no claim or request cache is left behind."""
     store = tmp_path / "store"
-    args = [sys.executable, "-m", "bench.cli", "run", "--models", "full;swa-sink", "--suites", "lambada",
+    args = [sys.executable, "-m", "golinear.bench.cli", "run", "--models", "full;swa-sink", "--suites", "lambada",
             "--limit", "3", "--store", str(store), "--batch-size", "4"]
     procs = [subprocess.Popen(args, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]

@@ -1,4 +1,4 @@
-"""Scaling on CPU: random-weight backbone folders (models.random_base) are deterministic, identical on every
+"""Scaling on CPU: random-weight backbone folders (models.backbones.random_base) are deterministic, identical on every
 rank and on every FSDP shard; an FSDP2 run on one (2 gloo processes, stopped and resumed) saves the same files
 and new parameters as a one-process run; the scaling renderer (bench.scaling) merges, computes speed-ups and
 the extrapolation, and compares evaluation stores.
@@ -36,7 +36,7 @@ def _run(cmd: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
 
 
 def _base(tmp: Path, name: str = "qwen3-32b", seed: int = 0) -> Path:
-    from models.random_base_write import write_random_base
+    from golinear.models.backbones.random_base_write import write_random_base
     tok_dir = tmp / "tok"
     if not tok_dir.exists():
         tiny_tokenizer().save_pretrained(tok_dir)
@@ -44,7 +44,7 @@ def _base(tmp: Path, name: str = "qwen3-32b", seed: int = 0) -> Path:
 
 
 def test_named_configs_hold_the_published_dimensions():
-    from models.backbone import named_config
+    from golinear.models.backbones.backbone import named_config
     c = named_config("qwen3-32b")
     assert (c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
             c.head_dim, c.vocab_size, c.tie_word_embeddings) == (5120, 25600, 64, 64, 8, 128, 151936, False)
@@ -55,7 +55,7 @@ def test_named_configs_hold_the_published_dimensions():
 
 
 def test_random_base_is_a_function_of_the_seed(tmp_path):
-    from models.backbone import fingerprint, load_backbone, load_tokenizer
+    from golinear.models.backbones.backbone import fingerprint, load_backbone, load_tokenizer
     a, b, other = _base(tmp_path), _base(tmp_path / "again"), _base(tmp_path, seed=1)
     assert not list(a.glob("*.safetensors"))  # no weights written: a few files of config and tokenizer
     ma, mb, mo = (load_backbone(str(f))[0] for f in (a, b, other))
@@ -72,10 +72,10 @@ def test_random_base_is_a_function_of_the_seed(tmp_path):
 def test_sharded_fill_equals_the_whole_build(tmp_path):
     """The FSDP path's pieces in one process (no DTensor: each 'shard' is the whole tensor): same weights, same new
     parameters, same base fingerprint as load_backbone + linearize."""
-    from models import random_base
-    from models.backbone import load_backbone
-    from models.linearize import LinearizeConfig, linearize, new_parameters
-    from models.train_utils import seed_everything
+    from golinear.models.backbones import random_base
+    from golinear.models.backbones.backbone import load_backbone
+    from golinear.models.attention.linearize import LinearizeConfig, linearize, new_parameters
+    from golinear.models.training.train_utils import seed_everything
     base = _base(tmp_path)
     cfg = LinearizeConfig(mechanism="gdn", window=4, sinks=2, short_conv=True, lora=True)
     whole, _ = load_backbone(str(base))
@@ -116,7 +116,7 @@ def test_fsdp_on_a_random_base_resumes_and_matches_one_process(tmp_path):
     """2 gloo processes under scripts/scaling/accelerate/fsdp2.yaml through train_peak.py, stopped after step 4 and
     resumed: the run folder holds the same files as a one-process run (batch 2: same global batch), with the
     same new parameters (fp32, 1e-5) and the same base fingerprint; each rank wrote its peak-memory record."""
-    from bench.cli import main as cli
+    from golinear.bench.cli import main as cli
     base, data, tokens = _base(tmp_path), write_books(tmp_path / "data"), tmp_path / "tok.npz"
     assert cli(_train(base, data, tokens, tmp_path / "single", "--batch-size", "2")) == 0
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
@@ -156,7 +156,7 @@ def _fake_run(folder: Path, gpus: int, batch: int, tps: float, peaks: list[float
 
 
 def test_render_merges_by_key_and_extrapolates(tmp_path):
-    from bench import scaling
+    from golinear.bench import scaling
     base = _base(tmp_path, "llama-3.1-8b")
     one = _fake_run(tmp_path / "r1", 1, 2, 10_000.0, [70.0], base=str(base))
     two = _fake_run(tmp_path / "r2", 2, 1, 19_000.0, [50.0, 51.5], base=str(base))
@@ -192,7 +192,7 @@ def test_render_merges_by_key_and_extrapolates(tmp_path):
 
 
 def test_compare_stores_names_identical_and_differing_cells(tmp_path):
-    from bench import scaling
+    from golinear.bench import scaling
     for store, value, n in (("ref", 0.5, 100), ("dp", 0.5, 100)):
         for task, v in (("golinear_piqa", value), ("golinear_arc_easy", value + (0.01 if store == "dp" else 0))):
             f = tmp_path / store / "cells" / "full-1" / f"{task}--x.json"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from models import spec as M
-from models.spec import ModelSpec
+from golinear.models import spec as M
+from golinear.models.spec import ModelSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 CKPT = ROOT / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
@@ -23,7 +23,7 @@ STRINGS = ["mechanism=gdn,short_conv=true,sinks=8,window=56",
 
 def test_import_needs_no_torch():
     import subprocess
-    code = "import sys, models.spec; assert 'torch' not in sys.modules, 'models.spec imported torch'"
+    code = "import sys, golinear.models.spec; assert 'torch' not in sys.modules, 'golinear.models.spec imported torch'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
@@ -75,7 +75,7 @@ def test_checkpoint_config_to_and_from_string_and_model_args():
 
 
 def test_linearize_config_takes_the_spec_fields():
-    from models.linearize import LinearizeConfig
+    from golinear.models.attention.linearize import LinearizeConfig
     names = tuple(f.name for f in dataclasses.fields(LinearizeConfig))
     assert names == M.LINEARIZE_KEYS
     model_side = LinearizeConfig()
@@ -86,7 +86,7 @@ def test_linearize_config_takes_the_spec_fields():
 
 
 def test_train_flags():
-    from models.train_cli import add_arguments, linearize_options
+    from golinear.models.training.train_cli import add_arguments, linearize_options
     p = argparse.ArgumentParser()
     add_arguments(p)
     args = p.parse_args(["--mechanism", "gla", "--full-layers", "1,3", "--no-short-conv"])
@@ -150,7 +150,7 @@ BAD = [  # (key, value, the whole message)
 @pytest.mark.parametrize("key,value,message", BAD, ids=[f"{k}={v!r}" for k, v, _ in BAD])
 def test_each_bad_value_has_one_message_in_every_front_end(key, value, message):
     """The same message from the schema, the string form, model_args and LinearizeConfig."""
-    from models.linearize import LinearizeConfig
+    from golinear.models.attention.linearize import LinearizeConfig
     fronts = [lambda: ModelSpec(**{key: value})]
     if key in M.STRING_KEYS:  # the keys of the string form and of model_args
         fronts.append(lambda: ModelSpec.from_model_args({key: value}))
@@ -188,7 +188,7 @@ def test_frozen_and_values_are_normal_forms():
 
 
 def test_cell_provenance_reads_the_loaded_configuration_through_the_schema():
-    from bench.provenance import ModelInfo
+    from golinear.bench.provenance import ModelInfo
     config = json.loads((CKPT / "config.json").read_text())
     info = ModelInfo.from_info({"base": "smollm2-135m", "base_fingerprint": "bd29", "checkpoint": str(CKPT),
                                 "checkpoint_fingerprint": "77aa", "linearize": config["linearize"],
@@ -204,7 +204,7 @@ def test_cell_provenance_reads_the_loaded_configuration_through_the_schema():
 def test_retention_options_flow_through_every_front_end():
     """retain / retain_score: string, model_args, checkpoint config and LinearizeConfig; without
     slots the keys are absent everywhere, so store keys and checkpoints made before them are unchanged."""
-    from models.linearize import LinearizeConfig
+    from golinear.models.attention.linearize import LinearizeConfig
     text = "gdn-default,retain=8,retain_score=proj_residual"
     spec = ModelSpec.from_string(text)
     assert (spec.retain, spec.retain_score, spec.budget) == (8, "proj_residual", 72)
@@ -231,7 +231,7 @@ def test_retention_options_flow_through_every_front_end():
     ("gdn-default,retain_score=proj_residual", "retain_score='proj_residual' needs retain > 0 (retention slots)"),
 ])
 def test_retention_combinations_have_one_message(text, message):
-    from models.linearize import LinearizeConfig, validate
+    from golinear.models.attention.linearize import LinearizeConfig, validate
     with pytest.raises(ValueError) as err:
         ModelSpec.from_string(text)
     assert str(err.value) == message
@@ -244,7 +244,7 @@ def test_retention_combinations_have_one_message(text, message):
 
 
 def test_retention_train_flags():
-    from models.train_cli import add_arguments, linearize_options, run_name
+    from golinear.models.training.train_cli import add_arguments, linearize_options, run_name
     p = argparse.ArgumentParser()
     add_arguments(p)
     args = p.parse_args(["--retain", "16", "--retain-score", "proj_residual"])

@@ -19,8 +19,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import datasets  # noqa: E402
 
-import tasks.standard as ts  # noqa: E402
-from tasks.standard import generate_mmlu, local_data  # noqa: E402
+import golinear.tasks.standard as ts  # noqa: E402
+from golinear.tasks.standard import generate_mmlu, local_data  # noqa: E402
 
 DATA = Path(local_data.resolve_data_dir(None)) if local_data.resolve_data_dir(None) != "hub" else None
 needs_data = pytest.mark.skipif(DATA is None, reason="no local data folder (../shared/data or $GOLINEAR_DATA)")
@@ -137,7 +137,7 @@ def test_generated_mmlu_files_are_current():
     rendered = generate_mmlu.render()
     assert sorted(rendered) == sorted(p.name for p in here.glob("*.yaml"))
     for name, text in rendered.items():
-        assert (here / name).read_text() == text, f"{name} is stale: run python -m tasks.standard.generate_mmlu"
+        assert (here / name).read_text() == text, f"{name} is stale: run python -m golinear.tasks.standard.generate_mmlu"
 
 
 # ------------------------------------------------------------------ same documents, prompts, targets

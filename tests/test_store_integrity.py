@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from bench import leaderboard as L
-from bench import plan as P
-from bench import specs as S
-from bench.provenance import ModelInfo
-from bench.store import CellKey, Store
-from models.atomic import atomic_write
-from models.data_hashes import verify_files
+from golinear.bench import leaderboard as L
+from golinear.bench import plan as P
+from golinear.bench import specs as S
+from golinear.bench.provenance import ModelInfo
+from golinear.bench.store import CellKey, Store
+from golinear.models.atomic import atomic_write
+from golinear.models.training.data_hashes import verify_files
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(P.default_data_dir() or "/nonexistent")
@@ -125,13 +125,13 @@ def test_claims_are_exclusive_and_taken_over_from_dead_processes(tmp_path):
     key = CellKey("m", "t", {})
     assert store.claim(key) and store.claim(key)  # ours: idempotent
     other = subprocess.Popen([sys.executable, "-c", "import sys; sys.path.insert(0, '.');"
-                              "from bench.store import Store, CellKey;"
+                              "from golinear.bench.store import Store, CellKey;"
                               f"print(Store({str(tmp_path)!r}).claim(CellKey('m', 't', {{}})))"],
                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert other.communicate(timeout=60)[0].strip() == "False"  # a live holder: refused
     store.release(key)
     dead = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, '.');"
-                           "from bench.store import Store, CellKey;"
+                           "from golinear.bench.store import Store, CellKey;"
                            f"print(Store({str(tmp_path)!r}).claim(CellKey('m', 't', {{}})))"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert dead.stdout.strip() == "True"  # it claimed and exited without releasing (as a kill -9 would)
@@ -148,7 +148,7 @@ def test_atomic_write_uses_the_umask_and_leaves_nothing_on_failure(tmp_path):
         os.umask(old)
     p = atomic_write(tmp_path / "b.json", "{}")
     assert (p.stat().st_mode & 0o777) == 0o666 & ~old
-    from models.atomic import atomic_path
+    from golinear.models.atomic import atomic_path
     with pytest.raises(RuntimeError):
         with atomic_path(tmp_path / "b.json") as tmp:
             tmp.write_text("half")
@@ -178,7 +178,7 @@ def test_leaderboard_refuses_an_empty_or_missing_store(tmp_path):
 def test_leaderboard_cli_names_a_null_cell(tmp_path):
     path = Store(tmp_path / "s").put(cell())
     path.write_text("null")
-    proc = subprocess.run([sys.executable, "-m", "bench.cli", "leaderboard", "--store", str(tmp_path / "s"),
+    proc = subprocess.run([sys.executable, "-m", "golinear.bench.cli", "leaderboard", "--store", str(tmp_path / "s"),
                            "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and str(path) in proc.stderr and "Traceback" not in proc.stderr
 

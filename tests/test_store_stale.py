@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.cli import main as cli
-from bench.store import Store
-from bench.store_stale import stale_cells
-from models.spec import checkpoint_identity
+from golinear.bench.cli import main as cli
+from golinear.bench.store import Store
+from golinear.bench.store_stale import stale_cells
+from golinear.models.spec import checkpoint_identity
 
 ROOT = Path(__file__).resolve().parent.parent
 

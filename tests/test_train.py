@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from models import data as data_mod
-from models import train as train_mod
-from models import train_utils
+from golinear.models.training import data as data_mod
+from golinear.models.training import train as train_mod
+from golinear.models.training import train_utils
 from _tiny import tiny_llama, tiny_tokenizer, write_books, write_tiny_backbone
 
 
@@ -209,8 +209,8 @@ def test_hard_stop_at_deadline_still_finishes(tmp_path):
 # ------------------------------------------------------------------------------------------------ reference checkpoints
 def test_autocast_gives_the_linear_ops_one_dtype(monkeypatch):
     """Under bf16 autocast (the GPU recipe) q/k/v reaching the ops share a dtype (FLA's kernels need it)."""
-    from models import ops
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.attention import ops
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     seen = []
     for name in ("gdn_chunk", "window_sink_attention"):
         real = getattr(ops, name)
@@ -230,7 +230,7 @@ def test_autocast_gives_the_linear_ops_one_dtype(monkeypatch):
 def test_cuda_graph_refused_off_cuda_and_states_cross_modes(tmp_path):
     """--cuda-graph needs one CUDA process (CPU here: a clear error before any step). A graphed run's
     optimizer state (tensor learning rates, step counts on the device) resumes in an eager run and back."""
-    from models import graph_step
+    from golinear.models.training import graph_step
     model, tok = _stand_in()
     seqs, _ = _sequences(tmp_path, tok)
     if not torch.cuda.is_available():
@@ -324,7 +324,7 @@ def test_state_is_saved_by_time_as_well_as_by_steps(tmp_path, monkeypatch):
 
 
 def _cli_train(tmp_path, *extra):
-    from bench.cli import main as golinear
+    from golinear.bench.cli import main as golinear
     base = tmp_path / "base"
     if not base.exists():
         write_tiny_backbone(base)

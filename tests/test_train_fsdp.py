@@ -18,8 +18,8 @@ import torch
 from safetensors.torch import load_file
 
 from _tiny import free_port
-from models import train as train_mod
-from models import train_fsdp, train_utils
+from golinear.models.training import train as train_mod
+from golinear.models.training import train_fsdp, train_utils
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS, SEQ_LEN, ATOL = 8, 32, 1e-5
@@ -38,7 +38,7 @@ def _launch_fsdp(args: list[str], *launcher_args: str) -> None:
                OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(ROOT / "examples" / "accelerate-fsdp.yaml"), "--num_processes", "2", "--main_process_port",
-           str(free_port()), *launcher_args, "-m", "bench.cli",
+           str(free_port()), *launcher_args, "-m", "golinear.bench.cli",
            *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -65,7 +65,7 @@ def _record(folder: Path) -> dict:
 def runs(tmp_path_factory):
     """One FSDP run (2 processes, batch 1 each) and one plain run (1 process, batch 2): same global batches."""
     from _tiny import write_books
-    from bench.cli import main as cli
+    from golinear.bench.cli import main as cli
     tmp = tmp_path_factory.mktemp("fsdp")
     setup = {"base": _tied_backbone(tmp / "base"), "data": write_books(tmp / "data"), "tokens": tmp / "tok.npz",
              "tmp": tmp}
@@ -75,8 +75,8 @@ def runs(tmp_path_factory):
 
 
 def _initial_new_parameters(base: Path) -> dict:
-    from models.backbone import load_backbone
-    from models.linearize import LinearizeConfig, linearize, new_parameters
+    from golinear.models.backbones.backbone import load_backbone
+    from golinear.models.attention.linearize import LinearizeConfig, linearize, new_parameters
     model, _ = load_backbone(str(base))
     train_utils.seed_everything(0)  # the trainer seeds right before linearizing
     linearize(model, LinearizeConfig(mechanism="gdn", window=4, sinks=2, short_conv=True, lora=True))
@@ -158,7 +158,7 @@ def test_fsdp_bad_settings():
 def test_fsdp_refuses_unshardable_parameters():
     """FSDP2 shards on dim 0: a 0-dim new parameter cannot be sharded (checked before any collective)."""
     from _tiny import tiny_llama
-    from models.linearize import LinearizeConfig, linearize
+    from golinear.models.attention.linearize import LinearizeConfig, linearize
     model = linearize(tiny_llama(320), LinearizeConfig(mechanism="gdn", window=4, sinks=2))
     model.model.layers[0].self_attn.lin.register_parameter("gain", torch.nn.Parameter(torch.tensor(1.0)))
     with pytest.raises(ValueError, match=r"0-dim parameters cannot be sharded: \['model.layers.0.self_attn.lin.gain'\]"):
@@ -166,6 +166,6 @@ def test_fsdp_refuses_unshardable_parameters():
 
 
 def test_cli_fsdp_in_one_process_is_a_clear_error(tmp_path, capsys):
-    from bench.cli import main as cli
+    from golinear.bench.cli import main as cli
     assert cli(["train", "--fsdp", "--base", str(tmp_path / "unused"), "--out", str(tmp_path / "o")]) == 2
     assert "FSDP shards across processes but this run has 1" in capsys.readouterr().err

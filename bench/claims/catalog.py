@@ -5,13 +5,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
-from bench.claims.metrics import CE
-from bench.claims.paper_rows import default_recipe, no_conv, ruler_rows, sniah_rows, std_rows
-from bench.claims.roles import (ALL_BUDGETS, BUDGETS, CONV_VS_LORA, DEFAULT, HYBRIDS, MECHS, RULER_AGG, RULER_RET, SC,
+from golinear.bench.claims.metrics import CE
+from golinear.bench.claims.paper_rows import default_recipe, no_conv, ruler_rows, sniah_rows, std_rows
+from golinear.bench.claims.roles import (ALL_BUDGETS, BUDGETS, CONV_VS_LORA, DEFAULT, HYBRIDS, MECHS, RULER_AGG, RULER_RET, SC,
                                 SINKS_VS_WINDOW, STRICT, STRICT_MECHS, SWA, TRAINED_VS_WINDOW, pairs, retention_roles)
-from bench.claims.rules import (RETENTION_TOLERANCE, GAP_TARGETS, beats_sides, close_gap, gap_target, near_best,
+from golinear.bench.claims.rules import (RETENTION_TOLERANCE, GAP_TARGETS, beats_sides, close_gap, gap_target, near_best,
                                 ordering, rises, ruler_profile, variants_ahead, variants_within)
-from bench.measured import RULER_COLS
+from golinear.bench.measured import RULER_COLS
 
 
 # ----------------------------------------------------------------------------- claims

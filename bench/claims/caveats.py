@@ -6,8 +6,8 @@ verdict column alone should see each of these without reading the row.
 """
 from __future__ import annotations
 
-from bench.claims.metrics import CE, VERDICTS
-from bench.claims.roles import fitted_to_test
+from golinear.bench.claims.metrics import CE, VERDICTS
+from golinear.bench.claims.roles import fitted_to_test
 
 FITTED, ONE_SEED, CE_ONLY = "fitted to the test format", "one seed", "on held-out CE only"
 CAVEATS = (FITTED, ONE_SEED, CE_ONLY)  # the order a cell names them in

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.claims.metrics import CE
-from bench.measured import CR_COLS, RULER_COLS, SNIAH_TASKS, measured_frame, study_setting
-from bench.store import Store
-from models.spec import checkpoint_identity
+from golinear.bench.claims.metrics import CE
+from golinear.bench.measured import CR_COLS, RULER_COLS, SNIAH_TASKS, measured_frame, study_setting
+from golinear.bench.store import Store
+from golinear.models.spec import checkpoint_identity
 
 RUN_NAME = re.compile(r"^(?P<recipe>.+?)(?:-10m|-seed(?P<seed>\d+))?$")
 

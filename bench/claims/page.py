@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.claims.markdown import md_table
-from bench.claims.metrics import METRICS
-from bench.claims.rules import GAP_TARGETS
+from golinear.bench.claims.markdown import md_table
+from golinear.bench.claims.metrics import METRICS
+from golinear.bench.claims.rules import GAP_TARGETS
 
 
 def to_markdown(table: pd.DataFrame) -> str:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.claims.roles import DEFAULT, REF_CR, RULER_AGG, RULER_RET, SMALLEST, SWA
-from bench.measured import SNIAH_TASKS
+from golinear.bench.claims.roles import DEFAULT, REF_CR, RULER_AGG, RULER_RET, SMALLEST, SWA
+from golinear.bench.measured import SNIAH_TASKS
 
 
 def std_rows(ref, table: int, roles: dict, col: str = "cr", backbone: str | None = None) -> dict:

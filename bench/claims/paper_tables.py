@@ -11,11 +11,11 @@ import statistics
 
 import pandas as pd
 
-from bench.claims.evidence import Evidence, role_scores
-from bench.claims.markdown import md_table
-from bench.claims.metrics import CE
-from bench.claims.paper_rows import std_rows
-from bench.claims.roles import DEFAULT, LORA, SC, STRICT, SW64, SWA
+from golinear.bench.claims.evidence import Evidence, role_scores
+from golinear.bench.claims.markdown import md_table
+from golinear.bench.claims.metrics import CE
+from golinear.bench.claims.paper_rows import std_rows
+from golinear.bench.claims.roles import DEFAULT, LORA, SC, STRICT, SW64, SWA
 
 MECHS = {"gla": "GLA", "kgla": "kGLA", "gdn": "GDN", "hedgehog": "Hedgehog"}
 # (the paper's table, our name for the recipe, the paper's setting, our folder's suffix, the mechanisms in it);

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.claims import paper_tables, retention_plot, retention_table, seeds
-from bench.claims.evidence import evidence
-from bench.claims.page import readme_with_table, to_markdown
-from bench.claims.verdicts import claims_table
-from bench.needle_types import section as needle_types_section
-from bench.readme_results import has_sources, readme_with_results
-from bench.leaderboard import load_reference, to_csv, write_if_changed
-from bench.store import Store
+from golinear.bench.claims import paper_tables, retention_plot, retention_table, seeds
+from golinear.bench.claims.evidence import evidence
+from golinear.bench.claims.page import readme_with_table, to_markdown
+from golinear.bench.claims.verdicts import claims_table
+from golinear.bench.needle_types import section as needle_types_section
+from golinear.bench.readme_results import has_sources, readme_with_results
+from golinear.bench.leaderboard import load_reference, to_csv, write_if_changed
+from golinear.bench.store import Store
 
 
 def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = None) -> list[Path]:

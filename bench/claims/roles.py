@@ -5,8 +5,8 @@ each cache budget, the seven ways of adding retention slots); one list, read by 
 """
 from __future__ import annotations
 
-from bench.fitted_format import fitted_label, fitted_value_type, needle_value_types
-from bench.measured import RULER_COLS, SNIAH_TASKS
+from golinear.bench.fitted_format import fitted_label, fitted_value_type, needle_value_types
+from golinear.bench.measured import RULER_COLS, SNIAH_TASKS
 
 DEFAULT_ROLE = "default"  # the retention rows are judged against this variant (the default recipe)
 RULER_AGG, RULER_RET = ["CWE", "FWE", "HQA", "SQA"], ["MK", "MQ", "MV", "VT"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from bench.claims.metrics import Metric, better
-from bench.claims.roles import DEFAULT_ROLE
+from golinear.bench.claims.metrics import Metric, better
+from golinear.bench.claims.roles import DEFAULT_ROLE
 
 GAP_TARGETS = {"CR": 0.5, "LAMBADA": 4.0}  # the study's targets: default recipe vs full attention, gap in points
 RETENTION_TOLERANCE = 0.5  # retention slots keep CR and LAMBADA stay within this many points of the default recipe

@@ -8,8 +8,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from bench.claims.evidence import Evidence, role_scores, spread
-from bench.claims.metrics import CE, METRICS, Metric
+from golinear.bench.claims.evidence import Evidence, role_scores, spread
+from golinear.bench.claims.metrics import CE, METRICS, Metric
 
 
 @dataclass

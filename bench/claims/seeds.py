@@ -12,9 +12,9 @@ import statistics
 
 import pandas as pd
 
-from bench.claims.evidence import Evidence, pick, store_value
-from bench.claims.metrics import CE
-from bench.measured import STANDARD_COLS
+from golinear.bench.claims.evidence import Evidence, pick, store_value
+from golinear.bench.claims.metrics import CE
+from golinear.bench.measured import STANDARD_COLS
 
 COLUMNS = STANDARD_COLS + [CE.name]
 

@@ -7,11 +7,11 @@ target holds when some variant does, is not measured while no variant is judged 
 """
 from __future__ import annotations
 
-from bench.claims.caveats import CAVEATS, caveats, cell
-from bench.claims.evidence import Evidence
-from bench.claims.roles import DEFAULT_ROLE
-from bench.claims.rules import rule_text
-from bench.claims.scoring import decide, not_measured
+from golinear.bench.claims.caveats import CAVEATS, caveats, cell
+from golinear.bench.claims.evidence import Evidence
+from golinear.bench.claims.roles import DEFAULT_ROLE
+from golinear.bench.claims.rules import rule_text
+from golinear.bench.claims.scoring import decide, not_measured
 
 
 def variant_caveats(sc, variant: str) -> set:

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.claims.caveats import caveats, cell
-from bench.claims.catalog import CLAIMS, Claim
-from bench.claims.evidence import Evidence, evidence
-from bench.claims.metrics import METRICS, VERDICTS, verdict
-from bench.claims.rules import rule_text
-from bench.claims.scoring import decide, not_measured
-from bench.claims.targets import judge_parts
-from bench.leaderboard import load_reference
-from bench.store import Store
+from golinear.bench.claims.caveats import caveats, cell
+from golinear.bench.claims.catalog import CLAIMS, Claim
+from golinear.bench.claims.evidence import Evidence, evidence
+from golinear.bench.claims.metrics import METRICS, VERDICTS, verdict
+from golinear.bench.claims.rules import rule_text
+from golinear.bench.claims.scoring import decide, not_measured
+from golinear.bench.claims.targets import judge_parts
+from golinear.bench.leaderboard import load_reference
+from golinear.bench.store import Store
 
 
 def judge(claim: Claim, ref: dict, ev: Evidence) -> dict:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from models.kv_compression.kvpress_adapter import apply_press
-from models.kv_compression.presses import build_press
+from golinear.models.kv_compression.kvpress_adapter import apply_press
+from golinear.models.kv_compression.presses import build_press
 
 
 def split_budget(prompt_len: int, question_len: int, budget: int, question_aware: bool) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""Every rank builds the same random-weight backbone: each builds it (models.random_base, on its own device)
+"""Every rank builds the same random-weight backbone: each builds it (models.backbones.random_base, on its own device)
 and the ranks compare weight fingerprints through an all-gather. Prints one JSON line on rank 0; exit 1 if the
 ranks differ.
 
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 def main(argv: list[str]) -> int:
     import torch
     import torch.distributed as dist
-    from models.backbone import fingerprint, load_backbone
+    from golinear.models.backbones.backbone import fingerprint, load_backbone
     cuda = torch.cuda.is_available()
     rank = int(os.environ.get("RANK", "0"))
     if cuda:

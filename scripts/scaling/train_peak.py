@@ -3,7 +3,7 @@
     accelerate launch ... scripts/scaling/train_peak.py PEAK_PREFIX train --base ... --out RUN ...
 
 Runs `bench.cli train ...` in this process, then writes PEAK_PREFIX.rank<R>.json (max allocated / reserved
-GiB since start, which covers the held-out evaluations too). Kept outside models/train_cli.py, which others
+GiB since start, which covers the held-out evaluations too). Kept outside models/training/train_cli.py, which others
 are editing; the prefix keeps these per-rank files out of the run folder, so an FSDP run folder holds the same
 files as a one-process run's."""
 from __future__ import annotations
@@ -32,13 +32,13 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[1] != "train":
         print(__doc__)
         return 2
-    from bench.cli import main as cli
+    from golinear.bench.cli import main as cli
     rc = cli(argv[1:])
     rank = int(os.environ.get("RANK", "0"))
     path = Path(f"{argv[0]}.rank{rank}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     base = argv[argv.index("--base") + 1] if "--base" in argv else None
-    from models.random_base import read_spec  # the renderer names the dimensions from it off the device
+    from golinear.models.backbones.random_base import read_spec  # the renderer names the dimensions from it off the device
     spec = read_spec(base) if base and Path(base).is_dir() else None
     path.write_text(json.dumps({**peak_record(rank), "returncode": rc, "base": base, "random_spec": spec}) + "\n")
     return rc

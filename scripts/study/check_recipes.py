@@ -29,9 +29,9 @@ def recipes(path: Path = RECIPES) -> list[tuple[str, list[str]]]:
 
 
 def check(name: str, opts: list[str]) -> str:
-    from bench.cli import build_parser
-    from models.spec_checks import check_linearize
-    from models.train_cli import linearize_options, train_config_from_args
+    from golinear.bench.cli import build_parser
+    from golinear.models.spec_checks import check_linearize
+    from golinear.models.training.train_cli import linearize_options, train_config_from_args
     args = build_parser("train").parse_args(["train", "--base", "smollm2-135m", *opts])
     cfg = train_config_from_args(args)
     cfg.validate()

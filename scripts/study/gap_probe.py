@@ -37,8 +37,8 @@ BUDGET = 64  # sinks 8 + window 56: the default recipe's softmax tokens
 # ------------------------------------------------------------------------------------------------ models
 def _frozen_swa_parallel(self, x, position_embeddings, state=None):
     """LinearizedAttention._parallel with the softmax path on the frozen projections (no short conv)."""
-    from models import ops
-    from models.projection import matmul_dtype, project_qkv
+    from golinear.models.attention import ops
+    from golinear.models.attention.projection import matmul_dtype, project_qkv
     x = x.to(matmul_dtype(x))
     qk, q, k, v, _ = project_qkv(self, x, position_embeddings, self.conv_weight(), want_conv_state=False)
     _, q0, k0, v0, _ = project_qkv(self, x, position_embeddings, None, want_conv_state=False)
@@ -49,8 +49,8 @@ def _frozen_swa_parallel(self, x, position_embeddings, state=None):
 
 def _no_lin_parallel(self, x, position_embeddings, state=None):
     """LinearizedAttention._parallel with the linear path's output dropped (softmax path as trained)."""
-    from models import ops
-    from models.projection import matmul_dtype, project_qkv
+    from golinear.models.attention import ops
+    from golinear.models.attention.projection import matmul_dtype, project_qkv
     x = x.to(matmul_dtype(x))
     _, q, k, v, _ = project_qkv(self, x, position_embeddings, self.conv_weight(), want_conv_state=False)
     return ops.window_sink_softmax(q, k, v, sinks=self.sinks, window=self.window, scale=self.scaling)
@@ -59,8 +59,8 @@ def _no_lin_parallel(self, x, position_embeddings, state=None):
 def build(name: str, device: str = "cpu"):
     """(model, tokenizer) for a model name of the module docstring, in eval mode, on `device`."""
     import types
-    from models.layers import LinearizedAttention
-    from models.load import load_model
+    from golinear.models.attention.layers import LinearizedAttention
+    from golinear.models.load import load_model
     base, _, variant = name.partition("+")
     if variant and variant not in VARIANTS:
         raise ValueError(f"variant {variant!r}; allowed: {list(VARIANTS)}")
@@ -81,7 +81,7 @@ def build(name: str, device: str = "cpu"):
 # ------------------------------------------------------------------------------------------------ data
 def data_dir() -> Path:
     """$GOLINEAR_DATA (the bundle's data/ on an offline machine), else ../shared/data."""
-    from models.data import resolve_data_dir
+    from golinear.models.training.data import resolve_data_dir
     return resolve_data_dir()
 
 
@@ -132,7 +132,7 @@ def task_requests(tok) -> dict[str, list[int]]:
 
 # ------------------------------------------------------------------------------------------------ commands
 def cmd_lengths(args):
-    from models.backbone import load_tokenizer
+    from golinear.models.backbones.backbone import load_tokenizer
     tok = load_tokenizer()
     for task, lens in task_requests(tok).items():
         lens = sorted(lens)
@@ -173,7 +173,7 @@ def cmd_lambada(args):
 
 
 def domain_sequences(tok, count: int, seq_len: int) -> dict[str, torch.Tensor]:
-    from models import data as data_mod
+    from golinear.models.training import data as data_mod
     eos = tok.eos_token_id
 
     def pack(texts):
@@ -194,7 +194,7 @@ def domain_sequences(tok, count: int, seq_len: int) -> dict[str, torch.Tensor]:
 
 @torch.no_grad()
 def cmd_domain(args):
-    from models.backbone import load_tokenizer
+    from golinear.models.backbones.backbone import load_tokenizer
     edges = [0, 64, 128, 256, 512, args.seq_len]
     texts = domain_sequences(load_tokenizer(), args.sequences, args.seq_len)
     for name in args.models:

@@ -13,9 +13,9 @@ import statistics
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # lm-eval's and datasets' progress bars
 
-from bench.execute import build_task_manager
-from models.backbone import load_tokenizer
-from tasks.standard import suite_tasks
+from golinear.bench.execute import build_task_manager
+from golinear.models.backbones.backbone import load_tokenizer
+from golinear.tasks.standard import suite_tasks
 
 TASKS = suite_tasks("cr") + suite_tasks("lambada")  # tasks.standard.SUITES: the suites' own task lists
 

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEVICE=${DEVICE:-cuda}; BATCH=${BATCH:-auto}; STORE=${STORE:-leaderboards/store}; CKPT=${CKPT:-checkpoints/smollm2-135m}
 TOKENS=${TOKENS:-runs/train/books-smollm2-10m.npz}
-G="golinear"; command -v golinear >/dev/null || G="python -m bench.cli"
+G="golinear"; command -v golinear >/dev/null || G="python -m golinear.bench.cli"
 DATA_ARGS=(); [ -n "${DATA:-}" ] && DATA_ARGS=(--data-dir "$DATA")
 RECIPES=scripts/study/recipes.txt
 names() { grep -v '^#' $RECIPES | awk 'NF {print $1}' | grep -E "${1:-.}" || true; }

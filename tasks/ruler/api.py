@@ -112,7 +112,7 @@ def build_samples(task: str, tokenizer, max_seq_length: int = DEFAULT_SEQ_LENGTH
                   data_dir=None) -> list[dict]:
     """RULER samples for `task`, sized with `tokenizer` so prompt + max_gen_toks <= max_seq_length.
 
-    `tokenizer` is a HF tokenizer or a name for models.backbone.load_tokenizer. Each row has `input`
+    `tokenizer` is a HF tokenizer or a name for models.backbones.backbone.load_tokenizer. Each row has `input`
     (RULER's input, without the answer prefix), `answer_prefix`, `prompt` (= input + answer_prefix,
     what the model continues), `outputs` (references), `max_gen_toks`, `length` (prompt tokens +
     max_gen_toks), `metric`, and where the needles sit: `needles`, `positions` (sentence / line /
@@ -123,7 +123,7 @@ def build_samples(task: str, tokenizer, max_seq_length: int = DEFAULT_SEQ_LENGTH
     num_samples = _as_int(num_samples, "num_samples", "a positive integer", 1)
     seed = _as_int(seed, "seed", "an integer")
     if isinstance(tokenizer, str):
-        from models.backbone import load_tokenizer
+        from golinear.models.backbones.backbone import load_tokenizer
         tokenizer = load_tokenizer(tokenizer)
     family, args = spec.recipe
     generator = GENERATORS[family](tokenizer, max_seq_length, seed, resolve_data_dir(data_dir), **args)

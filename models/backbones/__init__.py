@@ -1,0 +1,1 @@
+"""Backbones: pretrained and random-weight ones, and the named architectures as data."""

@@ -1,0 +1,1 @@
+"""Generation: the chunked prefill, the static-cache decoder and batched decoding."""

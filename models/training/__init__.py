@@ -1,0 +1,1 @@
+"""Training the new parameters: the trainer, its command, FSDP, the data and the calibration."""
