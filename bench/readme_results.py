@@ -98,6 +98,12 @@ def rows(board: Path) -> list[str]:
             f"default {_retention(ret, budget, 'default', 'S-NIAH')}",
             _retention(ret, budget, "training-free, half as slots, numbers scorer", "S-NIAH"),
             "[retention.md](leaderboards/retention.md)")
+    kv_path = board / "kv-compression.csv"
+    kv = pd.read_csv(kv_path, dtype={"budget": str}) if kv_path.is_file() else pd.DataFrame()
+    for ctx, n, budgets, press, linearized in _kv_compression(kv):
+        add(f"linearize or compress the KV cache at budgets {budgets}, S-NIAH at {ctx // 1024}K, {n} samples a task "
+            "(same samples): best kvpress press against best linearized row, each budget", "S-NIAH mean", press,
+            linearized, "[kv-compression.md](leaderboards/kv-compression.md)")
     half = hybrid[(hybrid["share of full layers"] == "50%") & (hybrid.selection == "uniform")]
     add("strict GDN + output norm, half its layers full attention (uniform)", "LAMBADA", full_lambada,
         _num(_one(half, "LAMBADA")) + " (1 seed)", "[hybrid.md](leaderboards/hybrid.md)")
@@ -115,6 +121,30 @@ def rows(board: Path) -> list[str]:
             f"against the {best} full-attention row (`{name}`)", metric, _num(have[name]), _num(lin),
             "[latency.md](leaderboards/latency.md)")
     return out
+
+
+def _kv_compression(kv: pd.DataFrame):
+    """(context, samples, budgets, presses, linearized) of each setting in kv-compression.csv: at each budget where
+    both families have an S-NIAH mean, the best of each, named."""
+    if kv.empty:
+        return
+    for (ctx, n), g in kv[kv["S-NIAH"].notna()].groupby(["context", "n"], sort=False):
+        best = {}
+        for kind in ("KV-cache compression (kvpress)", "linearized"):
+            rows = g[g["kind"] == kind]
+            best[kind] = rows.loc[rows.groupby("budget")["S-NIAH"].idxmax()].set_index("budget")
+        budgets = [b for b in best["linearized"].index if b in best["KV-cache compression (kvpress)"].index]
+        if not budgets:
+            continue
+        budgets = sorted(budgets, key=int)
+
+        def cells(kind, short):
+            rows = best[kind]
+            return " / ".join(f"{_num(rows.loc[b, 'S-NIAH'])} ({short(rows.loc[b, 'row'])})" for b in budgets)
+        yield (int(ctx), int(n), " / ".join(budgets),
+               cells("KV-cache compression (kvpress)", lambda r: r.replace(" (kvpress)", "")),
+               cells("linearized", lambda r: "default recipe" if r.startswith("gdn + window + 8 sinks + short conv, "
+                                                                               "trained") else r))
 
 
 def table(board: Path) -> str:

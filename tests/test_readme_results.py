@@ -47,3 +47,23 @@ def test_the_readme_is_a_short_entry_page():
     assert len(lines) <= 150
     wide = [n for n, line in enumerate(lines, 1) if len(line) > 120 and not line.startswith("|")]
     assert not wide, f"lines over 120 characters outside tables: {wide}"
+
+
+def test_the_kv_compression_row_names_the_best_of_each_family_at_each_budget(tmp_path):
+    board = tmp_path / "leaderboards"
+    board.mkdir()
+    for csv in (ROOT / "leaderboards").glob("*.csv"):
+        (board / csv.name).write_text(csv.read_text())
+    default = "gdn + window + 8 sinks + short conv, trained at each budget"
+    (board / "kv-compression.csv").write_text(
+        "context,n,budget,kind,row,S-NIAH-1,S-NIAH-2,S-NIAH-3,S-NIAH\n"
+        "4096,50,256,KV-cache compression (kvpress),snapkv (kvpress),1,2,3,2.0\n"
+        "4096,50,256,KV-cache compression (kvpress),streaming_llm (kvpress),4,5,6,5.0\n"
+        f'4096,50,256,linearized,"{default}",7,8,9,8.0\n'
+        "4096,50,1024,KV-cache compression (kvpress),snapkv (kvpress),30,30,30,30.0\n"
+        "4096,50,1024,linearized,other,,,,\n"
+        "4096,50,inf,full attention,full attention,90,90,90,90.0\n")
+    row = [r for r in readme_results.rows(board) if "kv-compression.md" in r]
+    assert len(row) == 1  # at 1024 the linearized row has no mean: 256 alone is compared
+    assert "budgets 256, S-NIAH at 4K, 50 samples" in row[0]
+    assert "| 5.00 (streaming_llm) | 8.00 (default recipe) |" in row[0]

@@ -1,0 +1,63 @@
+"""kv-compression.md/.csv/.png: the presses beside the linearized rows at equal budgets, on the settings a press ran at."""
+import pytest
+
+from golinear.bench import kv_comparison as K
+from golinear.bench.leaderboard import render
+from golinear.bench.measured import measured_frame
+from golinear.bench.store import Store
+
+
+def cell(key, label, task, value, budget, *, family=None, full=False, ctx=4096, n=50, linearize=None):
+    t = "golinear_" + task.lower().replace("-", "_")
+    return {"key": {"model": key, "task": t, "config": {"limit": None, "context_length": ctx, "num_samples": n,
+                                                         "seed": 42}},
+            "model": {"label": label, "family": family or label, "backbone": "smollm2-135m", "full_attention": full,
+                      "budget": "inf" if full else budget, "info": {"linearize": linearize or {}}},
+            "task": t, "display": task, "suite": "sniah", "metric": "score", "n": n,
+            "metrics": {"score,none": {"value": value, "stderr": 1.0}}}
+
+
+def cells():
+    out = []
+    for i, task in enumerate(["S-NIAH-1", "S-NIAH-2", "S-NIAH-3"]):
+        out.append(cell("base=smollm2-135m", "full", task, 90.0 + i, None, full=True))
+        for b in (256, 1024):
+            out.append(cell(f"base=smollm2-135m,press=snapkv,kv_budget={b}", f"snapkv (kvpress) @{b}", task,
+                            b / 32 + i, b, family="snapkv (kvpress)"))
+            out.append(cell(f"base=smollm2-135m,mechanism=none,sinks=8,window={b - 8}", f"swa-sink @{b}", task,
+                            b / 64, b, family="swa-sink"))
+        out.append(cell("base=smollm2-135m,checkpoint=gdn-w248-s8-sc", "gdn-w248-s8-sc", task, 20.0, 256,
+                        linearize={"mechanism": "gdn", "window": 248, "sinks": 8}))
+        # a linearized row at the study's setting only: no press ran there, so it is not in this comparison
+        out.append(cell("base=smollm2-135m,checkpoint=gdn-w248-s8-sc", "gdn-w248-s8-sc", task, 30.0, 256, n=500,
+                        linearize={"mechanism": "gdn", "window": 248, "sinks": 8}))
+    return out
+
+
+def test_rows_are_the_press_settings_side_by_side_by_budget():
+    t = K.table(measured_frame(cells()))
+    assert set(t["n"]) == {50}  # the 500-sample cell has no press beside it
+    at256 = t[t["budget"] == "256"].set_index("kind")
+    assert at256.loc[K.KINDS["press"], "S-NIAH"] == pytest.approx(8 + 1)
+    assert at256.loc[K.KINDS["linearized"], "S-NIAH-1"] == pytest.approx(20.0)
+    assert at256.loc[K.KINDS["window"], "S-NIAH"] == pytest.approx(4.0)
+    assert list(t["budget"]) == ["256", "256", "256", "1024", "1024", "inf"]
+    md = K.to_markdown(t)
+    assert "4096 tokens, 50 samples a task" in md and "| 1024 | KV-cache compression (kvpress) | snapkv" in md
+    assert K.plot(t)[:4] == b"\x89PNG"
+
+
+def test_no_press_no_rows():
+    without = [c for c in cells() if "press=" not in c["key"]["model"]]
+    t = K.table(measured_frame(without))
+    assert t.empty and "No press" in K.to_markdown(t)
+
+
+def test_the_leaderboard_writes_the_comparison(tmp_path):
+    store = Store(tmp_path / "store")
+    for c in cells():
+        store.put(c)
+    render(store, tmp_path / "out")
+    md = (tmp_path / "out" / "kv-compression.md").read_text()
+    assert md.startswith("# Linearize or compress the KV cache") and "kv-compression.png" in md
+    assert (tmp_path / "out" / "kv-compression.png").read_bytes()[:4] == b"\x89PNG"
