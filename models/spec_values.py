@@ -171,9 +171,9 @@ def check_press_options(spec) -> None:
                      else f"prefill_chunk={spec.prefill_chunk}")
             raise ValueError(f"{named} needs press=<name> (KV-cache compression)")
         return
-    if 0 < spec.prefill_chunk < 64:
-        raise ValueError(f"prefill_chunk={spec.prefill_chunk}: expected 0 (no chunks) or at least 64 tokens (SnapKV "
-                         f"scores a chunk with its last 64 queries)")
+    if 0 < spec.prefill_chunk <= 64:
+        raise ValueError(f"prefill_chunk={spec.prefill_chunk}: expected 0 (no chunks) or more than 64 tokens (SnapKV "
+                         f"scores a chunk's earlier keys with its last 64 queries)")
     if spec.mechanism is not None or spec.checkpoint is not None:
         raise ValueError(f"press={spec.press} compresses the full-attention model's cache; it does not combine with "
                          f"a linearized model (mechanism or checkpoint)")

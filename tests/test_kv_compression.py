@@ -195,4 +195,8 @@ def test_chunked_prefill_never_holds_more_than_the_budget_and_a_chunk(smollm):
     assert len(peak) > 2 and peak == [32] * len(peak)  # compressed after each chunk (at most 32 + 80 inside)
     out = generate(model, ids, 9, "snapkv", 64, 4, prefill_chunk=80)
     assert len(out) == 4
+    for chunk in (1, 64):  # SnapKV needs more queries in a chunk than its 64-query window
+        with pytest.raises(ValueError, match=f"prefill_chunk={chunk}: expected 0 .no chunks. or more than 64"):
+            S.parse_model_spec(f"press=snapkv,prefill_chunk={chunk}")
+    assert S.parse_model_spec("press=snapkv,prefill_chunk=65").prefill_chunk == 65
     assert S.parse_model_spec("press=snapkv,prefill_chunk=512").family == "snapkv (kvpress, chunked prefill 512)"
