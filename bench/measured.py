@@ -10,6 +10,7 @@ import math
 import pandas as pd
 
 from golinear.bench.families import family_of
+from golinear.bench.specs import scorer_by_file_name
 
 CR_COLS = ["PIQA", "ARC-e", "ARC-c", "HellaSwag", "WinoGrande"]
 STANDARD_COLS = CR_COLS + ["CR", "MMLU", "LAMBADA", "LAMBADA ppl"]
@@ -44,6 +45,11 @@ def budget_label(b) -> str:
     return "inf" if math.isinf(b) else str(int(b))
 
 
+def by_file_name(label: str | None) -> str | None:
+    """A stored label with its scorer file named by its file name (cells stored before labels were)."""
+    return ",".join(scorer_by_file_name(label)) if label and "scorer=" in label else label
+
+
 def measured_frame(cells: list[dict]) -> pd.DataFrame:
     """Long table of measured numbers: one row per (cell, reported column)."""
     specs = column_specs()
@@ -61,11 +67,12 @@ def measured_frame(cells: list[dict]) -> pd.DataFrame:
             scale = 100.0 if pct else 1.0
             cfg = c["key"]["config"]
             model = c["model"]
+            label, family = (by_file_name(model.get(k)) for k in ("label", "family"))
             family_id, family_name = family_of(model)
             rows.append({"suite": c.get("suite"), "column": col, "value": m["value"] * scale,
                          "stderr": None if m.get("stderr") is None else m["stderr"] * scale, "n": c.get("n"),
-                         "backbone": model.get("backbone"), "model": model.get("label"),
-                         "family": model.get("family") or model.get("label"), "model_key": c["key"]["model"],
+                         "backbone": model.get("backbone"), "model": label,
+                         "family": family or label, "model_key": c["key"]["model"],
                          "family_id": family_id, "family_name": family_name,
                          "full_attention": bool(model.get("full_attention")),
                          "budget": budget_label(model.get("budget")), "new_params": model.get("new_parameters"),

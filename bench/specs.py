@@ -70,7 +70,7 @@ def label_of(text: str) -> str:
     tokens = scorer_by_file_name(text)
     if "=" not in tokens[0] and Path(tokens[0]).expanduser().is_dir():  # a checkpoint with cache options
         return ",".join([Path(tokens[0]).expanduser().resolve().name, *tokens[1:]])
-    return tokens[0] if len(tokens) == 1 and "=" not in tokens[0] else text
+    return tokens[0] if len(tokens) == 1 and "=" not in tokens[0] else ",".join(tokens)
 
 
 def press_label(spec) -> str:

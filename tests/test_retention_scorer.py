@@ -186,6 +186,13 @@ def test_labels_and_families_name_the_scorer_by_its_file_name(scorer, tmp_path):
     save_checkpoint(tiny_model(**RECIPE), tmp_path / "plain")
     label = label_of(f"{tmp_path / 'plain'},window=2,retain=2,retain_score=fitted,scorer={scorer}")
     assert label == "plain,window=2,retain=2,retain_score=fitted,scorer=scorer.safetensors"
+    from golinear.bench.measured import by_file_name
+    assert by_file_name("gdn-w248-s8-sc,retain=124,scorer=checkpoints/x/numbers.safetensors") == \
+        "gdn-w248-s8-sc,retain=124,scorer=numbers.safetensors"  # a cell stored with the path in its label
+    assert by_file_name("snapkv (kvpress, question-aware) @256") == "snapkv (kvpress, question-aware) @256"
+    # a named preset or shipped folder (not a path): the scorer by its file name too
+    assert label_of(f"gdn-w248-s8-sc,window=124,retain=124,retain_score=fitted,scorer={scorer}") == \
+        "gdn-w248-s8-sc,window=124,retain=124,retain_score=fitted,scorer=scorer.safetensors"
     lin = {"mechanism": "gdn", "window": 2, "sinks": 2, "retain": 2, "retain_score": "fitted"}
     here, there = ({"label": "x", "backbone": "b", "info": {"trained": True, "linearize": {**lin, "scorer": p}}}
                    for p in (scorer, "/elsewhere/scorer.safetensors"))
