@@ -120,9 +120,15 @@ class ModelSpec:
         parts = [f"{k}={Path(v).name if k in ('checkpoint', 'scorer') else _text(v)}" for k, v in sorted(a.items())]
         for k in ("base", "checkpoint"):
             ident = checkpoint_identity(a.get(k)) if k == "checkpoint" else local_files_identity(a.get(k))
+            if k == "checkpoint" and a.get(k) and not ident:  # a key without the files would name another model
+                raise FileNotFoundError(f"checkpoint folder {str(a[k])!r} has no checkpoint files (moved or deleted "
+                                        "during the run?); its cells cannot be keyed")
             if ident:
                 parts.append(f"{k}_files={ident}")
         if a.get("scorer"):
+            if file_identity(a["scorer"]) is None:
+                raise FileNotFoundError(f"retention scorer file {str(a['scorer'])!r} does not exist; its cells cannot be "
+                                        "keyed")
             parts.append(f"scorer_file={file_identity(a['scorer'])}")
         if a.get("press"):  # a press's scores are kvpress's code: its version is part of the cell's identity
             from golinear.models.kv_compression.kvpress_adapter import kvpress_version

@@ -200,3 +200,21 @@ def test_labels_and_families_name_the_scorer_by_its_file_name(scorer, tmp_path):
     named = {family_of({**here, "info": {"trained": True, "linearize": {**lin, "scorer": f}}})[1]
              for f in ("/a/value.safetensors", "/b/numbers.safetensors", "/c/ck/scorer.safetensors")}
     assert sorted(n.split("retained (")[1].split(")")[0] for n in named) == ["fitted", "fitted numbers", "fitted value"]
+
+
+def test_a_cell_key_refuses_a_checkpoint_or_scorer_that_is_gone(scorer, tmp_path):
+    """A key computed after the folder (or scorer file) vanished mid-run would file the cell under another model."""
+    import shutil
+
+    from golinear.bench.specs import parse_model_spec
+    save_checkpoint(tiny_model(**RECIPE), tmp_path / "plain")
+    spec = parse_model_spec(f"{tmp_path / 'plain'},window=2,retain=2,retain_score=fitted,scorer={scorer}")
+    assert "checkpoint_files=" in spec.store_key() and "scorer_file=" in spec.store_key()
+    moved = tmp_path / "moved.safetensors"
+    shutil.move(scorer, moved)
+    with pytest.raises(FileNotFoundError, match="scorer file .* does not exist"):
+        spec.store_key()
+    shutil.move(moved, scorer)
+    shutil.rmtree(tmp_path / "plain")
+    with pytest.raises(FileNotFoundError, match="has no checkpoint files"):
+        spec.store_key()
