@@ -32,7 +32,10 @@ if [ ! -f "$VENV/.golinear-installed" ]; then
   chmod +x "$VENV/bin/golinear"
   touch "$VENV/.golinear-installed"
 fi
-export PATH="$VENV/bin:$PATH" PYTHONPATH="$HERE/repo${PYTHONPATH:+:$PYTHONPATH}"
+# the repository's folders are the golinear.bench / .models / .tasks namespace: linked under ns/golinear/
+mkdir -p "$HERE/ns/golinear"
+for d in bench models tasks; do ln -sfn "$HERE/repo/$d" "$HERE/ns/golinear/$d"; done
+export PATH="$VENV/bin:$PATH" PYTHONPATH="$HERE/ns:$HERE/repo${PYTHONPATH:+:$PYTHONPATH}"
 export GOLINEAR_DATA="$HERE/data" GOLINEAR_CHECKPOINTS="$HERE/checkpoints" GOLINEAR_OUT="$OUT_DIR"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PIP_NO_INDEX=1
 if [ -d "$HERE/triton-cache" ]; then export TRITON_CACHE_DIR="$HERE/triton-cache"; fi

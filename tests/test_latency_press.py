@@ -119,7 +119,7 @@ class Recorder(torch.nn.Module):
     ("press=snapkv,kv_budget=lots", "256", "kv_budget"),
     ("kv_budget=64", "256", "needs press=<name>"),
     ("press=snapkv,kv_budget=16", "48", "more than 64 tokens"),
-    ("press=snapkv,kv_budget=64,prefill_chunk=64", "256", "prefill_chunk above 64"),
+    ("press=snapkv,kv_budget=64,prefill_chunk=64", "256", "more than 64 tokens"),
     ("press=knorm,kv_budget=64,question_aware=true", "256", "question_aware=true"),
 ])
 def test_press_bad_input_is_one_line_before_any_model(config, lengths, needle, tmp_path, monkeypatch, capsys):
