@@ -26,3 +26,16 @@ def test_importing_models_configures_the_tokenizers_parallelism():
     alone); a user's own choice is kept."""
     assert probe("golinear.models", "TOKENIZERS_PARALLELISM", None) == "true"
     assert probe("golinear.models", "TOKENIZERS_PARALLELISM", "false") == "false"
+
+
+def test_a_backbone_loads_without_the_hub_kernels_package(tmp_path, monkeypatch):
+    """transformers 5 swaps layers for Hugging Face Hub kernels by default, and refuses to load a model where the
+    `kernels` package is missing (as on a bare GPU machine): golinear loads its backbones without them."""
+    import transformers.modeling_utils as mu
+
+    from golinear.models.backbones.backbone import load_backbone
+    from tests._tiny import write_tiny_backbone
+    monkeypatch.delenv("USE_HUB_KERNELS", raising=False)
+    monkeypatch.setattr(mu, "is_kernels_available", lambda *a, **k: False)
+    model, _ = load_backbone(str(write_tiny_backbone(tmp_path / "tiny")))
+    assert not model.use_kernels

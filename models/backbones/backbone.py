@@ -46,7 +46,7 @@ def smollm2_path() -> Path:
     gguf_sha256 = backbone_content.check_gguf(gguf)
     # transformers' GGUF path also needs `gguf`; dequantization happens here (~50 s, once).
     model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                              dtype=torch.float32)
+                                                              dtype=torch.float32, use_kernels=False)
     tok = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # save_pretrained refuses the GGUF-loaded model: rebuild a plain model from its config + weights.
     cfg = model.config.to_dict()
@@ -96,7 +96,9 @@ def load_backbone(name_or_path: str = DEFAULT_BACKBONE, dtype: torch.dtype | str
     if random_base.read_spec(path) is not None:  # a random-weight folder: seeded values made on `device`
         model = random_base.build(path, dtype, device, attn_implementation)
     else:
-        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype,
+        # use_kernels=False: transformers would otherwise swap layers for Hugging Face Hub kernels on a GPU
+        # (fetched from the Hub, or an error where the `kernels` package is missing); golinear measures its own.
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_kernels=False,
                                                                   attn_implementation=attn_implementation)
     model.to(device).eval()
     model.requires_grad_(False)
