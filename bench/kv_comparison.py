@@ -15,20 +15,22 @@ from golinear.bench.figures import legend_entries, png_bytes, pyplot
 from golinear.bench.measured import SNIAH_TASKS, budget_value
 
 KINDS = {"full": "full attention", "linearized": "linearized", "press": "KV-cache compression (kvpress)",
-         "window": "untrained window + sinks"}
+         "window": "untrained window + sinks",
+         "press_qa": "KV-cache compression, question-aware (kvpress)"}  # reads the question: not the main comparison
 NOTE = ("The budget is the number of KV entries per layer and KV head kept for decoding: sinks + window (+ retention "
         "slots) for a linearized model and the untrained window, the press's kv_budget for a press. A press prefills "
         "the whole prompt with full attention and compresses after it, so its peak memory grows with the prompt where "
         "a linearized model's does not (latency.md). Question-agnostic unless the row says question-aware: the context "
         "is compressed before the question is read, as a linearized model reads it. Points (RULER's 0-100), greedy; "
         "the mean (bold) only where all three tasks are measured.")
+STREAMING = "streaming_llm (kvpress)"  # the press that keeps what the untrained window + sinks attends to
 COLUMNS = ["context", "n", "budget", "kind", "row", *SNIAH_TASKS, "S-NIAH"]
 
 
 def kind_of(r) -> str:
     key = r["model_key"]
     if "press=" in key:
-        return "press"
+        return "press_qa" if "question_aware=true" in key else "press"
     if r["full_attention"]:
         return "full"
     return "window" if "mechanism=none" in key else "linearized"
@@ -41,7 +43,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     if not len(sub) or not sub["model_key"].str.contains("press=", regex=False).any():
         return pd.DataFrame(columns=COLUMNS)
     sub = sub.assign(kind=sub.apply(kind_of, axis=1), row=families(sub))
-    settings = set(map(tuple, sub[sub["kind"] == "press"][["context_length", "num_samples"]].values))
+    settings = set(map(tuple, sub[sub["kind"].str.startswith("press")][["context_length", "num_samples"]].values))
     sub = sub[[s in settings for s in map(tuple, sub[["context_length", "num_samples"]].values)]]
     out = []
     for (ctx, n, budget, kind, row), g in sub.groupby(["context_length", "num_samples", "budget", "kind", "row"]):
@@ -60,14 +62,33 @@ def fmt(v) -> str:
     return "" if v is None or pd.isna(v) else f"{v:.2f}"
 
 
+def agreement(g: pd.DataFrame, n: int) -> str:
+    """The cross-check in one sentence: the StreamingLLM press against the untrained window + sinks at each budget
+    where both ran (they attend to the same tokens at the prompt's end; the press's were computed with full
+    attention), as the largest per-task difference in points and in samples."""
+    press = g[g["row"] == STREAMING].set_index("budget")
+    window = g[g["kind"] == KINDS["window"]].set_index("budget")
+    parts = []
+    for b in [b for b in press.index if b in window.index]:
+        pairs = [(press.at[b, t], window.at[b, t]) for t in SNIAH_TASKS
+                 if pd.notna(press.at[b, t]) and pd.notna(window.at[b, t])]
+        if pairs:
+            gap = max(abs(p - w) for p, w in pairs)
+            parts.append(f"at {b}, " + ", ".join(f"{p:.2f} against {w:.2f}" for p, w in pairs)
+                         + f" (largest difference {gap:.2f} points, {round(gap * n / 100)} of {n} samples)")
+    return ("Cross-check, the StreamingLLM press against the untrained window + sinks on the same samples, per task: "
+            + "; ".join(parts) + ".") if parts else ""
+
+
 def to_markdown(t: pd.DataFrame) -> str:
     head = "| budget | family | row | " + " | ".join(SNIAH_TASKS) + " | mean |\n|---|---|---|" + "---:|" * 4
     parts = []
     for (ctx, n), g in t.groupby(["context", "n"], sort=False):
         lines = [f"| {r['budget']} | {r['kind']} | {r['row']} | " + " | ".join(fmt(r[c]) for c in SNIAH_TASKS)
-                 + f" | **{fmt(r['S-NIAH'])}** |" for _, r in g.iterrows()]
+                 + (f" | **{fmt(r['S-NIAH'])}** |" if pd.notna(r["S-NIAH"]) else " |  |") for _, r in g.iterrows()]
+        check = agreement(g, n)
         parts.append(f"S-NIAH-1/2/3 at {ctx} tokens, {n} samples a task, the same samples for every row:\n\n"
-                     + head + "\n" + "\n".join(lines))
+                     + head + "\n" + "\n".join(lines) + (f"\n\n{check}" if check else ""))
     return "\n\n".join(parts) if parts else "No press has been evaluated on S-NIAH yet (`golinear run --models " \
                                              "press=snapkv --suites sniah --budgets 256,1024`)."
 
@@ -80,7 +101,7 @@ def plot(t: pd.DataFrame) -> bytes | None:
     plt = pyplot()
     settings = list(t.groupby(["context", "n"], sort=False))
     fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 4), squeeze=False)
-    style = {KINDS["linearized"]: "-", KINDS["press"]: "--", KINDS["window"]: ":"}
+    style = {KINDS["linearized"]: "-", KINDS["press"]: "--", KINDS["window"]: ":", KINDS["press_qa"]: "-."}
     for ax, ((ctx, n), g) in zip(axes[0], settings):
         full = g[g["kind"] == KINDS["full"]]["S-NIAH"]
         if len(full):

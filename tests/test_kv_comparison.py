@@ -26,6 +26,8 @@ def cells():
                             b / 32 + i, b, family="snapkv (kvpress)"))
             out.append(cell(f"base=smollm2-135m,mechanism=none,sinks=8,window={b - 8}", f"swa-sink @{b}", task,
                             b / 64, b, family="swa-sink"))
+        out.append(cell("base=smollm2-135m,kv_budget=256,press=streaming_llm", "streaming_llm (kvpress) @256", task,
+                        4.0 + 2 * i, "256", family="streaming_llm (kvpress)"))
         out.append(cell("base=smollm2-135m,checkpoint=gdn-w248-s8-sc", "gdn-w248-s8-sc", task, 20.0, 256,
                         linearize={"mechanism": "gdn", "window": 248, "sinks": 8}))
         # a linearized row at the study's setting only: no press ran there, so it is not in this comparison
@@ -37,11 +39,11 @@ def cells():
 def test_rows_are_the_press_settings_side_by_side_by_budget():
     t = K.table(measured_frame(cells()))
     assert set(t["n"]) == {50}  # the 500-sample cell has no press beside it
-    at256 = t[t["budget"] == "256"].set_index("kind")
+    at256 = t[(t["budget"] == "256") & (t["row"] != K.STREAMING)].set_index("kind")
     assert at256.loc[K.KINDS["press"], "S-NIAH"] == pytest.approx(8 + 1)
     assert at256.loc[K.KINDS["linearized"], "S-NIAH-1"] == pytest.approx(20.0)
     assert at256.loc[K.KINDS["window"], "S-NIAH"] == pytest.approx(4.0)
-    assert list(t["budget"]) == ["256", "256", "256", "1024", "1024", "inf"]
+    assert list(t["budget"]) == ["256", "256", "256", "256", "1024", "1024", "inf"]
     md = K.to_markdown(t)
     assert "4096 tokens, 50 samples a task" in md and "| 1024 | KV-cache compression (kvpress) | snapkv" in md
     assert K.plot(t)[:4] == b"\x89PNG"
@@ -61,3 +63,20 @@ def test_the_leaderboard_writes_the_comparison(tmp_path):
     md = (tmp_path / "out" / "kv-compression.md").read_text()
     assert md.startswith("# Linearize or compress the KV cache") and "kv-compression.png" in md
     assert (tmp_path / "out" / "kv-compression.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_streaming_press_is_checked_against_the_window_and_a_partial_row_has_no_mean():
+    """The cross-check sentence compares the StreamingLLM press with window + sinks task by task, in points and
+    samples; a row missing a task shows no (bold) mean; a question-aware press is its own family."""
+    rows = cells() + [cell("base=smollm2-135m,kv_budget=256,press=snapkv,question_aware=true",
+                           "snapkv (kvpress, question-aware) @256", "S-NIAH-1", 50.0, "256",
+                           family="snapkv (kvpress, question-aware)")]
+    t = K.table(measured_frame(rows))
+    md = K.to_markdown(t)
+    # window + sinks at 256 scores 4.0 on every task; the press 4, 6, 8: 4 points = 2 of 50 samples at most
+    assert "at 256, 4.00 against 4.00, 6.00 against 4.00, 8.00 against 4.00 (largest difference 4.00 points, " \
+           "2 of 50 samples)" in md
+    qa = t[t["row"] == "snapkv (kvpress, question-aware)"]
+    assert list(qa["kind"]) == [K.KINDS["press_qa"]] and qa["S-NIAH"].isna().all()
+    assert "| 256 | KV-cache compression, question-aware (kvpress) | snapkv (kvpress, question-aware) | 50.00 |  " \
+           "|  |  |" in md and "****" not in md
