@@ -13,6 +13,8 @@ prefill compressed to the budget by a kvpress press, then HF's DynamicCache deco
 Weights are random by default (speed does not depend on trained values): `--model` names a configuration in
 models.backbones.backbone.NAMED_CONFIGS; with `--weights real` the model is loaded (embedded SmolLM2, a folder or a hub id).
 
+Peak memory: CUDA's max_memory_allocated; on the CPU the process's peak resident set (bench/process_memory.py).
+
 Each row also carries the decode bandwidth bound (bench/decode_bound.py): the bytes one decode step moves for
 that model, configuration, batch and length, the copy bandwidth measured once per run on the same device, the
 bound in ms/token and the measured decode time over it.
@@ -31,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from golinear.bench import process_memory
 from golinear.bench.cli_args import LATENCY_CPU_BATCHES, LATENCY_GPU_BATCHES
 from golinear.bench.latency_press import PressRun, check_press_spec
 from golinear.bench.latency_render import render
@@ -76,12 +79,14 @@ def _reset_memory(device):
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
+    else:
+        process_memory.reset_peak()
 
 
 def _peak_gib(device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
-    return float("nan")  # no allocator statistics on CPU
+    return process_memory.peak_gib()  # no allocator statistics on the CPU: the process's peak resident set
 
 
 def _load(args, device, dtype):
@@ -283,7 +288,8 @@ def _row_line(r: dict) -> str:
     return (f"{r['config']:>18} T={r['length']:>6} B={r['batch']}: prefill {r['prefill_s']:.3f} s  "
             f"decode {r['decode_ms_per_token']:.2f} ms/token (bound {r['decode_bound_ms']:.2f}, "
             f"{r['decode_vs_bound']:.2f}x)  e2e {r['e2e_s']:.3f} s  peak "
-            + (f"{r['peak_gib']:.1f} GiB" if math.isfinite(r["peak_gib"]) else "n/a on CPU"))
+            + (f"{r['peak_gib']:.2f} GiB" if math.isfinite(r["peak_gib"]) else "n/a")
+            + (" (process)" if r["device"] == "cpu" else ""))
 
 
 # ----------------------------------------------------------------------------------------------- outputs

@@ -114,7 +114,9 @@ def test_latency_cli_cpu_sweep_merges_rows(tmp_path):
     md = (tmp_path / "latency.md").read_text()
     assert "gdn-default" in md and "bound ms/tok" in md and "batch 2" in md
     assert "Targets" not in md  # CPU timings are not judged against the GPU targets
-    assert "n/a on CPU" in md and "nan" not in md  # no allocator statistics on CPU, said in words
+    assert "nan" not in md and "gdn-default peak GiB" in md
+    peak = pd.read_csv(tmp_path / "latency.csv").peak_gib
+    assert (peak > 0.05).all()  # on the CPU, the process's peak resident set (weights and libraries included)
     assert (tmp_path / "latency.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -129,7 +131,7 @@ def test_latency_writes_under_runs_latency_by_default(tmp_path, monkeypatch, cap
     assert (tmp_path / "runs" / "latency" / "latency.md").exists()
     assert published.read_bytes() == before
     out = capsys.readouterr().out
-    assert "peak n/a on CPU" in out and "nan" not in out and "Targets" not in out
+    assert " GiB (process)" in out and "nan" not in out and "Targets" not in out
 
 
 def test_latency_full_static_config(tmp_path):
