@@ -80,3 +80,30 @@ def test_the_streaming_press_is_checked_against_the_window_and_a_partial_row_has
     assert list(qa["kind"]) == [K.KINDS["press_qa"]] and qa["S-NIAH"].isna().all()
     assert "| 256 | KV-cache compression, question-aware (kvpress) | snapkv (kvpress, question-aware) | 50.00 |  " \
            "|  |  |" in md and "****" not in md
+
+
+def test_peak_memory_is_shown_beside_the_scores_when_a_latency_run_is_there(tmp_path):
+    """kv-compression.md carries one peak-memory column per prompt length from kv-memory/latency.csv (a
+    `golinear latency` run), rows grouped by family; without the file, no memory table."""
+    from golinear.bench import kv_memory, latency
+    base = dict(model="smollm2-135m", weights="real", dtype="float32", batch=1, device="cpu", new_tokens=4,
+                status="ok", date="2026-12-05")
+    peaks = {"full": (1.2, 2.9), "snapkv (kvpress) @1024": (1.3, 3.1),
+             "snapkv (kvpress, chunked prefill 2048) @1024": (1.1, 1.2), "gdn-default,window=1016": (1.0, 1.1),
+             "swa-sink,window=1016": (1.0, 1.05)}
+    csv = tmp_path / "out" / "kv-memory" / "latency.csv"
+    csv.parent.mkdir(parents=True)
+    latency.merge_rows(csv, [dict(base, config=c, length=L, peak_gib=p) for c, ps in peaks.items()
+                             for L, p in zip((4096, 32768), ps)])
+    t = kv_memory.table(csv)
+    assert list(t["family"]) == ["full attention", K.KINDS["press"], K.KINDS["press"], "linearized",
+                                 K.KINDS["window"]]
+    assert t.set_index("config").at["full", "32768 tokens"] == pytest.approx(2.9)
+    store = Store(tmp_path / "store")
+    for c in cells():
+        store.put(c)
+    render(store, tmp_path / "out")
+    md = (tmp_path / "out" / "kv-compression.md").read_text()
+    assert "| snapkv (kvpress, chunked prefill 2048) @1024 | KV-cache compression (kvpress) | 1.10 | 1.20 |" in md
+    assert "the process's peak resident set" in md and "smollm2-135m float32 on cpu, batch 1" in md
+    assert kv_memory.markdown(tmp_path / "missing.csv") == ""
