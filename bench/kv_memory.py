@@ -11,13 +11,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from golinear.bench.kv_comparison import KINDS
+from golinear.bench.latency_targets import BASELINES
+
 
 def family(config: str) -> str:
-    if config in ("full", "full-static", "full-static-sdpa"):
-        return "full attention"
+    """The comparison table's family of a latency configuration."""
+    if config in BASELINES:
+        return KINDS["full"]
     if "(kvpress" in config:
-        return "KV-cache compression (kvpress)"
-    return "untrained window + sinks" if config.startswith("swa-sink") else "linearized"
+        return KINDS["press"]
+    return KINDS["window"] if config.startswith("swa-sink") else KINDS["linearized"]
 
 
 def table(csv_path: Path) -> pd.DataFrame:
@@ -29,7 +33,7 @@ def table(csv_path: Path) -> pd.DataFrame:
     wide = df.pivot_table(index="config", columns="length", values="peak_gib", aggfunc="last")
     wide.columns = [f"{int(c)} tokens" for c in wide.columns]
     wide.insert(0, "family", [family(c) for c in wide.index])
-    order = ["full attention", "KV-cache compression (kvpress)", "linearized", "untrained window + sinks"]
+    order = [KINDS[k] for k in ("full", "press", "linearized", "window")]
     wide["_f"] = wide["family"].map(order.index)
     return wide.sort_values(["_f"]).drop(columns="_f").reset_index()
 
