@@ -46,9 +46,12 @@ def markdown(csv_path: Path) -> str:
     where = ", ".join(sorted({f"{r.model} {r.dtype} on {r.device}, batch {r.batch}, {r.date}"
                               for r in df.itertuples()}))
     lengths = [c for c in t.columns if c.endswith(" tokens")]
-    head = "| row | family | " + " | ".join(lengths) + " |\n|---|---|" + "---:|" * len(lengths)
-    lines = [f"| {r['config']} | {r['family']} | " + " | ".join(f"{r[c]:.2f}" for c in lengths) + " |"
-             for _, r in t.iterrows()]
+    # the growth is the row's own: each decoder also holds buffers of its own, so levels differ at any length
+    grow = f"{lengths[0].split()[0]} to {lengths[-1].split()[0]}"
+    head = ("| row | family | " + " | ".join(lengths) + f" | growth, {grow} |\n|---|---|"
+            + "---:|" * (len(lengths) + 1))
+    lines = [f"| {r['config']} | {r['family']} | " + " | ".join(f"{r[c]:.2f}" for c in lengths)
+             + f" | {r[lengths[-1]] - r[lengths[0]]:+.2f} |" for _, r in t.iterrows()]
     device = "the process's peak resident set" if (df.device == "cpu").all() else "peak memory"
     return (f"Peak memory in GiB ({device} over prefill + decode, weights included; {where}; "
             f"`golinear latency` rows in kv-memory/latency.csv):\n\n" + head + "\n" + "\n".join(lines))

@@ -104,6 +104,7 @@ def test_peak_memory_is_shown_beside_the_scores_when_a_latency_run_is_there(tmp_
         store.put(c)
     render(store, tmp_path / "out")
     md = (tmp_path / "out" / "kv-compression.md").read_text()
-    assert "| snapkv (kvpress, chunked prefill 2048) @1024 | KV-cache compression (kvpress) | 1.10 | 1.20 |" in md
+    assert "| snapkv (kvpress, chunked prefill 2048) @1024 | KV-cache compression (kvpress) | 1.10 | 1.20 | +0.10 |" \
+        in md and "| full | full attention | 1.20 | 2.90 | +1.70 |" in md and "growth, 4096 to 32768" in md
     assert "the process's peak resident set" in md and "smollm2-135m float32 on cpu, batch 1" in md
     assert kv_memory.markdown(tmp_path / "missing.csv") == ""
