@@ -38,7 +38,7 @@ from golinear.bench.cli_args import LATENCY_CPU_BATCHES, LATENCY_GPU_BATCHES
 from golinear.bench.latency_press import PressRun, check_press_spec
 from golinear.bench.latency_render import render
 from golinear.bench.latency_runs import run_fast, run_full
-from golinear.bench.latency_targets import STATIC_FULL, STATIC_FULL_SDPA, checks_markdown
+from golinear.bench.latency_targets import BASELINES, STATIC_FULL, STATIC_FULL_SDPA, checks_markdown
 from golinear.models.atomic import atomic_path
 
 KEY = ["model", "weights", "dtype", "config", "length", "batch", "device"]  # weights/dtype: part of "model"
@@ -183,6 +183,7 @@ def sweep(args) -> list[dict]:
     for spec in specs:
         if not isinstance(spec, str) and spec.press is not None:
             check_press_spec(spec, args.lengths)
+    require_kernels(labels, specs, device)
     copy_bps = copy_bandwidth(device)  # once per run, before the model takes the memory
     print(f"copy bandwidth on {device_name(device)}: {copy_bps / 1e9:.1f} GB/s (read + written)", flush=True)
     _reset_memory(device)
@@ -269,6 +270,17 @@ def _warm_up(run, ids, decoder=None):
         run(ids[:, :n])
     finally:
         decoder.prefill_chunk = chunk
+
+
+def require_kernels(labels, specs, device):
+    """A linearized row on CUDA without FLA would time the pure-PyTorch reference path (slower, more memory) under
+    the name of the fast one: refused before any model loads."""
+    import importlib.util
+    linear = [label for label, spec in zip(labels, specs) if not isinstance(spec, str) and spec.press is None
+              and label not in BASELINES]
+    if device.type == "cuda" and linear and importlib.util.find_spec("fla") is None:
+        raise ValueError(f"--configs {';'.join(linear)} on CUDA need flash-linear-attention (pip install "
+                         f"'golinear[gpu]'); without it the PyTorch reference would be timed as the fast path")
 
 
 def _fla_version(device) -> str:

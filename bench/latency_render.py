@@ -91,31 +91,37 @@ def render_markdown(df, md_path: Path, png_name: str):
 
 
 def render_plot(df, png_path: Path):
+    """One row of panels per machine (model, device, dtype, weights): rows of different cards never share axes.
+    Colour = configuration, marker and line = batch, dashed = that row's bandwidth bound."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     ok = df[df.status == "ok"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    groups = list(ok.groupby(["model", "device", "dtype", "weights"]))
+    configs = list(dict.fromkeys(ok.sort_values("config").config))
+    colour = {c: plt.get_cmap("tab10")(i % 10) for i, c in enumerate(configs)}
+    styles = dict(zip(sorted(ok.batch.unique()), [("o", "-"), ("s", ":"), ("^", "-."), ("v", "-")] * 4))
     metrics = (("prefill_s", "prefill (s)"), ("decode_ms_per_token", "decode (ms / token; dashed: bound)"),
                ("peak_gib", "peak memory (GiB; CPU: the process's)"))
-    for (model, device, batch, config), g in ok.groupby(["model", "device", "batch", "config"]):  # noqa: B007
-        g = g.sort_values("length")
-        label = f"{model} {config} ({device}, B={batch})"
-        for ax, (col, _) in zip(axes, metrics):
-            if g[col].notna().any():
-                line, = ax.plot(g.length, g[col], marker="o", label=label)
-                if col == "decode_ms_per_token" and "decode_bound_ms" in g and g.decode_bound_ms.notna().any():
-                    ax.plot(g.length, g.decode_bound_ms, linestyle="--", color=line.get_color())
-    for ax, (_, title) in zip(axes, metrics):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("prompt length (tokens)")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-    axes[0].set_yscale("log")
-    handles, labels = axes[0].get_legend_handles_labels()
-    ncol = 3
-    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8)
-    fig.tight_layout(rect=(0, 0.04 + 0.04 * -(-len(labels) // ncol), 1, 1))
+    fig, axes = plt.subplots(max(len(groups), 1), 3, figsize=(15, 3.8 * max(len(groups), 1)), squeeze=False)
+    for row, ((model, device, dtype, weights), g) in zip(axes, groups):
+        for (config, batch), c in g.groupby(["config", "batch"]):
+            c = c.sort_values("length")
+            marker, style = styles[batch]
+            for ax, (col, _) in zip(row, metrics):
+                if c[col].notna().any():
+                    ax.plot(c.length, c[col], marker=marker, linestyle=style, color=colour[config],
+                            label=f"{config}, B={batch}")
+                    if col == "decode_ms_per_token" and "decode_bound_ms" in c and c.decode_bound_ms.notna().any():
+                        ax.plot(c.length, c.decode_bound_ms, linestyle="--", linewidth=0.8, color=colour[config])
+        for ax, (_, title) in zip(row, metrics):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("prompt length (tokens)")
+            ax.set_title(f"{title}\n{model} ({weights}, {dtype}), {device}", fontsize=9)
+            ax.grid(alpha=0.3)
+        row[0].set_yscale("log")
+        row[2].legend(fontsize=7, ncol=2, loc="upper left")
+    fig.tight_layout()
     with atomic_path(png_path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)

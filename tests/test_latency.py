@@ -583,3 +583,19 @@ def test_latency_linearizes_with_every_option_of_the_spec():
     assert all(a.conv_on == "linear" and a.lin.out_norm is not None and a.conv is not None for a in linear)
     undo()
     assert not any(hasattr(layer.self_attn, "conv_on") for layer in model.model.layers)
+
+
+def test_linearized_rows_on_cuda_need_fla(monkeypatch):
+    """Without FLA a CUDA sweep would time the PyTorch reference under the fast path's name: refused, naming the
+    rows; full-attention baselines and press rows need no FLA, and the CPU never does."""
+    import importlib.util
+    from golinear.bench.latency import require_kernels
+    from golinear.bench.specs import parse_model_spec
+    labels = ["full", "full-static", "gdn-default", "press=snapkv,kv_budget=64"]
+    specs = [t if t == "full-static" else parse_model_spec(t) for t in labels]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "fla" else real(name, *a))
+    with pytest.raises(ValueError, match=r"--configs gdn-default on CUDA need flash-linear-attention"):
+        require_kernels(labels, specs, torch.device("cuda"))
+    require_kernels(labels[:2] + labels[3:], specs[:2] + specs[3:], torch.device("cuda"))
+    require_kernels(labels, specs, torch.device("cpu"))

@@ -86,3 +86,19 @@ def test_the_full_attention_reference_reads_the_study_setting_only(tmp_path):
     row = next(r for r in readme_results.rows(board) if r.startswith("| default recipe trained at cache budget "
                                                                        "1024, 4K context | S-NIAH mean"))
     assert f"| S-NIAH mean | {mean:.2f} |" in row
+
+
+def test_the_latency_rows_read_one_device(tmp_path):
+    """Rows of another card (an H100 run beside the H200 one) neither replace nor mix into the quoted rows."""
+    board = tmp_path / "leaderboards"
+    board.mkdir()
+    for csv in (ROOT / "leaderboards").glob("*.csv"):
+        (board / csv.name).write_text(csv.read_text())
+    import pandas as pd
+    latency = pd.read_csv(board / "latency.csv")
+    quoted = latency[latency.device == readme_results.LATENCY_DEVICE].copy()
+    other = quoted.assign(device="NVIDIA Other", decode_ms_per_token=0.125, peak_gib=0.125)
+    pd.concat([latency[latency.device != "NVIDIA Other"], other]).to_csv(board / "latency.csv", index=False)
+    rows = [r for r in readme_results.rows(board) if "latency.md" in r]
+    assert len(rows) == 2 and not any("0.12" in r for r in rows)
+    assert rows == [r for r in readme_results.rows(ROOT / "leaderboards") if "latency.md" in r]
