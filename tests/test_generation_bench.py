@@ -1,6 +1,6 @@
 """`golinear generation` (bench/generation.py): bad input fails in one line before any model or data is loaded;
 rows merge by key. (The full CPU run, 20 S-NIAH-1 samples at 2K on the real SmolLM2, takes ~30 min on 2 cores:
-its rows are in leaderboards/generation.csv; scripts/gpu/generation.sh runs it on the H200.)"""
+its rows are in leaderboards/generation-cpu/; scripts/gpu/generation.sh runs it on a GPU.)"""
 from __future__ import annotations
 
 import pandas as pd
@@ -96,3 +96,15 @@ def test_rows_run_linear_first_and_files_list_them_in_table_order(tmp_path):
     assert list(zip(df.device, df.config)) == [
         ("H200", "full"), ("H200", "full-static"), ("H200", "gdn-default"),
         ("cpu", "full"), ("cpu", "full-static"), ("cpu", "gdn-default"), ("cpu", "gdn-default-sequential")]
+
+
+@pytest.mark.parametrize("folder", ["leaderboards", "leaderboards/generation-cpu"])
+def test_committed_tables_are_rendered_from_their_csvs(folder):
+    """A committed generation.md is what render() writes from its CSVs: no speed-up survives from an older
+    renderer that divided rows of unequal work."""
+    from pathlib import Path
+    board = Path(__file__).resolve().parent.parent / folder
+    df = generation.sorted_rows(pd.read_csv(board / "generation.csv"))
+    parity = board / "generation_parity.csv"
+    par = pd.read_csv(parity) if parity.exists() else pd.DataFrame(columns=generation.PARITY_COLUMNS)
+    assert (board / "generation.md").read_text() == generation.render(df, par)
