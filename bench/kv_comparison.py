@@ -42,9 +42,10 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     sub = df[df["column"].isin(SNIAH_TASKS) & df["limit"].isna()] if len(df) else df
     if not len(sub) or not sub["model_key"].str.contains("press=", regex=False).any():
         return pd.DataFrame(columns=COLUMNS)
-    sub = sub.assign(kind=sub.apply(kind_of, axis=1), row=families(sub))
+    sub = sub.assign(kind=sub.apply(kind_of, axis=1))
     settings = set(map(tuple, sub[sub["kind"].str.startswith("press")][["context_length", "num_samples"]].values))
     sub = sub[[s in settings for s in map(tuple, sub[["context_length", "num_samples"]].values)]]
+    sub = sub.assign(row=families(sub))  # within the comparison's settings: the study's seeds there crowd no family
     out = []
     for (ctx, n, budget, kind, row), g in sub.groupby(["context_length", "num_samples", "budget", "kind", "row"]):
         vals = g.groupby("column")["value"].mean()

@@ -108,3 +108,25 @@ def test_peak_memory_is_shown_beside_the_scores_when_a_latency_run_is_there(tmp_
         in md and "| full | full attention | 1.20 | 2.90 | +1.70 |" in md and "growth, 4096 to 32768" in md
     assert "the process's peak resident set" in md and "smollm2-135m float32 on cpu, batch 1" in md
     assert kv_memory.markdown(tmp_path / "missing.csv") == ""
+
+
+def test_one_recipe_trained_at_each_budget_is_one_row_though_the_study_has_its_seeds():
+    """The default recipe's checkpoints at 256 and 1024 make one line across budgets: a second seed at the study's
+    setting (500 samples, no press there) does not crowd the comparison's family into checkpoint labels."""
+    lin = dict(mechanism="gdn", sinks=8, short_conv=True)
+    extra = []
+    for task in ("S-NIAH-1", "S-NIAH-2", "S-NIAH-3"):
+        for b in (256, 1024):
+            extra.append(cell(f"base=smollm2-135m,checkpoint=gdn-w{b - 8}-s8-sc", f"gdn-w{b - 8}-s8-sc", task, b / 16, b,
+                              linearize=dict(lin, window=b - 8)))
+        extra.append(cell("base=smollm2-135m,checkpoint=gdn-w248-s8-sc-seed1", "gdn-w248-s8-sc-seed1", task, 1.0, 256,
+                          n=500, linearize=dict(lin, window=248)))
+        extra.append(cell("base=smollm2-135m,checkpoint=gdn-w248-s8-sc", "gdn-w248-s8-sc", task, 2.0, 256, n=500,
+                          linearize=dict(lin, window=248)))
+    for c in extra:
+        c["model"]["info"]["trained"] = True
+    base = [c for c in cells() if "checkpoint=" not in c["key"]["model"]]
+    t = K.table(measured_frame(base + extra))
+    rows = t[t["kind"] == K.KINDS["linearized"]]
+    assert list(rows["budget"]) == ["256", "1024"] and rows["row"].nunique() == 1
+    assert rows["row"].iloc[0].endswith("trained at each budget") and list(rows["S-NIAH"]) == [16.0, 64.0]
