@@ -211,6 +211,8 @@ def sweep(args) -> list[dict]:
                     if warm:  # compile / autotune / graph capture outside the timings
                         _warm_up(run, ids, None if undo is None else decoder)  # (full-static: one chunk)
                         warm = False
+                    elif isinstance(spec, str):  # a static full decoder's buffer and graph are sized per length:
+                        run(ids)  # their first use at this length is untimed, like a linearized decoder's new chunks
                     if undo is not None and not chunk_shapes(length, decoder.prefill_chunk) <= seen:
                         c = decoder.prefill_chunk or length  # untimed, the same chunks (2 suffice, bar a remainder)
                         b = 1 if decoder.handles_retention else batch  # (it prefills each row alone)

@@ -599,3 +599,16 @@ def test_linearized_rows_on_cuda_need_fla(monkeypatch):
         require_kernels(labels, specs, torch.device("cuda"))
     require_kernels(labels[:2] + labels[3:], specs[:2] + specs[3:], torch.device("cuda"))
     require_kernels(labels, specs, torch.device("cpu"))
+
+
+def test_a_static_full_decoder_runs_each_length_once_untimed(tmp_path, monkeypatch):
+    """full-static's buffer (and on CUDA its graph) is sized per prompt length: the first run at each length is
+    untimed, so a row never carries that length's set-up (the baseline is not made slower than it is)."""
+    from golinear.bench import latency
+    from golinear.bench.cli import main as cli
+    calls = []
+    real = latency.run_fast
+    monkeypatch.setattr(latency, "run_fast", lambda decoder, ids, n: calls.append(ids.shape) or real(decoder, ids, n))
+    assert cli(["latency", "--configs", "full-static", "--lengths", "64,96", "--batch", "1", "--new-tokens", "2",
+                "--layers", "2", "--device", "cpu", "--out-dir", str(tmp_path)]) == 0
+    assert [s[1] for s in calls] == [64, 64, 96, 96]  # warm-up + timed at 64; untimed + timed at 96
