@@ -38,7 +38,7 @@ from golinear.bench.cli_args import LATENCY_CPU_BATCHES, LATENCY_GPU_BATCHES
 from golinear.bench.latency_press import PressRun, check_press_spec
 from golinear.bench.latency_render import render
 from golinear.bench.latency_runs import run_fast, run_full
-from golinear.bench.latency_targets import BASELINES, STATIC_FULL, STATIC_FULL_SDPA, checks_markdown
+from golinear.bench.latency_targets import STATIC_FULL, STATIC_FULL_SDPA, checks_markdown
 from golinear.models.atomic import atomic_path
 
 KEY = ["model", "weights", "dtype", "config", "length", "batch", "device"]  # weights/dtype: part of "model"
@@ -278,8 +278,8 @@ def require_kernels(labels, specs, device):
     """A linearized row on CUDA without FLA would time the pure-PyTorch reference path (slower, more memory) under
     the name of the fast one: refused before any model loads."""
     import importlib.util
-    linear = [label for label, spec in zip(labels, specs) if not isinstance(spec, str) and spec.press is None
-              and label not in BASELINES]
+    linear = [label for label, spec in zip(labels, specs)
+              if not isinstance(spec, str) and spec.press is None and not spec.is_full_attention]
     if device.type == "cuda" and linear and importlib.util.find_spec("fla") is None:
         raise ValueError(f"--configs {';'.join(linear)} on CUDA need flash-linear-attention (pip install "
                          f"'golinear[gpu]'); without it the PyTorch reference would be timed as the fast path")
