@@ -26,7 +26,7 @@ class Chromium:
 
     def __init__(self, width: int = 1400, height: int = 1000, timeout: float = 60.0):
         import websocket  # websocket-client (the test extra)
-        self.profile = tempfile.TemporaryDirectory(prefix="golinear-chromium-")
+        self.profile = tempfile.TemporaryDirectory(prefix="golinear-chromium-", ignore_cleanup_errors=True)  # its helpers may still write
         self.proc = subprocess.Popen(
             [browser_path(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--hide-scrollbars", f"--window-size={width},{height}", "--remote-debugging-port=0",
