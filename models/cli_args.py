@@ -76,7 +76,7 @@ def train(p) -> None:
                    "saving a resumable state (the schedule is not shortened, unlike --time-budget-s)")
     g.add_argument("--save-every-s", type=float, default=d.save_every_s,
                    help=f"also save the resume state at least this often, in seconds (default {d.save_every_s:g})")
-    g.add_argument("--keep-state", action="store_true", help="keep state.pt after a finished run")
+    g.add_argument("--keep-state", action="store_true", help="keep the resume state (state.safetensors) after a finished run")
     g.add_argument("--force", action="store_true", help="train again although --out holds a finished run "
                    "(its checkpoint and log are replaced)")
     g.add_argument("--fsdp", action="store_true", help="shard backbone and new parameters over the processes "

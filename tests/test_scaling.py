@@ -127,7 +127,7 @@ def test_fsdp_on_a_random_base_resumes_and_matches_one_process(tmp_path):
         _run(launch + [str(free_port()), str(ROOT / "scripts/scaling/train_peak.py"), str(peak),
                        *_train(base, data, tokens, tmp_path / "fsdp", "--save-every", "0", *stop)])
         if stop:
-            assert (tmp_path / "fsdp" / "state.pt").exists() and not (tmp_path / "fsdp" / "new_params.safetensors").exists()
+            assert (tmp_path / "fsdp" / "state.safetensors").exists() and not (tmp_path / "fsdp" / "new_params.safetensors").exists()
     names = lambda d: sorted(p.name for p in d.iterdir())  # noqa: E731
     assert names(tmp_path / "fsdp") == names(tmp_path / "single")
     a, b = load_file(tmp_path / "single" / "new_params.safetensors"), load_file(tmp_path / "fsdp" / "new_params.safetensors")

@@ -125,7 +125,8 @@ def test_fsdp_exact_resume(runs):
     _launch_fsdp(_args(runs, out, "--save-every", "2", "--stop-after", "5"), "--fsdp_activation_checkpointing", "true")
     stopped = _record(out)["summary"]
     assert not stopped["finished"] and stopped["step"] == 5 and (out / train_mod.STATE_FILE).exists()
-    state = torch.load(out / train_mod.STATE_FILE, weights_only=False)
+    from golinear.models.training import resume_state
+    state = resume_state.load(out / train_mod.STATE_FILE)
     params = {n: p for n, p in state["params"].items()}
     assert all(type(p) is torch.Tensor for p in params.values())  # full tensors, not shards
     q = next(n for n in params if n.endswith("self_attn.conv.q"))

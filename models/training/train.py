@@ -4,12 +4,12 @@ Paper defaults: packed 4096-token sequences, batch 1, 2,500 steps (~10M tokens),
 LoRA parameters), cosine schedule, gradient clipping at 1, bf16 autocast on GPU. The run folder gets the
 new parameters (models.checkpoint), `train_log.jsonl`, `train_config.json` (every setting, seeds, data
 provenance, timings, held-out losses next to the full-attention model's) and `loss.png`.
-`state.pt` in the same folder is the resume point (optimizer, schedule, RNG, data position = step):
-re-running the same command continues exactly where an interrupted run stopped.
+`state.safetensors` in the same folder is the resume point (optimizer, schedule, RNG, data position = step), saved
+as data (models.training.resume_state): re-running the same command continues exactly where an interrupted run stopped.
 Data parallel under `accelerate launch` (each rank reads its own slice of every global batch). FSDP
 (`--fsdp`, or an accelerate config with `distributed_type: FSDP`, `fsdp_version: 2`) shards the frozen
 backbone and the new parameters across the ranks with torch's FSDP2 `fully_shard`, one unit per decoder
-layer plus the root; checkpoints and `state.pt` hold full (gathered) tensors, so they are the same files a
+layer plus the root; checkpoints and the resume state hold full (gathered) tensors, so they are the same files a
 one-process run writes.
 The command line is models.training.train_cli, the FSDP set-up models.training.train_fsdp, the run-folder helpers
 models.training.train_utils.
@@ -28,14 +28,14 @@ from pathlib import Path
 import torch
 
 from golinear.models.training import data as data_mod
-from golinear.models.training import graph_step
+from golinear.models.training import graph_step, resume_state
 from golinear.models.atomic import atomic_path, atomic_write
 from golinear.models.training.train_config import TrainConfig  # apart, so that `golinear train --help` needs no torch
 from golinear.models.training.sharding import shard_like
 from golinear.models.training.train_fsdp import full_attention, full_tensor
+from golinear.models.training.resume_state import STATE_FILE
 from golinear.models.training.train_utils import heldout_loss, read_log, rng_state, set_rng_state
 
-STATE_FILE = "state.pt"
 LOG_FILE = "train_log.jsonl"
 CONFIG_FILE = "train_config.json"
 PLOT_FILE = "loss.png"
@@ -172,21 +172,16 @@ class Trainer:
         state = self.state_dict() if self.fsdp or self.acc.is_main_process else None
         if self.acc.is_main_process:
             with atomic_path(self.out / STATE_FILE) as tmp:
-                torch.save(state, tmp)
+                resume_state.save(state, tmp)
         self.acc.wait_for_everyone()
 
     def try_resume(self) -> bool:
-        """Continue from `state.pt` if there is one. Either way the log keeps only the steps up to where
+        """Continue from the resume state if there is one. Either way the log keeps only the steps up to where
         training continues (the saved step, or none when starting over), so no step is ever logged twice."""
         path = self.out / STATE_FILE
         resumed = path.exists()
         if resumed:
-            try:
-                state = torch.load(path, map_location="cpu", weights_only=False)
-            except Exception as e:  # a damaged state file: name it rather than a pickle traceback
-                raise ValueError(f"resume state {str(path)!r} is unreadable ({type(e).__name__}); delete it to "
-                                 "start over") from None
-            self.load_state_dict(state)
+            self.load_state_dict(resume_state.load(path))
         log = self.out / LOG_FILE
         if self.acc.is_main_process and log.exists():
             records = read_log(log)

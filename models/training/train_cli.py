@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from golinear.models.training import data as data_mod
-from golinear.models.training import train_settings
+from golinear.models.training import resume_state, train_settings
 from golinear.models.cli_args import train as add_arguments  # noqa: F401 - the options, apart (no torch for --help)
 from golinear.models.spec import CONV_ON
 from golinear.models.training.train import CONFIG_FILE, LOG_FILE, PLOT_FILE, STATE_FILE, Trainer, TrainConfig
@@ -90,6 +90,8 @@ def main(args) -> int:
     # any data preparation, model loading or folder creation
     fsdp_settings(getattr(args, "fsdp", False), int(os.environ.get("WORLD_SIZE", "1")))
     check_inputs(args, opts)
+    if not args.force:
+        resume_state.refuse_legacy(out)
     if not args.prepare_only and finished_run(out, args, cfg, opts):
         return 0
     acc = Accelerator(cpu=not torch.cuda.is_available())
@@ -119,6 +121,7 @@ def main(args) -> int:
     if acc.is_main_process:
         if args.force:  # start over: the old state and log go, the checkpoint is replaced
             (out / STATE_FILE).unlink(missing_ok=True)
+            (out / resume_state.LEGACY_STATE_FILE).unlink(missing_ok=True)
             (out / LOG_FILE).unlink(missing_ok=True)
         if args.force or not (out / STATE_FILE).exists():  # a new run: these are its settings from now on
             atomic_write_json(out / train_settings.SETTINGS_FILE,

@@ -1,6 +1,6 @@
 """FSDP set-up of `golinear train` (models.training.train): settings from `--fsdp` or accelerate's FSDP config,
 FSDP2 sharding (one unit per decoder layer plus the root), rank-0-only loading, and moving tensors
-between full and sharded layouts (checkpoints and `state.pt` hold full tensors)."""
+between full and sharded layouts (checkpoints and the resume state hold full tensors)."""
 from __future__ import annotations
 
 import contextlib
