@@ -156,13 +156,13 @@ def extract_cell(res: dict, entry: TaskEntry) -> dict:
 def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info: ModelInfo, versions, git, world,
                   cache: Path | None = None) -> dict | None:
     """One cell through lm-eval. With `cache`, lm-eval's CachingLM keeps each scored request there as it
-    goes, and requests an earlier, killed attempt already scored are read back instead of recomputed."""
+    goes (as JSON: bench.request_cache), and requests an earlier, killed attempt already scored are read back
+    instead of recomputed."""
     import lm_eval
     e, cfg = cell.entry, cell.config
     resumed = 0
     if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        resumed = request_cache.cached_requests(cache, getattr(lm, "rank", 0) or 0)
+        resumed = request_cache.prepare(cache, getattr(lm, "rank", 0) or 0)
     if e.long:
         meta = {"max_seq_lengths": [cfg["context_length"]], "seed": cfg["seed"]}
         if cfg["num_samples"] is not None:
@@ -173,9 +173,10 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info: ModelInfo
         tm = with_metadata(tm, meta)
     t0 = time.perf_counter()
     try:
-        res = lm_eval.simple_evaluate(model=lm, tasks=[e.task], task_manager=tm, num_fewshot=e.num_fewshot,
-                                      limit=cfg.get("limit"), bootstrap_iters=bootstrap_iters, log_samples=False,
-                                      use_cache=str(cache) if cache is not None else None, **LM_EVAL_SEEDS)
+        with request_cache.json_values():
+            res = lm_eval.simple_evaluate(model=lm, tasks=[e.task], task_manager=tm, num_fewshot=e.num_fewshot,
+                                          limit=cfg.get("limit"), bootstrap_iters=bootstrap_iters, log_samples=False,
+                                          use_cache=str(cache) if cache is not None else None, **LM_EVAL_SEEDS)
     finally:  # CachingLM hooked its sqlite file into the model: close it and unhook
         hook = getattr(lm, "cache_hook", None)
         if cache is not None and getattr(hook, "dbdict", None) is not None:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import pickle
+from pathlib import Path
 
 import pytest
 
 from golinear.bench.cli import main as golinear
+from golinear.bench.plan import default_data_dir
+
+DATA = Path(default_data_dir() or "/nonexistent")
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
 
 
 class RunsCode:
@@ -96,3 +101,135 @@ def test_a_damaged_resume_state_is_one_line(tmp_path, capsys, signals_restored):
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
     assert "Traceback" not in err and "resume state" in last and "unreadable" in last, err
+
+
+# ------------------------------------------------------------------------------------------------ request caches
+def test_request_cache_values_are_json_of_lm_eval_results():
+    from golinear.bench.request_cache import decode, encode
+    for v in [(-1.25, True), "the answer", -3.5]:
+        assert decode(encode(v)) == v
+    assert isinstance(decode(encode((-1.0, False))), tuple)
+    for bad in ['{"ll": [1.0]}', '{"ll": ["x", true]}', '{"text": 3}', '[1, 2]', '{"x": NaN}', '{"x": 1, "y": 2}']:
+        with pytest.raises(ValueError):
+            decode(bad)
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    from _tiny import write_tiny_backbone
+    return write_tiny_backbone(tmp_path_factory.mktemp("tiny") / "base")
+
+
+def tiny_run(base, store, capsys=None):
+    argv = ["run", "--models", f"full,base={base}", "--suites", "lambada", "--limit", "2", "--store", str(store)]
+    got = golinear(argv)
+    err = capsys.readouterr().err if capsys else ""
+    assert got == 0, err[-3000:]
+    return err
+
+
+def only_cell(store):
+    from golinear.bench.store import Store
+    cells = Store(store).cells()
+    assert len(cells) == 1
+    return cells[0]
+
+
+def cache_prefix(store_root, clean):
+    from golinear.bench.provenance import ModelInfo
+    from golinear.bench.store import CellKey, Store
+    prefix = Store(store_root).request_cache(CellKey.from_dict(clean["key"]), clean["model"]["label"],
+                                             ModelInfo.from_info(clean["model"]["info"]).weights_fingerprint)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    return prefix
+
+
+def _pickled_cache(db, marker, prefix):
+    """lm-eval's own cache layout (pickled values), one value of which runs code when unpickled."""
+    from sqlitedict import SqliteDict
+    with SqliteDict(str(db), autocommit=True) as d:  # sqlitedict's default: pickle
+        d["0" * 64] = RunsCode(marker)
+
+
+def _foreign_header(db, marker, prefix):
+    from golinear.bench import request_cache
+    with request_cache.open_db(db, table=request_cache.HEADER_TABLE) as h:
+        h["cell"], h["format"] = "lambada--0123456789abcdef--otherweights", request_cache.FORMAT
+    with request_cache.open_db(db) as d:
+        d["0" * 64] = (-0.5, True)
+
+
+def _other_schema(db, marker, prefix):
+    import sqlite3
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE golinear (a INTEGER, b INTEGER)")
+    con.execute("CREATE TABLE unnamed (x TEXT)")
+    con.commit()
+    con.close()
+
+
+def _undecodable(db, marker, prefix):
+    import sqlite3
+
+    from golinear.bench import request_cache
+    with request_cache.open_db(db, table=request_cache.HEADER_TABLE) as h:
+        h["cell"], h["format"] = prefix.name, request_cache.FORMAT
+    with request_cache.open_db(db) as d:
+        d["0" * 64] = (-0.5, True)
+    con = sqlite3.connect(db)
+    con.execute("INSERT INTO unnamed (key, value) VALUES (?, ?)", ("1" * 64, b"\x80\x04\x95 not json"))
+    con.commit()
+    con.close()
+
+
+@needs_data
+@pytest.mark.parametrize("make,says", [(_pickled_cache, "no golinear header"), (_foreign_header, "not for this cell"),
+                                       (_other_schema, "no such column"), (_undecodable, "decode")],
+                         ids=["pickled", "other-cell", "other-schema", "undecodable"])
+def test_a_foreign_or_damaged_request_cache_is_set_aside_unopened(tmp_path, tiny_base, capsys, make, says):
+    """A request cache handed over inside a store is read as data: a pickled one (here one that would run code),
+    one made for another cell, another table layout or an entry that does not parse is moved aside in one
+    line and the cell is evaluated from its start, to the clean run's score."""
+    clean = only_cell(tiny_run(tiny_base, tmp_path / "clean") or tmp_path / "clean")
+    store = tmp_path / "store"
+    prefix = cache_prefix(store, clean)
+    db = prefix.parent / f"{prefix.name}_rank0.db"
+    marker = tmp_path / "code-ran"
+    make(db, marker, prefix)
+    content = db.read_bytes()
+    capsys.readouterr()
+    err = tiny_run(tiny_base, store, capsys)
+    lines = [ln for ln in err.splitlines() if "damaged request cache" in ln]
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in err, err[-2000:]
+    assert not marker.exists()
+    moved = list((store / "invalid" / "partial").glob(f"*/{db.name}.*"))
+    assert len(moved) == 1 and moved[0].read_bytes() == content
+    redone = only_cell(store)
+    assert redone["value"] == clean["value"] and "resumed_requests" not in redone["provenance"]
+    assert not (store / "partial").exists()
+
+
+@needs_data
+def test_a_resumed_cell_reads_its_own_json_cache(tmp_path, tiny_base, monkeypatch):
+    """The cache a killed attempt left is read back (JSON) and the cell equals a clean run."""
+    from golinear.bench import lm_backend
+    clean = only_cell(tiny_run(tiny_base, tmp_path / "clean") or tmp_path / "clean")
+    real, calls = lm_backend.GolinearHF._model_call, []
+
+    def dies_on_second(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed")
+        return real(self, *a, **k)
+    monkeypatch.setattr(lm_backend.GolinearHF, "_model_call", dies_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        from golinear.bench.runner import run_matrix
+        run_matrix(f"full,base={tiny_base}", "lambada", tmp_path / "store", limit=2, progress=False)
+    dbs = list((tmp_path / "store").glob("partial/*/*_rank0.db"))
+    assert len(dbs) == 1
+    import sqlite3
+    rows = sqlite3.connect(dbs[0]).execute("SELECT value FROM unnamed").fetchall()
+    assert len(rows) == 1 and rows[0][0].startswith('{"ll": [')  # JSON text, not a pickle
+    monkeypatch.undo()
+    resumed = only_cell(tiny_run(tiny_base, tmp_path / "store") or tmp_path / "store")
+    assert resumed["provenance"]["resumed_requests"] == 1 and resumed["value"] == clean["value"]

@@ -70,7 +70,7 @@ def only_cell(store):
 
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
-@pytest.mark.parametrize("content,says", [(b"", "no such table"), (b"not sqlite at all " * 100, "not a database")],
+@pytest.mark.parametrize("content,says", [(b"", "an empty file"), (b"not sqlite at all " * 100, "not a database")],
                          ids=["empty", "not-sqlite"])
 def test_a_damaged_request_cache_is_set_aside_and_the_cell_redone(tmp_path, tiny_base, capsys, content, says):
     from golinear.bench.provenance import ModelInfo
