@@ -33,6 +33,20 @@ def build_task_manager(data_dir: str | None, include_path=None, tasks=()):
             return tm
 
 
+def refuse_shadowing(include_path: str, data_dir: str | None) -> None:
+    """A task folder of the user's may add tasks, never redefine golinear's: a cell is keyed by its task's name and
+    golinear's own files, so a task of the same name read from elsewhere would be stored (and served to later runs)
+    as golinear's."""
+    from lm_eval.tasks import TaskManager
+    from golinear.tasks.standard import task_manager
+    theirs = set(TaskManager(include_path=str(include_path), include_defaults=False).all_tasks)
+    clash = sorted(theirs & set(task_manager(data_dir, include_defaults=False).all_tasks))
+    if clash:
+        raise ValueError(f"--include-path {str(include_path)!r} defines {', '.join(clash[:5])}"
+                         f"{' ...' if len(clash) > 5 else ''}, which golinear defines too; rename them (a task "
+                         "is stored under its name, so it may not replace golinear's)")
+
+
 def with_metadata(tm, metadata: dict):
     """A shallow copy of an indexed TaskManager whose tasks receive `metadata` (RULER's lengths etc.)."""
     from lm_eval.tasks._factory import TaskFactory

@@ -19,7 +19,7 @@ from pathlib import Path
 from golinear.bench import request_cache
 from golinear.bench import specs as S
 from golinear.bench.execute import (build_lm, build_task_manager, check_checkpoint_base, distributed_context, evaluate_cell,
-                           validate_model)
+                           refuse_shadowing, validate_model)
 from golinear.bench.plan import LONG_SUITES  # noqa: F401 - bench.demo reads runner.LONG_SUITES
 from golinear.bench.plan import (ALL_SUITES, Cell, cell_data, check_data_dir, check_long_context_fits, check_task_data,
                         default_data_dir, plan_cells, resolve_suites)
@@ -94,6 +94,8 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
                      num_samples=num_samples, seed=seed, entries=entries)
     if include_path is not None and not os.path.isdir(include_path):
         raise FileNotFoundError(f"--include-path {include_path!r}: not a folder (expected a folder of lm-eval task YAMLs)")
+    if include_path is not None:
+        refuse_shadowing(include_path, data_dir)
     check_task_data(entries, data_dir)
     data = {e.task: cell_data(e, data_dir) for e in entries}  # SHA256SUMS checked here, once per run
     store = store if isinstance(store, Store) else Store(store)

@@ -233,3 +233,66 @@ def test_a_resumed_cell_reads_its_own_json_cache(tmp_path, tiny_base, monkeypatc
     monkeypatch.undo()
     resumed = only_cell(tiny_run(tiny_base, tmp_path / "store") or tmp_path / "store")
     assert resumed["provenance"]["resumed_requests"] == 1 and resumed["value"] == clean["value"]
+
+
+# ------------------------------------------------------------------------------------------------ the converted backbone
+def test_a_converted_backbone_without_its_record_is_converted_again(tmp_path, monkeypatch, capsys):
+    """A cache folder without the conversion's content record (an older golinear's, or copied from elsewhere) is not
+    taken at first sight: the packaged GGUF is converted again in its place; one with its record is verified."""
+    import json
+
+    from golinear.models.backbones import backbone, backbone_content
+    monkeypatch.setenv("GOLINEAR_CACHE", str(tmp_path))
+    target = tmp_path / "smollm2-135m-instruct"
+    target.mkdir()
+    (target / "model.safetensors").write_bytes(b"weights from elsewhere")
+    (target / "tokenizer.json").write_text("{}")
+    converted = []
+
+    def convert(t):  # stands in for the minute-long dequantization; writes what it writes
+        converted.append(t)
+        (t / "model.safetensors").write_bytes(b"converted weights")
+        backbone_content.write_record(t, backbone_content.GGUF_SHA256)
+    monkeypatch.setattr(backbone, "convert_smollm2", convert)
+    assert backbone.smollm2_path() == target and converted == [target]
+    assert "has no content record" in capsys.readouterr().err
+    assert backbone.smollm2_path() == target and len(converted) == 1  # recorded now: verified, not converted
+    record = json.loads((target / backbone_content.RECORD).read_text())
+    record["gguf_sha256"] = None  # what an older golinear recorded at first sight
+    (target / backbone_content.RECORD).write_text(json.dumps(record))
+    assert backbone.smollm2_path() == target and len(converted) == 2
+    (target / "model.safetensors").write_bytes(b"edited")
+    with pytest.raises(ValueError, match="is damaged: model.safetensors"):
+        backbone.smollm2_path()
+
+
+# ------------------------------------------------------------------------------------------------ --include-path
+SHADOW = """task: {name}
+dataset_path: json
+dataset_kwargs:
+  data_files: {{test: /nonexistent.jsonl}}
+output_type: loglikelihood_rolling
+test_split: test
+doc_to_text: ""
+doc_to_target: "{{{{text}}}}"
+metric_list:
+  - metric: word_perplexity
+"""
+
+
+@needs_data
+def test_an_include_path_task_that_shadows_golinears_is_refused(tmp_path, capsys):
+    """A cell is stored under its task's name: a user's YAML of the same name would be served as golinear's."""
+    from golinear.bench.execute import refuse_shadowing
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "mine.yaml").write_text(SHADOW.format(name="my_own_task"))
+    refuse_shadowing(str(tasks), str(DATA))  # a new name is fine
+    (tasks / "shadow.yaml").write_text(SHADOW.format(name="golinear_lambada_openai"))
+    capsys.readouterr()
+    store = tmp_path / "store"
+    assert golinear(["run", "--models", "full", "--suites", "lambada", "--limit", "2", "--include-path", str(tasks),
+                     "--store", str(store)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "defines golinear_lambada_openai, which golinear defines too" in err[0], err
+    assert not store.exists()

