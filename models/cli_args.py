@@ -65,7 +65,7 @@ def train(p) -> None:
                         "bounds small models (default: on for one CUDA process without FSDP)")
     g = p.add_argument_group("run")
     g.add_argument("--out", default=None, help="run folder (default runs/train/<mechanism...>)")
-    g.add_argument("--save-every", type=int, default=d.save_every, help="resume-state interval in steps")
+    g.add_argument("--save-every", type=int, default=d.save_every, help="resume-state interval in steps (>= 1; --save-every-s also saves by time)")
     g.add_argument("--log-every", type=int, default=d.log_every, help="log loss, lr, gradient norm and tokens/s every N steps")
     g.add_argument("--eval-sequences", type=int, default=d.eval_sequences,
                    help="held-out sequences of --seq-len tokens for the final losses")

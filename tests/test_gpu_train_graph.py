@@ -41,7 +41,7 @@ def _seqs(vocab, seq_len, n=64):
 
 def _run(tmp_path, name, graph, **kw):
     model = _model()
-    cfg = dict(seq_len=512, batch_size=1, steps=12, lr=2e-3, save_every=0, log_every=2, eval_sequences=1,
+    cfg = dict(seq_len=512, batch_size=1, steps=12, lr=2e-3, save_every=10**6, log_every=2, eval_sequences=1,
                cuda_graph=graph)
     cfg.update(kw)
     trainer = train_mod.Trainer(model, _seqs(300, 512), train_mod.TrainConfig(**cfg), tmp_path / name)
@@ -122,7 +122,7 @@ def test_graphed_resume(tmp_path):
 def test_report_train_speed(tmp_path, graph):
     """Prints steady tokens/s of the default recipe's trainer at SmolLM2-135M sizes (random weights, T=4096)."""
     model = _model(layers=30, vocab=49152, inter=1536)
-    cfg = train_mod.TrainConfig(seq_len=4096, batch_size=1, steps=23, save_every=0, log_every=10, eval_sequences=1,
+    cfg = train_mod.TrainConfig(seq_len=4096, batch_size=1, steps=23, save_every=10**6, log_every=10, eval_sequences=1,
                                 cuda_graph=graph)
     summary = train_mod.Trainer(model, _seqs(49152, 4096, n=8), cfg, tmp_path / "speed").train()
     print(f"\ntrainer cuda_graph={graph}: steady {summary['steady_tokens_per_s']:,.0f} tokens/s "

@@ -104,3 +104,24 @@ def test_ctrl_c_before_training_is_one_line(tmp_path, capsys, monkeypatch, signa
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == "golinear train: interrupted (Ctrl-C) before training began; nothing was saved"
     assert not any("Traceback" in line for line in err)
+
+
+@pytest.mark.parametrize("flag,value,allowed", [("--grad-clip", "-1", "> 0"), ("--lr", "inf", "finite number > 0"),
+                                                ("--lora-lr", "nan", "finite number > 0"),
+                                                ("--min-lr-ratio", "2", "0..1"), ("--min-lr-ratio", "-0.1", "0..1"),
+                                                ("--save-every", "0", ">= 1"), ("--weight-decay", "inf", ">= 0"),
+                                                ("--save-every-s", "inf", "finite number > 0"),
+                                                ("--time-budget-s", "-5", "seconds > 0")])
+def test_impossible_training_values_are_refused_before_anything_is_written(tmp_path, capsys, monkeypatch, flag,
+                                                                            value, allowed):
+    """Refused in one line before the data is prepared: nothing is written into --out (here: no folder at all)."""
+    from golinear.models.training import data as data_mod
+    from _tiny import write_books, write_tiny_backbone
+    write_tiny_backbone(tmp_path / "base")
+    write_books(tmp_path / "data")
+    monkeypatch.setattr(data_mod, "prepare_books", lambda *a, **k: pytest.fail("data prepared"))
+    capsys.readouterr()
+    assert cli_train(tmp_path, "--steps", "4", flag, value) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{flag} " in err[0] and allowed in err[0], err
+    assert not (tmp_path / "run").exists()

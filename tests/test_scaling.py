@@ -125,7 +125,7 @@ def test_fsdp_on_a_random_base_resumes_and_matches_one_process(tmp_path):
     peak = tmp_path / "fsdp.peak"
     for stop in (["--stop-after", "4"], []):
         _run(launch + [str(free_port()), str(ROOT / "scripts/scaling/train_peak.py"), str(peak),
-                       *_train(base, data, tokens, tmp_path / "fsdp", "--save-every", "0", *stop)])
+                       *_train(base, data, tokens, tmp_path / "fsdp", "--save-every", "1000", *stop)])
         if stop:
             assert (tmp_path / "fsdp" / "state.safetensors").exists() and not (tmp_path / "fsdp" / "new_params.safetensors").exists()
     names = lambda d: sorted(p.name for p in d.iterdir())  # noqa: E731

@@ -110,7 +110,7 @@ def _sequences(tmp_path, tok, seq_len=32):
 
 
 def _cfg(**kw):
-    base = dict(seq_len=32, batch_size=2, steps=30, lr=1e-2, save_every=0, log_every=5, eval_sequences=4)
+    base = dict(seq_len=32, batch_size=2, steps=30, lr=1e-2, save_every=10**6, log_every=5, eval_sequences=4)
     base.update(kw)
     return train_mod.TrainConfig(**base)
 
@@ -189,9 +189,9 @@ def test_time_budget_shrinks_step_count(tmp_path):
 
 
 def test_bad_config_values():
-    with pytest.raises(ValueError, match="seq_len"):
+    with pytest.raises(ValueError, match="--seq-len"):
         train_mod.TrainConfig(seq_len=0).validate()
-    with pytest.raises(ValueError, match="warmup_steps"):
+    with pytest.raises(ValueError, match="--warmup-steps"):
         train_mod.TrainConfig(steps=5, warmup_steps=5).validate()
 
 
@@ -272,7 +272,7 @@ def test_sigterm_stops_after_the_step_in_flight_and_resumes_exactly(tmp_path):
     seqs, _ = _sequences(tmp_path, tok)
     full = train_mod.Trainer(model, seqs, _cfg(steps=12), tmp_path / "full")
     full.train()
-    first = train_mod.Trainer(_stand_in()[0], seqs, _cfg(steps=12, save_every=0), tmp_path / "s")
+    first = train_mod.Trainer(_stand_in()[0], seqs, _cfg(steps=12, save_every=10**6), tmp_path / "s")
     batch, calls = first._batch, []
 
     def batch_then_term():  # the TERM arrives while step 3 is in flight
@@ -315,11 +315,11 @@ def test_state_is_saved_by_time_as_well_as_by_steps(tmp_path, monkeypatch):
     model, tok = _stand_in()
     seqs, _ = _sequences(tmp_path, tok)
     saves = []
-    t = train_mod.Trainer(model, seqs, _cfg(steps=30, save_every=0, save_every_s=1e-9), tmp_path / "r")
+    t = train_mod.Trainer(model, seqs, _cfg(steps=30, save_every=10**6, save_every_s=1e-9), tmp_path / "r")
     monkeypatch.setattr(t, "save_state", lambda: saves.append(t.step))
     t.train()
-    assert saves[:2] == [10, 20]  # checked every 10 steps; save_every=0 alone would save only at the end
-    with pytest.raises(ValueError, match="save_every_s"):
+    assert saves[:2] == [10, 20]  # checked every 10 steps; step-count saves alone would come only at the end
+    with pytest.raises(ValueError, match="--save-every-s"):
         _cfg(save_every_s=0).validate()
 
 

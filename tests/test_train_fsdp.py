@@ -70,7 +70,7 @@ def runs(tmp_path_factory):
     setup = {"base": _tied_backbone(tmp / "base"), "data": write_books(tmp / "data"), "tokens": tmp / "tok.npz",
              "tmp": tmp}
     assert cli(_args(setup, tmp / "single", "--batch-size", "2")) == 0  # also writes the token file
-    _launch_fsdp(_args(setup, tmp / "fsdp", "--save-every", "0"))
+    _launch_fsdp(_args(setup, tmp / "fsdp", "--save-every", "1000"))
     return setup
 
 

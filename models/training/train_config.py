@@ -3,6 +3,7 @@ their defaults, models.cli_args) needs no torch."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 
 @dataclasses.dataclass
@@ -18,7 +19,7 @@ class TrainConfig:
     min_lr_ratio: float = 0.0         # cosine decays to lr * min_lr_ratio
     grad_clip: float = 1.0
     seed: int = 0
-    save_every: int = 250             # resume-state interval (steps); 0 = only at the end / on stop
+    save_every: int = 250             # resume-state interval (steps)
     save_every_s: float = 300.0       # ... and at least this often in seconds (a kill loses <= 5 minutes)
     log_every: int = 10
     eval_sequences: int = 16          # held-out sequences of seq_len for the final losses
@@ -31,14 +32,26 @@ class TrainConfig:
                                       # without FSDP (4.8x the eager speed on the H200), off otherwise
 
     def validate(self):
-        for name in ("seq_len", "batch_size", "steps", "log_every", "eval_sequences"):
+        """Every value checked before any data is prepared or anything is written (one line naming its option)."""
+        def bad(name, allowed):
+            return ValueError(f"--{name.replace('_', '-')} {getattr(self, name)}: allowed: {allowed}")
+        for name in ("seq_len", "batch_size", "steps", "log_every", "eval_sequences", "save_every"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)}; allowed: >= 1")
-        if self.lr <= 0 or self.lora_lr <= 0:
-            raise ValueError(f"learning rates must be > 0 (lr={self.lr}, lora_lr={self.lora_lr})")
+                raise bad(name, ">= 1")
+        for name in ("lr", "lora_lr"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise bad(name, "a finite number > 0")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise bad("weight_decay", "a finite number >= 0")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise bad("min_lr_ratio", "0..1 (the cosine's floor as a share of --lr)")
+        if not self.grad_clip > 0:
+            raise bad("grad_clip", "> 0 (the largest gradient norm; inf: no clipping)")
         if not 0 <= self.warmup_steps < self.steps:
-            raise ValueError(f"warmup_steps={self.warmup_steps}; allowed: 0..steps-1 ({self.steps - 1})")
-        if self.save_every < 0:
-            raise ValueError(f"save_every={self.save_every}; allowed: >= 0")
-        if not self.save_every_s > 0:
-            raise ValueError(f"save_every_s={self.save_every_s}; allowed: > 0")
+            raise bad("warmup_steps", f"0..{self.steps - 1} (fewer than --steps)")
+        if not (math.isfinite(self.save_every_s) and self.save_every_s > 0):
+            raise bad("save_every_s", "a finite number > 0")
+        if self.time_budget_s is not None and not (math.isfinite(self.time_budget_s) and self.time_budget_s > 0):
+            raise bad("time_budget_s", "a finite number of seconds > 0")
+        if self.stop_at_s is not None and not (math.isfinite(self.stop_at_s) and self.stop_at_s >= 0):
+            raise bad("stop_at_s", "a finite number of seconds >= 0")
