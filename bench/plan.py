@@ -161,6 +161,44 @@ def check_long_context_fits(cells, data_dir) -> None:
             raise ValueError(f"{c.entry.display} at --context-length {c.config['context_length']}: {e}") from None
 
 
+def check_presses(models, entries, cells, budgets) -> None:
+    """A press row is a compressed cache over a long prompt; each way it could be something else is refused before
+    any model loads: on scoring suites only (it would be full attention), its own kv_budget beside --budgets (one
+    would silently replace the other), a budget that keeps the whole prompt (full attention under a press's name),
+    or one that cannot hold the question it must read uncompressed."""
+    presses = [m for m in models if m.press is not None]
+    if not presses:
+        return
+    if not any(e.long for e in entries):
+        raise ValueError(f"model {presses[0].label!r}: a press compresses the cache of a long prompt before its question; "
+                         "on a scoring task (the suites given) it would be full attention; run presses on the "
+                         "long-context suites: --suites sniah or ruler")
+    for m in presses:
+        if budgets and m.kv_budget:
+            raise ValueError(f"model {m.label!r}: kv_budget={m.kv_budget} beside --budgets {','.join(map(str, budgets))}; "
+                             "give one of them (--budgets runs the press at each budget)")
+    from golinear.tasks.ruler.split import fixed_question_text
+    tokenizers, seen = {}, set()
+    for c in cells:
+        if c.model.press is None or not c.entry.long:
+            continue
+        budget, n = c.model.kv_budget, c.config["context_length"]
+        if budget >= n:
+            raise ValueError(f"model {c.model.label!r}: kv_budget={budget} keeps the whole {n}-token prompt, so the "
+                             f"row would be full attention; allowed: below --context-length {n}")
+        if c.model.question_aware or (c.model.key, c.entry.task) in seen:
+            continue
+        seen.add((c.model.key, c.entry.task))
+        if c.model.base_name not in tokenizers:
+            from golinear.models.backbones.backbone import load_tokenizer
+            tokenizers[c.model.base_name] = load_tokenizer(c.model.base_name)
+        tok = tokenizers[c.model.base_name]
+        least = len(tok(fixed_question_text(c.entry.task), add_special_tokens=False)["input_ids"])
+        if budget <= least:
+            raise ValueError(f"model {c.model.label!r}: kv_budget={budget} cannot hold {c.entry.display}'s question "
+                             f"(at least {least} tokens, read uncompressed); use a budget above {least}")
+
+
 def task_data_files(task: str, suite: str, data_dir: str | None) -> set[Path]:
     """The local files a task reads, as its suite module declares them (tasks.standard / tasks.ruler)."""
     if not data_dir:

@@ -21,8 +21,8 @@ from golinear.bench import specs as S
 from golinear.bench.execute import (build_lm, build_task_manager, check_checkpoint_base, distributed_context, evaluate_cell,
                            refuse_shadowing, validate_model)
 from golinear.bench.plan import LONG_SUITES  # noqa: F401 - bench.demo reads runner.LONG_SUITES
-from golinear.bench.plan import (ALL_SUITES, Cell, cell_data, check_data_dir, check_long_context_fits, check_task_data,
-                        default_data_dir, plan_cells, resolve_suites)
+from golinear.bench.plan import (ALL_SUITES, Cell, cell_data, check_data_dir, check_long_context_fits, check_presses,
+                                 check_task_data, default_data_dir, plan_cells, resolve_suites)
 from golinear.bench.provenance import ModelInfo, git_state, package_versions
 from golinear.bench.run_summary import score_table
 from golinear.bench.store import Store
@@ -102,6 +102,7 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     rank, world = distributed_context()
     cells = plan_cells(models, entries, budgets=budgets, sinks=sinks, limit=limit,
                        context_length=context_length, num_samples=num_samples, seed=seed, data=data)
+    check_presses(models, entries, cells, budgets)
     for spec in {c.model.key: c.model for c in cells}.values():
         validate_model(spec, device)
     done = {c.key.digest for c in cells if store.has(c.key)}

@@ -90,12 +90,16 @@ class ModelSpec:
                                  f"key=value pairs ({sorted(STRING_KEYS)}) or a checkpoint folder "
                                  f"(looked in: {looked})")
             args.update(PRESETS[preset])
+        given = set()
         for tok in tokens:
             if "=" not in tok:
                 raise ValueError(f"model spec {text!r}: {tok!r} is not key=value (a preset may come only first)")
             k, v = (s.strip() for s in tok.split("=", 1))
             if k not in STRING_KEYS:
                 raise ValueError(f"model spec {text!r}: unknown key {k!r}; allowed: {sorted(STRING_KEYS)}")
+            if k in given:
+                raise ValueError(f"model spec {text!r}: {k} is given twice; give each key once")
+            given.add(k)
             args[k] = v
         spec = cls(**args, **extra)
         try:

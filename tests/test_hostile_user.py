@@ -334,3 +334,26 @@ def test_the_leaderboard_shows_the_cell_of_the_current_data_and_stale_lists_the_
                      "--checkpoints", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 1 and f"{other}: measured on other data than" in out and str(cells[current][0]) in out, out
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
+@pytest.mark.parametrize("model,extra,expect", [
+    ("press=snapkv,kv_budget=100000", [], "keeps the whole 1024-token prompt, so the row would be full attention"),
+    ("press=snapkv,kv_budget=1024", [], "keeps the whole 1024-token prompt"),
+    ("press=snapkv,kv_budget=256", ["--budgets", "128"], "kv_budget=256 beside --budgets 128; give one of them"),
+    ("press=snapkv,press=knorm,kv_budget=256", [], "press is given twice"),
+    ("gdn-default,window=10,window=20", [], "window is given twice"),
+    ("press=snapkv,kv_budget=20", [], "cannot hold S-NIAH-1's question (at least"),
+    ("press=snapkv,kv_budget=256", ["--suites", "lambada"], "on a scoring task (the suites given) it would be full"),
+], ids=["budget-above-prompt", "budget-equal-prompt", "budgets-beside-kv_budget", "repeated-press",
+        "repeated-window", "question-too-long", "scoring-suite"])
+def test_press_specs_that_would_store_something_else_are_refused_before_loading(tmp_path, capsys, monkeypatch,
+                                                                                 model, extra, expect):
+    from golinear.bench import runner
+    monkeypatch.setattr(runner, "build_lm", lambda *a, **k: pytest.fail("a model was loaded"))
+    argv = ["run", "--models", model, "--suites", "sniah", "--tasks", "S-NIAH-1", "--context-length", "1024",
+            "--num-samples", "1", "--store", str(tmp_path / "store"), *extra]
+    if "--suites" in extra:
+        argv = ["run", "--models", model, *extra, "--limit", "1", "--store", str(tmp_path / "store")]
+    one_line_error(capsys, argv, expect)
+    assert not (tmp_path / "store").exists()

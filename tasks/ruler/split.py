@@ -7,6 +7,8 @@ taken, since QA templates repeat their instruction before the documents.
 """
 from __future__ import annotations
 
+import re
+
 from .api import TASKS
 from .constants import TEMPLATES
 
@@ -39,3 +41,11 @@ def question_start(task: str, prompt: str) -> int:
     if at < 0:
         raise ValueError(f"task {task!r}: the prompt does not contain its template's question text {literals[0]!r}")
     return at
+
+
+def fixed_question_text(task: str) -> str:
+    """The question's text every sample of `task` shares (the template after `{context}` and the answer prefix, its
+    placeholders left out): a lower bound of any sample's question, known before a sample is built."""
+    template = TEMPLATES[TASKS[task].family]
+    tail = template["template"].split("{context}", 1)[1] + template.get("answer_prefix", "")
+    return re.sub(r"\{[^{}]*\}", "", tail)
