@@ -91,7 +91,9 @@ def run(p):
 
 def leaderboard(p):
     p.add_argument("--store", default="runs/store", help="result store folder (default runs/store)")
-    p.add_argument("--out", default="leaderboards", help="output folder (default leaderboards/)")
+    p.add_argument("--out", default="runs/leaderboards",
+                   help="output folder (default runs/leaderboards; the committed tables: --store leaderboards/store "
+                        "--out leaderboards)")
     p.add_argument("--reference-dir", default=str(REFERENCE_DIR), help="paper rows (CSV) to show as reported")
 
 
@@ -190,7 +192,8 @@ def generation(p):
     p.add_argument("--dtype", default=None, help="bfloat16 (default on CUDA) or float32 (default on CPU)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--data-dir", default=None, help="RULER data folder (default $GOLINEAR_DATA or ../shared/data)")
-    p.add_argument("--out-dir", default=None, help="folder for generation.csv/.md (default: <repo>/leaderboards)")
+    p.add_argument("--out-dir", default="runs/generation",
+                   help="folder for generation.csv/.md (default runs/generation; the published rows: leaderboards)")
     p.add_argument("--seed", type=int, default=42, help="RULER sample seed (the suite's default 42)")
 
 

@@ -44,10 +44,6 @@ PARITY_COLUMNS = PARITY_KEY + ["samples", "identical", "fraction", "commit", "da
 RUN_ORDER = ("linear", "linear-sequential", "full-static", "full", "linear-evaluated", "full-static-evaluated")
 
 
-def _repo_root() -> Path:
-    return Path(__file__).resolve().parent.parent
-
-
 def _check(args):
     """Fill the device-dependent defaults and validate every option before any loading."""
     from golinear.bench.lm_backend import check_device, default_device
@@ -345,7 +341,7 @@ def render(df, parity) -> str:
 
 def main(args) -> int:
     _check(args)
-    out_dir = Path(args.out_dir) if args.out_dir else _repo_root() / "leaderboards"
+    out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     before = {name: _read(out_dir / name) for name in ("generation.csv", "generation_parity.csv")}
 

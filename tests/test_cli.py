@@ -1,6 +1,7 @@
 """The `golinear` command itself: a fast top-level help, and lm-eval's noise filtered (bench/quiet.py)."""
 from __future__ import annotations
 
+import argparse
 import io
 import logging
 import subprocess
@@ -89,3 +90,20 @@ def test_every_option_of_every_command_has_a_help_text():
         if bare:
             missing[name] = bare
     assert missing == {}
+
+
+def test_no_default_output_folder_is_a_tracked_one():
+    """A command run without --out/--out-dir writes under runs/, never over the committed tables (only `claims`,
+    whose default store is the committed one, rewrites the committed files it renders from them)."""
+    from golinear.bench.cli import COMMANDS, build_parser
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True).stdout.split()
+    tops = {t.split("/")[0] for t in tracked}
+    for name in COMMANDS:
+        if name in ("lm-eval", "claims"):
+            continue
+        parser = build_parser(name)
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+        for action in sub._actions:
+            if action.dest in ("out", "out_dir") and isinstance(action.default, str):
+                assert action.default.startswith("runs/") and action.default.split("/")[0] not in tops, \
+                    (name, action.default)
