@@ -70,7 +70,7 @@ def read_baseline(path: Path) -> dict:
     """A baseline file, checked before any evaluation: one line naming the file and the problem otherwise."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise ValueError(f"baseline {str(path)!r} is not readable JSON: {e}") from None
     problem = baseline_problem(data)
     if problem:

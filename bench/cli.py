@@ -9,6 +9,7 @@ another program's parser (`golinear lm-eval ...` to lm-eval's); only its bare `-
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import importlib
 import re
@@ -96,6 +97,12 @@ def main(argv=None) -> int:
         return int(importlib.import_module(args._module).main(args) or 0)
     except (ValueError, FileNotFoundError) as e:  # bad input: one clear line, no traceback
         print(f"golinear {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"golinear {args.command}: error: disk full writing {e.filename or 'a file'} ({e.strerror}); free "
+              "space and run the same command again", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line, as SIGTERM is quiet (what is done stays; see INTERRUPTED)
         pass

@@ -168,41 +168,68 @@ class Store:
     # -- claims: one process evaluates a cell at a time
     def claim(self, key: CellKey) -> bool:
         """Take the cell for this process (True), or False while a live process holds it. A claim left by
-        a dead process (same host) is taken over."""
+        a dead process (same host) is taken over. A claim appears whole (written beside, then linked into
+        place), so an empty or unreadable one is no claim at all and is taken over at once; a disk too full
+        to write one is a one-line error that leaves nothing behind."""
         self.claims_dir.mkdir(parents=True, exist_ok=True)
         path = self.claims_dir / f"{key.digest}.claim"
         me = {"pid": os.getpid(), "host": socket.gethostname()}
         for _ in range(2):
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                try:
-                    owner = json.loads(path.read_text() or "{}")
-                except (OSError, json.JSONDecodeError):
-                    owner = {}
+            owner = self._claim_owner(path)
+            if owner is not None:
                 if owner == me:
                     return True
-                if owner.get("host") == me["host"] and isinstance(owner.get("pid"), int) \
-                        and not pid_alive(owner["pid"]):
-                    path.unlink(missing_ok=True)  # its process was killed: take the claim over
-                    continue
-                if not owner and time.time() - path.stat().st_mtime > 60:
-                    path.unlink(missing_ok=True)  # an empty claim nobody finished writing
-                    continue
-                return False
-            with os.fdopen(fd, "w") as f:
-                json.dump(me, f)
-            return True
+                if owner and not (owner.get("host") == me["host"] and isinstance(owner.get("pid"), int)
+                                  and not pid_alive(owner["pid"])):
+                    return False
+                path.unlink(missing_ok=True)  # its process was killed, or nothing readable: take it over
+            if self._link_claim(path, me):
+                return True
         return False
+
+    @staticmethod
+    def _claim_owner(path: Path) -> dict | None:
+        """The claim's owner, {} for a claim with nothing readable in it, None when there is no claim."""
+        try:
+            owner = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, RecursionError):
+            return {}
+        return owner if isinstance(owner, dict) else {}
+
+    def _link_claim(self, path: Path, me: dict) -> bool:
+        """Create the claim with its content in one step (False when another process linked one first)."""
+        from golinear.bench.request_cache import is_disk_full
+        fd, tmp = tempfile.mkstemp(dir=self.claims_dir, prefix=".claim-")
+        try:
+            try:
+                os.write(fd, json.dumps(me).encode())
+            finally:
+                os.close(fd)
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        except OSError as e:
+            if is_disk_full(e):
+                os.unlink(tmp)
+                tmp = None
+                try:
+                    self.claims_dir.rmdir()
+                except OSError:  # other claims in it
+                    pass
+                raise ValueError(f"disk full writing the claim {path} ({e.strerror}); nothing of the cell was "
+                                 "written; free space and run the same command again") from None
+            raise
+        finally:
+            if tmp is not None:
+                os.unlink(tmp)
 
     def claimed_elsewhere(self, key: CellKey) -> bool:
         """Whether another live process holds this cell's claim (a look only; nothing is taken)."""
-        path = self.claims_dir / f"{key.digest}.claim"
-        try:
-            owner = json.loads(path.read_text() or "{}")
-        except (OSError, json.JSONDecodeError):
-            return path.exists()
-        if owner == {"pid": os.getpid(), "host": socket.gethostname()}:
+        owner = self._claim_owner(self.claims_dir / f"{key.digest}.claim")
+        if not owner or owner == {"pid": os.getpid(), "host": socket.gethostname()}:
             return False
         return not (owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int)
                     and not pid_alive(owner["pid"]))
@@ -230,7 +257,14 @@ class Store:
             cell = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             return None, f"unreadable JSON ({e})"
-        return cell, cell_problem(cell, path)
+        except RecursionError:
+            return None, "unreadable JSON (nested too deeply)"
+        except ValueError as e:  # e.g. an integer of more digits than Python converts
+            return None, f"unreadable JSON ({str(e).splitlines()[0][:120]})"
+        try:
+            return cell, cell_problem(cell, path)
+        except (OverflowError, ValueError, TypeError, RecursionError) as e:  # 10**400 where a number belongs, ...
+            return cell, f"a value out of range ({type(e).__name__}: {str(e)[:120]})"
 
     def _find(self, key: CellKey, data: dict | None = None) -> tuple[Path, dict] | None:
         # The folder name depends on the label, the file name only on the key: match on the file name.

@@ -18,7 +18,7 @@ def read_checkpoint_config(folder) -> dict:
         raise FileNotFoundError(f"not a golinear checkpoint: {folder} (needs {CONFIG} and {WEIGHTS})")
     try:
         config = json.loads((folder / CONFIG).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (ValueError, RecursionError) as e:
         raise ValueError(f"checkpoint config {str(folder / CONFIG)!r} is not valid JSON: {e}") from None
     if not isinstance(config, dict):
         raise ValueError(f"checkpoint config {str(folder / CONFIG)!r} is not a JSON object")
@@ -48,7 +48,7 @@ def check_checkpoint_files(folder: str | Path) -> dict:
         n = int.from_bytes(fh.read(8), "little")
         try:
             meta = json.loads(fh.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, RecursionError):
             raise ValueError(f"checkpoint weights {str(weights)!r} have a damaged header") from None
     end = max((v["data_offsets"][1] for k, v in meta.items() if k != "__metadata__"), default=0)
     size = weights.stat().st_size
@@ -67,7 +67,7 @@ def read_layer_scores(path) -> list[float] | None:
         raise FileNotFoundError(f"--layer-scores file {str(path)!r} does not exist")
     try:
         scores = json.loads(path.read_text())["layer_scores"]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+    except (ValueError, RecursionError, KeyError, TypeError) as e:
         raise ValueError(f"--layer-scores file {str(path)!r} is not a `golinear diagnose` layer_scores JSON "
                          f"({type(e).__name__}: {e})") from None
     if not (isinstance(scores, list) and all(isinstance(x, (int, float)) for x in scores)):

@@ -107,3 +107,18 @@ def test_no_default_output_folder_is_a_tracked_one():
             if action.dest in ("out", "out_dir") and isinstance(action.default, str):
                 assert action.default.startswith("runs/") and action.default.split("/")[0] not in tops, \
                     (name, action.default)
+
+
+def test_a_full_disk_anywhere_is_one_line(monkeypatch, capsys):
+    import errno
+    import os
+
+    from golinear.bench import cli, params
+
+    def full(args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/somewhere/file")
+    monkeypatch.setattr(params, "main", full)
+    assert cli.main(["params"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["golinear params: error: disk full writing /somewhere/file (No space left on device); free space "
+                   "and run the same command again"], err

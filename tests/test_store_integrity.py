@@ -191,3 +191,46 @@ def test_request_cache_is_keyed_by_the_models_weights(tmp_path):
     assert store.request_cache(key, "x", full) != store.request_cache(key, "x", ckpt)
     with pytest.raises(ValueError, match="no model fingerprint"):
         store.request_cache(key, "x", ModelInfo.from_info({}).weights_fingerprint)
+
+
+def test_a_claim_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A disk with no room left: one line, no claim (an empty one made the next run wait a minute); an empty or
+    unreadable claim (as older versions could leave) is no claim and is taken over at once."""
+    import errno
+    import os
+    store, key = Store(tmp_path), CellKey("m", "t", {})
+    real_write = os.write
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(ValueError, match="disk full writing the claim .*free space and run the same command again"):
+        store.claim(key)
+    assert not (tmp_path / "claims").exists()
+    monkeypatch.setattr(os, "write", real_write)
+    store.claims_dir.mkdir()
+    (store.claims_dir / f"{key.digest}.claim").write_text("")
+    assert not store.claimed_elsewhere(key) and store.claim(key)
+    assert json.loads((store.claims_dir / f"{key.digest}.claim").read_text())["pid"] == os.getpid()
+    (store.claims_dir / f"{key.digest}.claim").write_text("[" * 100000)
+    assert store.claim(key)
+
+
+@pytest.mark.parametrize("damage", ["huge-number", "deep-nesting"])
+def test_a_cell_that_breaks_the_parser_is_set_aside(tmp_path, capsys, damage):
+    """A number of 400 digits, or 200,000 nested brackets: set aside in one line, never a crash of every re-run."""
+    store = Store(tmp_path)
+    path = store.put(cell())
+    key = CellKey.from_dict(json.loads(path.read_text())["key"])
+    text = path.read_text()
+    assert '"value": 0.5' in text and '"metrics": {' in text
+    if damage == "huge-number":
+        text = text.replace('"value": 0.5', '"value": 1' + "0" * 400, 1)
+    else:
+        text = text.replace('"metrics": {', '"junk": ' + "[" * 200000 + "]" * 200000 + ', "metrics": {', 1)
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"corrupt cell file {path}"):  # the leaderboard names it, no traceback
+        store.cells()
+    assert store.get(key) is None and not path.exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "invalid cell file" in err[0] and "moved to" in err[0], err

@@ -56,7 +56,7 @@ def read_json(path: Path) -> dict:
     """A JSON object from the run folder, or a one-line error naming the file."""
     try:
         data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (ValueError, RecursionError) as e:
         raise ValueError(f"{str(path)!r} is not valid JSON ({e}); delete it or use --force") from None
     if not isinstance(data, dict):
         raise ValueError(f"{str(path)!r} is not a JSON object; delete it or use --force")
@@ -72,7 +72,7 @@ def read_log(path: Path) -> list[dict]:
     for i, line in enumerate(lines):
         try:
             out.append(json.loads(line))
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             if i == len(lines) - 1:
                 break
             raise ValueError(f"training log {str(path)!r}: line {i + 1} is not JSON") from None
