@@ -81,7 +81,7 @@ def run(p):
     p.add_argument("--budgets", default=None, help="cache budgets for sniah/ruler, e.g. 128,256,512,1024")
     p.add_argument("--sinks", type=int, default=8, help="sink tokens within each budget (default 8)")
     p.add_argument("--context-length", type=int, default=4096, help="sniah/ruler prompt length (default 4096)")
-    p.add_argument("--num-samples", type=int, default=None, help="sniah/ruler samples per task (default: --limit, else the task's 500)")
+    p.add_argument("--num-samples", type=int, default=None, help="sniah/ruler samples per task, at most 10,000 (default: --limit, else the task's 500)")
     p.add_argument("--seed", type=int, default=42, help="seed of the generated sniah/ruler samples (RULER's 42)")
     p.add_argument("--data-dir", default=None, help="local data folder (default $GOLINEAR_DATA or ../shared/data)")
     p.add_argument("--include-path", default=None, help="extra lm-eval task folder")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from golinear.bench.families import families
+from golinear.bench.claims.markdown import md_cell
 from golinear.bench.figures import legend_entries, png_bytes, pyplot
 from golinear.bench.measured import SNIAH_TASKS, budget_value
 
@@ -85,7 +86,7 @@ def to_markdown(t: pd.DataFrame) -> str:
     head = "| budget | family | row | " + " | ".join(SNIAH_TASKS) + " | mean |\n|---|---|---|" + "---:|" * 4
     parts = []
     for (ctx, n), g in t.groupby(["context", "n"], sort=False):
-        lines = [f"| {r['budget']} | {r['kind']} | {r['row']} | " + " | ".join(fmt(r[c]) for c in SNIAH_TASKS)
+        lines = [f"| {r['budget']} | {r['kind']} | {md_cell(r['row'])} | " + " | ".join(fmt(r[c]) for c in SNIAH_TASKS)
                  + (f" | **{fmt(r['S-NIAH'])}** |" if pd.notna(r["S-NIAH"]) else " |  |") for _, r in g.iterrows()]
         check = agreement(g, n)
         parts.append(f"S-NIAH-1/2/3 at {ctx} tokens, {n} samples a task, the same samples for every row:\n\n"

@@ -20,6 +20,7 @@ import pandas as pd
 from golinear.bench.cli_args import REFERENCE_DIR
 from golinear.bench.families import families, family_of
 from golinear.bench.fitted_format import row_label
+from golinear.bench.claims.markdown import md_cell
 from golinear.bench.figures import legend_entries, png_bytes, pyplot
 from golinear.bench import kv_comparison, kv_memory
 from golinear.bench.hybrid import hybrid_plot, hybrid_table
@@ -185,7 +186,7 @@ def _display(table: pd.DataFrame) -> pd.DataFrame:
 def to_markdown(table: pd.DataFrame) -> str:
     if table.empty:
         return "_no rows_\n"
-    return _display(table).to_markdown(index=False, disable_numparse=True) + "\n"
+    return _display(table).map(md_cell).to_markdown(index=False, disable_numparse=True) + "\n"
 
 
 def to_csv(table: pd.DataFrame) -> str:

@@ -47,6 +47,9 @@ def parse_batch_size(value):
     raise ValueError(f"--batch-size {value!r}: allowed a positive integer, 'auto' or 'auto:N'")
 
 
+MAX_NUM_SAMPLES = 10_000  # generated long-context samples a task; beyond it a run would only build prompts for hours
+
+
 def check_run_values(*, limit, budgets, sinks, context_length, num_samples, seed, entries) -> None:
     """The run's numeric options, each against its allowed range (one line naming the value)."""
     def positive(name, v):
@@ -54,6 +57,9 @@ def check_run_values(*, limit, budgets, sinks, context_length, num_samples, seed
             raise ValueError(f"{name} {v!r}: expected a positive integer")
     positive("--limit", limit)
     positive("--num-samples", num_samples)
+    if num_samples is not None and num_samples > MAX_NUM_SAMPLES:
+        raise ValueError(f"--num-samples {num_samples}: allowed 1..{MAX_NUM_SAMPLES:,} (samples are generated per "
+                         "task; the paper's setting is 500)")
     if not isinstance(sinks, int) or sinks < 0:
         raise ValueError(f"--sinks {sinks!r}: expected a non-negative integer")
     if not isinstance(seed, int) or seed < 0:

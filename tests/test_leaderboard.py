@@ -143,3 +143,18 @@ def test_a_reference_row_without_a_cache_size_shows_a_dash_not_nan():
     still = table[table.model.str.startswith("STILL")]
     assert list(still.cache) == ["-"]
     assert not (table.astype(str) == "nan").any().any()
+
+
+def test_markdown_tables_escape_what_a_label_holds():
+    """A model label is text in a Markdown table as on the page: a `|` or a line break cannot split the row, a tag
+    cannot become HTML; prose like `<=` stays as written."""
+    import pandas as pd
+
+    from golinear.bench.claims.markdown import md_cell, md_table
+    from golinear.bench.leaderboard import to_markdown
+    label = "my|model\n<img src=x onerror=alert(1)>"
+    assert md_cell(label) == "my\\|model &lt;img src=x onerror=alert(1)>" and md_cell("gap <= 0.5") == "gap <= 0.5"
+    for md in (to_markdown(pd.DataFrame({"model": [label], "Avg": [1.0]})), md_table(pd.DataFrame({"model": [label]}))):
+        rows = [line for line in md.strip().splitlines() if "model" not in line or "my" in line]
+        assert any("my\\|model &lt;img" in r for r in rows) and "<img" not in md, md
+        assert len(md.strip().splitlines()) == 3, md  # header, rule, one row

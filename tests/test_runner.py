@@ -101,18 +101,20 @@ def test_budget_sweep_evaluates_a_named_untrained_window_at_each_budget():
     (dict(models="gdn-default", suites="sniah", budgets=[8]), ValueError, "must exceed the 8 sink"),
     (dict(models="full", suites="sniah", context_length=100), ValueError, "1024..32768"),
     (dict(models="full", suites="cr", limit=0), ValueError, "positive integer"),
+    (dict(models="full", suites="sniah", num_samples=10_001), ValueError, "--num-samples 10001: allowed 1..10,000"),
     (dict(models="full", suites="cr", data_dir="EMPTY"), FileNotFoundError, "piqa/valid.jsonl' is missing"),
     (dict(models="full", suites="sniah", data_dir="EMPTY"), FileNotFoundError, "needs paul_graham_essays"),
     (dict(models="full", suites="ruler", context_length=1024), ValueError, "HQA at --context-length 1024"),
 ])
-def test_bad_input_fails_before_any_work(tmp_path, kwargs, exc, err):
+def test_bad_input_fails_before_any_work(tmp_path, monkeypatch, kwargs, exc, err):
+    from golinear.bench import runner
+    monkeypatch.setattr(runner, "build_lm", lambda *a, **k: pytest.fail("a model was loaded"))
     if kwargs.get("data_dir") == "EMPTY":  # a data folder that exists but lacks the files
         (tmp_path / "empty").mkdir()
         kwargs = {**kwargs, "data_dir": str(tmp_path / "empty")}
-    t0 = time.time()
     with pytest.raises(exc, match=err):
         run_matrix(store=tmp_path / "store", progress=False, **kwargs)
-    assert Store(tmp_path / "store").cells() == [] and time.time() - t0 < 30
+    assert Store(tmp_path / "store").cells() == [] and not (tmp_path / "store").exists()
 
 
 def test_unwritable_store_fails_before_any_work(tmp_path):
@@ -181,10 +183,14 @@ def test_real_run_kill_resume_noop_and_render(tmp_path, capsys):
     labels = sorted(c["model"]["label"] for c in cells)
     assert labels == ["full", "swa-sink"]
 
-    t0 = time.time()
-    code, out, _ = _golinear_here(capsys, *args)
+    from golinear.bench import runner
+    real_build = runner.build_lm
+    runner.build_lm = lambda *a, **k: pytest.fail("a finished cell's model was loaded again")
+    try:
+        code, out, _ = _golinear_here(capsys, *args)
+    finally:
+        runner.build_lm = real_build
     assert code == 0 and "2 already in" in out and "0 evaluated" in out
-    assert time.time() - t0 < 120
     assert [c["digest"] for c in Store(store).cells()] == [c["digest"] for c in cells]  # untouched
 
     code, _, err = _golinear_here(capsys, "leaderboard", "--store", str(store), "--out", str(tmp_path / "lb"))

@@ -87,8 +87,9 @@ class Trainer:
     """The loop: owns optimizer, schedule position, RNG and the data position (the global step)."""
 
     def __init__(self, model, sequences: data_mod.PackedSequences, cfg: TrainConfig, out: Path,
-                 accelerator=None, meta: dict | None = None, deadline: float | None = None):
-        """`model` either whole (moved to the device; DDP when distributed) or sharded by `shard_model`."""
+                 accelerator=None, meta: dict | None = None, deadline: float | None = None, clock=time.perf_counter):
+        """`model` either whole (moved to the device; DDP when distributed) or sharded by `shard_model`; `clock`
+        (seconds) times the run, its budget and its saves (a test gives its own)."""
         from accelerate import Accelerator
         from torch.distributed.fsdp import FSDPModule
 
@@ -119,7 +120,8 @@ class Trainer:
         self.loss_window: list[float] = []  # losses since the last log line (part of the state)
         self.total_steps = cfg.steps
         self.budget_note = None
-        self.deadline = deadline          # perf_counter time by which training must end (time budget)
+        self.clock = clock
+        self.deadline = deadline          # clock time by which training must end (time budget)
         self.hard_stop_slack_s = 5.0
         self.stopped_at_deadline = False
         self.stop_requested = False  # set by SIGTERM or SIGINT once catch_sigterm() is called
@@ -192,7 +194,7 @@ class Trainer:
 
     # -- loop
     def _run_elapsed(self) -> float:
-        return time.perf_counter() - self._t0 if hasattr(self, "_t0") else 0.0
+        return self.clock() - self._t0 if hasattr(self, "_t0") else 0.0
 
     def _set_lr(self) -> float:
         factor = cosine_lr_factor(self.step, self.total_steps, self.cfg.warmup_steps, self.cfg.min_lr_ratio)
@@ -210,7 +212,7 @@ class Trainer:
 
         Re-fitted every `refit_every` steps; growth (up to the requested steps) only in the first 60% of
         the budget, so a late speed-up never re-raises a decayed learning rate much."""
-        remaining = self.deadline - time.perf_counter()
+        remaining = self.deadline - self.clock()
         fit = self.step + max(1, int(remaining * rate * 0.97))
         new_total = min(self.cfg.steps, fit)
         if not allow_growth:
@@ -258,7 +260,7 @@ class Trainer:
 
         cfg = self.cfg
         tokens_per_step = cfg.batch_size * cfg.seq_len * self.world
-        self._t0 = time.perf_counter()
+        self._t0 = self.clock()
         if cfg.time_budget_s and self.deadline is None:
             self.deadline = self._t0 + cfg.time_budget_s - self.elapsed_before
         budget_start = self._t0
@@ -271,7 +273,7 @@ class Trainer:
         log_f = open(self.out / LOG_FILE, "a") if self.acc.is_main_process else None
         stop_after = cfg.stop_after if cfg.stop_after is not None else math.inf
         steady_t0 = steady_step0 = None
-        last_save = time.perf_counter()
+        last_save = self.clock()
         try:
             while self.step < self.total_steps and self.step < stop_after:
                 lr = self._set_lr()
@@ -303,15 +305,15 @@ class Trainer:
                 if done_here == 3:  # steady-state timing starts after compilation / autotuning
                     if self.device.type == "cuda":
                         torch.cuda.synchronize()
-                    steady_t0, steady_step0 = time.perf_counter(), self.step
+                    steady_t0, steady_step0 = self.clock(), self.step
                 if self.deadline is not None:
-                    now = time.perf_counter()
+                    now = self.clock()
                     if done_here == 3:
                         fit_from, fit_t = self.step, now
                     elif fit_from is not None and self.step - fit_from == (10 if fits == 0 else 50):
                         if self.device.type == "cuda":
                             torch.cuda.synchronize()
-                        now = time.perf_counter()
+                        now = self.clock()
                         early = (now - budget_start) < 0.6 * (self.deadline - budget_start)
                         self._fit_budget((self.step - fit_from) / (now - fit_t), allow_growth=early)
                         fit_from, fit_t, fits = self.step, now, fits + 1
@@ -336,10 +338,10 @@ class Trainer:
                         log_f.flush()
                 due = cfg.save_every and self.step % cfg.save_every == 0
                 if not due and self.step % 10 == 0:  # by time too: long steps must not risk hours of work
-                    due = self._agreed(time.perf_counter() - last_save > cfg.save_every_s)
+                    due = self._agreed(self.clock() - last_save > cfg.save_every_s)
                 if due and self.step < self.total_steps:
                     self.save_state()
-                    last_save = time.perf_counter()
+                    last_save = self.clock()
                 if cfg.stop_at_s is not None and self._agreed(self._run_elapsed() > cfg.stop_at_s):
                     break  # the state is saved below: re-running the command resumes
                 if (self.world == 1 or self.step % 10 == 0) and self._agreed(self.stop_requested):
@@ -353,7 +355,7 @@ class Trainer:
         run_s = self._run_elapsed()
         steady = None
         if steady_t0 is not None and self.step > steady_step0:
-            steady = (self.step - steady_step0) * tokens_per_step / (time.perf_counter() - steady_t0)
+            steady = (self.step - steady_step0) * tokens_per_step / (self.clock() - steady_t0)
         finished = self.step >= self.total_steps
         if not finished or cfg.save_every:
             self.save_state()
