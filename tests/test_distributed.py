@@ -34,7 +34,7 @@ def _setup(data_dir: Path):
 def worker(out: Path, data_dir: Path) -> None:
     from golinear.models.training import train as train_mod
     model, seqs = _setup(data_dir)
-    cfg = train_mod.TrainConfig(seq_len=SEQ_LEN, batch_size=1, steps=STEPS, lr=1e-2, save_every=0, log_every=2)
+    cfg = train_mod.TrainConfig(seq_len=SEQ_LEN, batch_size=1, steps=STEPS, lr=1e-2, save_every=10**6, log_every=2)
     trainer = train_mod.Trainer(model, seqs, cfg, out / "run")
     summary = trainer.train()
     torch.save({n: p.detach().cpu() for n, p in trainer.named.items()}, out / f"rank{trainer.rank}.pt")
@@ -67,7 +67,7 @@ def test_two_ranks_end_identical_and_match_one_process(tmp_path):
     # one process, batch 2 = the same global batches (rank r takes sequence 2*step + r)
     model, seqs = _setup(data_dir)
     init = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-    cfg = train_mod.TrainConfig(seq_len=SEQ_LEN, batch_size=2, steps=STEPS, lr=1e-2, save_every=0, log_every=2)
+    cfg = train_mod.TrainConfig(seq_len=SEQ_LEN, batch_size=2, steps=STEPS, lr=1e-2, save_every=10**6, log_every=2)
     single = train_mod.Trainer(model, seqs, cfg, tmp_path / "single")
     single.train()
     for name in r0:

@@ -200,3 +200,20 @@ def test_chunked_prefill_never_holds_more_than_the_budget_and_a_chunk(smollm):
             S.parse_model_spec(f"press=snapkv,prefill_chunk={chunk}")
     assert S.parse_model_spec("press=snapkv,prefill_chunk=65").prefill_chunk == 65
     assert S.parse_model_spec("press=snapkv,prefill_chunk=512").family == "snapkv (kvpress, chunked prefill 512)"
+
+
+@pytest.mark.parametrize("press,budget,chunk", [("snapkv", 256, 0), ("streaming_llm", 128, 0), ("snapkv", 256, 300)])
+def test_static_decoder_gives_the_dynamic_caches_tokens(smollm, press, budget, chunk):
+    """Press rows decode on the full-static decoder (each row its own kept entries, new tokens at the row's slot
+    and rotated by its position); the DynamicCache path is the definition: the same greedy tokens, batched rows of
+    different lengths and question lengths included."""
+    from golinear.models.kv_compression.generate import generate
+    from golinear.models.kv_compression.static_decode import PressDecoder
+    model, tok = smollm
+    prompts = [(prompt_ids(tok, n), q) for n, q in ((300, 9), (420, 12))]
+    want = [generate(model, ids, q, press, budget, 12, prefill_chunk=chunk) for ids, q in prompts]
+    dec = PressDecoder(model, max_len=budget + 16)
+    first = dec.prefill(prompts, press, budget, prefill_chunk=chunk)
+    got = torch.cat([first, dec.decode(11)], 1).tolist()
+    assert got == want
+    assert dec.positions == [budget + 11] * 2  # each row: the budget's entries, then one per new token

@@ -555,7 +555,7 @@ def test_trainer_learns_with_slots(tmp_path):
     held = data_mod.heldout_sequences(td.heldout, 32, 4)
     frozen = model.model.layers[1].mlp.up_proj.weight.clone()
     new_before = {n: p.detach().clone() for n, p in new_parameters(model).items()}
-    cfg = train_mod.TrainConfig(seq_len=32, batch_size=2, steps=20, lr=1e-2, save_every=0, log_every=5,
+    cfg = train_mod.TrainConfig(seq_len=32, batch_size=2, steps=20, lr=1e-2, save_every=10**6, log_every=5,
                                 eval_sequences=4)
     trainer = train_mod.Trainer(model, seqs, cfg, tmp_path / "run")
     before = trainer.evaluate(held)

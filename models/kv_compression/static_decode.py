@@ -1,0 +1,97 @@
+"""A compressed KV cache decoded on the static-cache decoder full attention uses (`full-static`).
+
+kvpress leaves its kept entries in a DynamicCache, which Hugging Face decodes eagerly (a press row then times
+the slower decoder, not the press). Here the kept entries of each row are copied into the static KV buffers of
+models.decoding.fast_decode.FastDecoder, each row its own number of entries, and decoded there: the same step,
+split-K attention over each row's filled slots and CUDA graph as the full-static row. A kept entry keeps the
+position it was read at (its key is already rotated), so a row's next slot and its next position differ: the
+step writes each new token at the row's slot (`io["pos"]`) and rotates it by the row's position (`io["pos_ids"]`).
+models.kv_compression.generate's DynamicCache path stays the definition; tests/test_kv_compression.py checks
+both give the same tokens on the same prompts.
+"""
+from __future__ import annotations
+
+import torch
+
+from golinear.models.cache.decode_state import assign
+from golinear.models.decoding.fast_decode import FastDecoder
+from golinear.models.kv_compression.generate import compressed_prefill, split_budget
+
+
+class PressDecoder(FastDecoder):
+    """Greedy decoding of compressed caches for a full-attention *ForCausalLM. `prefill(prompts, ...)` compresses
+    each prompt's context under the press, reads its question and returns each row's first token [B, 1];
+    `decode(n)` (FastDecoder's) the next n tokens. `max_len` bounds a row's kept entries plus its new tokens."""
+
+    @torch.no_grad()
+    def prefill(self, prompts: list[tuple[list[int], int]], press: str, budget: int, question_aware: bool = False,
+                prefill_chunk: int = 0) -> torch.Tensor:
+        """prompts: (token ids, how many of the last ones are the question) per row."""
+        caches, positions, firsts, logits = [], [], [], []
+        for ids, question_len in prompts:
+            n_press, keep = split_budget(len(ids), question_len, budget, question_aware)
+            x = torch.tensor([ids], device=self.device)
+            cache = compressed_prefill(self.model, x[:, :n_press], press, keep, prefill_chunk)
+            out = self.model(input_ids=x[:, n_press:], past_key_values=cache, use_cache=True, logits_to_keep=1,
+                             position_ids=torch.arange(n_press, len(ids), device=self.device)[None]).logits
+            caches.append(cache)
+            positions.append(len(ids))
+            logits.append(out[:, -1:])
+            firsts.append(out[:, -1:].argmax(-1))
+        return self.load(caches, positions, torch.cat(firsts), torch.cat(logits))
+
+    @torch.no_grad()
+    def load(self, caches: list, positions: list[int], next_ids: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """Copy compressed DynamicCaches (each one row, or rows holding the same number of entries) into the static
+        buffers; `positions`: each cache's next position (the prompt's length). Returns next_ids [B, 1]."""
+        counts = [_entries(c) for c in caches]
+        slots = [n for c, n in zip(caches, counts) for _ in range(c.layers[0].keys.shape[0])]
+        pos_ids = [p for c, p in zip(caches, positions) for _ in range(c.layers[0].keys.shape[0])]
+        B, L = len(slots), max(self.max_len or 0, max(slots) + 1)
+        changed = False
+        for i in range(len(self.layers)):
+            k0 = caches[0].layers[i].keys
+            kb = torch.zeros(B, k0.shape[1], L, k0.shape[3], dtype=k0.dtype, device=self.device)
+            vb = torch.zeros_like(kb)
+            row = 0
+            for c, n in zip(caches, counts):
+                b = c.layers[i].keys.shape[0]
+                kb[row:row + b, :, :n], vb[row:row + b, :, :n] = c.layers[i].keys, c.layers[i].values
+                row += b
+            st = self.states[i] if isinstance(self.states[i], dict) else {}
+            self.states[i] = st
+            changed |= _assign(st, "k", kb) | _assign(st, "v", vb)
+        changed |= _assign(self.io, "ids", next_ids.to(self.device))
+        changed |= _assign(self.io, "pos", torch.tensor(slots, device=self.device))
+        changed |= _assign(self.io, "pos_ids", torch.tensor(pos_ids, device=self.device).view(B, 1))
+        changed |= _assign(self.io, "rows", torch.arange(B, device=self.device))
+        changed |= _assign(self.io, "logits", logits.float().to(self.device))
+        if changed:
+            self.graph = None
+        self.positions = slots  # FastDecoder.decode's host-side copy: slots filled (capacity, split-K prefix)
+        return self.io["ids"].clone()  # the buffer itself changes with every step
+
+
+def _assign(holder: dict, name: str, value: torch.Tensor) -> bool:
+    """holder[name] = value, into the existing static buffer when shapes match (a captured graph stays valid)."""
+    holder[name], replaced = assign(holder.get(name), value)
+    return replaced
+
+
+def _entries(cache) -> int:
+    """The entries every layer of a compressed cache holds (one count: a uniform budget)."""
+    counts = {layer.keys.shape[2] for layer in cache.layers} | {layer.values.shape[2] for layer in cache.layers}
+    if len(counts) != 1:
+        raise RuntimeError(f"the compressed cache's layers hold different numbers of entries {sorted(counts)}")
+    return counts.pop()
+
+
+def cut(tokens: list[int], eos: frozenset, stop=None) -> list[int]:
+    """A row's decoded tokens up to and including its first end: EOS, or the token after which `stop(out)` holds
+    (the DynamicCache path's loop, applied after a batch decoded)."""
+    out = []
+    for t in tokens:
+        out.append(t)
+        if t in eos or (stop and stop(out)):
+            break
+    return out
