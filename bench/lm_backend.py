@@ -32,7 +32,7 @@ from golinear.models.spec import PRESS_KEYS, STRING_KEYS, ModelSpec
 
 MODEL_ARGS = ("base", *LINEAR_ARGS, *PRESS_KEYS, "dtype", "device", "batch_size", "max_length", "seed", "generation")
 GENERATION = {"golinear-hf": ("hf", "batched", "sequential"), "linearized": ("batched", "sequential"),
-              "golinear-press": ("press",)}
+              "golinear-press": ("static", "dynamic")}
 # HFLM options passed through to it (lm-eval's CLI passes some).
 HFLM_ARGS = ("max_batch_size", "truncation", "logits_cache", "add_bos_token", "prefix_token_id",
              "softmax_dtype", "mixed_precision_dtype", "think_end_token",

@@ -217,3 +217,20 @@ def test_static_decoder_gives_the_dynamic_caches_tokens(smollm, press, budget, c
     got = torch.cat([first, dec.decode(11)], 1).tolist()
     assert got == want
     assert dec.positions == [budget + 11] * 2  # each row: the budget's entries, then one per new token
+
+
+@pytest.mark.slow
+def test_press_backend_static_and_dynamic_generation_answer_alike(monkeypatch):
+    """`golinear-press` decodes batches on the static decoder (the default) and, as `generation=dynamic`, one prompt
+    at a time on the DynamicCache: the same answers to the same S-NIAH requests, stop strings and EOS included."""
+    from lm_eval.api.instance import Instance
+
+    from golinear.bench.press_backend import PressLM
+    monkeypatch.setenv("GOLINEAR_RULER_CACHE", "0")
+    static = PressLM(press="snapkv", kv_budget=256, device="cpu", batch_size=2)
+    dynamic = PressLM(press="snapkv", kv_budget=256, device="cpu", generation="dynamic")
+    rows = build_samples("golinear_sniah_2", static.tokenizer, max_seq_length=1024, num_samples=2)
+    reqs = [Instance("generate_until", {}, (r["prompt"], {"until": ["\n"], "max_gen_toks": 24, "do_sample": False}),
+                     i, metadata=("golinear_sniah_2", i, 1)) for i, r in enumerate(rows)]
+    a, b = static.generate_until(reqs), dynamic.generate_until(reqs)
+    assert a == b and all(isinstance(t, str) for t in a), (a, b)

@@ -86,12 +86,12 @@ def _entries(cache) -> int:
     return counts.pop()
 
 
-def cut(tokens: list[int], eos: frozenset, stop=None) -> list[int]:
-    """A row's decoded tokens up to and including its first end: EOS, or the token after which `stop(out)` holds
-    (the DynamicCache path's loop, applied after a batch decoded)."""
+def cut(tokens: list[int], eos: frozenset, stop=None) -> tuple[list[int], bool]:
+    """A row's decoded tokens up to and including its first end (EOS, or the token after which `stop(out)` holds:
+    the DynamicCache path's loop, applied after a batch decoded), and whether it ended."""
     out = []
     for t in tokens:
         out.append(t)
         if t in eos or (stop and stop(out)):
-            break
-    return out
+            return out, True
+    return out, False
