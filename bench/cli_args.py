@@ -162,7 +162,11 @@ def latency(p):
     p.add_argument("--prefill-chunk", type=int, default=8192,
                    help="linearized models prefill in chunks of this many positions (0 = whole prompt); a press "
                         "row takes its own prefill_chunk=<tokens> from its spec")
-    p.add_argument("--no-graph", action="store_true", help="decode linearized models eagerly (no CUDA graph)")
+    p.add_argument("--no-graph", action="store_true",
+                   help="decode linearized models and press rows eagerly (no CUDA graph)")
+    p.add_argument("--press-decoder", choices=["static", "dynamic"], default="static",
+                   help="press rows decode on the static-cache decoder full-static uses, or on HF's DynamicCache "
+                        "(the cross-check; its rows are named so)")
     p.add_argument("--out-dir", default=None,
                    help="folder for latency.csv/.md/.png (default: runs/latency; the published rows: leaderboards)")
     p.add_argument("--layers", type=int, default=None,

@@ -144,8 +144,9 @@ def _runner(args, model, spec, dtype, device, max_len):
     if spec.is_full_attention:
         return lambda ids: run_full(model, ids, args.new_tokens), dict(prefill_chunk=0, cuda_graph=False), None, None
     if spec.press is not None:  # full attention with its KV cache compressed (bench/latency_press.py)
-        return (PressRun(model, spec, args.new_tokens), dict(prefill_chunk=spec.prefill_chunk, cuda_graph=False,
-                                                             press=spec.press, kv_budget=spec.kv_budget), None, None)
+        run = PressRun(model, spec, args.new_tokens, decoder=args.press_decoder, use_graph=use_graph)
+        return (run, dict(prefill_chunk=spec.prefill_chunk, cuda_graph=run.static is not None and use_graph,
+                          press=spec.press, kv_budget=spec.kv_budget), None, None)
     undo = _linearize(model, spec, dtype)
     # FastDecoder, or for retention slots (retain > 0) RetentionDecoder: each prompt prefilled alone and
     # whole (prefill_chunk 0), eager decode (use_graph False)
@@ -205,8 +206,8 @@ def sweep(args) -> list[dict]:
                 ids = torch.randint(0, vocab, (batch, length), generator=gen).to(device)
                 if isinstance(spec, str):  # static KV buffer sized for this length (not for the longest prompt)
                     decoder.max_len = length + args.new_tokens + 1
-                row = dict(info, config=label if isinstance(spec, str) else spec.label, length=length, batch=batch,
-                           **extra)
+                config = label if isinstance(spec, str) else run.config_label if isinstance(run, PressRun) else spec.label
+                row = dict(info, config=config, length=length, batch=batch, **extra)
                 try:
                     if warm:  # compile / autotune / graph capture outside the timings
                         _warm_up(run, ids, None if undo is None else decoder)  # (full-static: one chunk)

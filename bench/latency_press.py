@@ -5,8 +5,10 @@ Prefill: the prompt but its last token under the press with full attention, comp
 entries per layer and KV head (with `prefill_chunk`, in chunks of that many tokens compressed after each: the
 memory-matched row), then the last token read into the cache for the first logits, so decoding starts from
 `kv_budget` entries, as models.kv_compression.generate starts from the budget. A random prompt has no question:
-its last token plays the question's part. Decode: greedy steps on HF's DynamicCache over the compressed entries,
-each new token appended uncompressed, as golinear's press generation decodes.
+its last token plays the question's part. Decode: greedy steps over the compressed entries, each new token appended
+uncompressed, on the static-cache decoder full-static uses (models.kv_compression.static_decode: the entries copied
+into its static buffers at the end of the prefill, CUDA graph on CUDA, captured outside the timings), as golinear's
+press generation decodes; `--press-decoder dynamic` times HF's DynamicCache instead (the cross-check).
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import torch
 
 from golinear.bench.latency_runs import sync
 from golinear.models.kv_compression.generate import chunks, compressed_prefill, split_budget
+
+PRESS_DECODERS = ("static", "dynamic")  # the static-cache decoder (full-static's), or HF's DynamicCache
 
 MIN_BUDGET = 2  # the prompt's last token is read after compression: at least one entry kept before it
 
@@ -48,8 +52,13 @@ class PressRun:
     """One press row's timed run: (prefill s, decode s) for a batch of prompts. `entries` holds the KV entries per
     layer and KV head the last run's decode started from (one count: every layer and row holds the same)."""
 
-    def __init__(self, model, spec, new_tokens: int):
+    def __init__(self, model, spec, new_tokens: int, decoder: str = PRESS_DECODERS[0], use_graph: bool = False):
+        from golinear.models.kv_compression.static_decode import PressDecoder
+        if decoder not in PRESS_DECODERS:
+            raise ValueError(f"--press-decoder {decoder!r}; allowed: {', '.join(PRESS_DECODERS)}")
         self.model, self.spec, self.new_tokens = model, spec, new_tokens
+        self.decoder_name = decoder
+        self.static = PressDecoder(model, use_graph=use_graph) if decoder == "static" else None
         self.entries = None
         self.compressed = False  # whether a run has compressed yet (the press's kernels loaded)
 
@@ -64,22 +73,32 @@ class PressRun:
         logits = model(input_ids=ids[:, n_press:], past_key_values=cache, position_ids=positions[:, n_press:length],
                        use_cache=True, logits_to_keep=1).logits
         nxt = logits[:, -1:].argmax(-1)
-        sync(device)
-        t1 = time.perf_counter()
         counts = {layer.keys.shape[2] for layer in cache.layers} | {layer.values.shape[2] for layer in cache.layers}
         if len(counts) != 1:
             raise RuntimeError(f"press={self.spec.press}: the layers hold different numbers of entries "
                                f"{sorted(counts)}")
         self.entries = counts.pop()
-        for pos in range(length, length + self.new_tokens):
-            logits = model(input_ids=nxt, past_key_values=cache, position_ids=positions[:, pos:pos + 1],
-                           use_cache=True).logits
-            nxt = logits[:, -1:].argmax(-1)
+        if self.static is not None:  # the kept entries into the static buffers: the end of the prefill
+            self.static.max_len = self.entries + self.new_tokens + 1
+            self.static.load([cache], [length], nxt, logits[:, -1:])
+            del cache
+        sync(device)
+        t1 = time.perf_counter()
+        if self.static is not None:
+            self.static.capture()  # untimed (a no-op without CUDA graphs, or when this shape is captured)
+            sync(device)
+            t1b = time.perf_counter()
+            self.static.decode(self.new_tokens)
+        else:
+            t1b = t1
+            for pos in range(length, length + self.new_tokens):
+                logits = model(input_ids=nxt, past_key_values=cache, position_ids=positions[:, pos:pos + 1],
+                               use_cache=True).logits
+                nxt = logits[:, -1:].argmax(-1)
         sync(device)
         t2 = time.perf_counter()
         self.compressed |= n_press > keep
-        del cache, logits
-        return t1 - t0, t2 - t1
+        return t1 - t0, t2 - t1b
 
     def row_fields(self) -> dict:
         """The row's press, budget and note (what its prefill, decode and decode bytes count)."""
@@ -88,8 +107,15 @@ class PressRun:
         if s.prefill_chunk:
             chunked, after = f" in chunks of {s.prefill_chunk} tokens", " after every chunk"
         fits = " (the prompt fits the budget: nothing dropped)" if self.entries < s.kv_budget else ""
+        copy, where = ((", then the kept entries copied into the static KV buffers", "the static-cache decoder "
+                        "full-static uses") if self.static is not None else ("", "HF's DynamicCache"))
         note = (f"kvpress {s.press}, kv_budget {s.kv_budget}: prefill = the prompt but its last token with full "
                 f"attention{chunked}, compressed to kv_budget - 1 KV entries per layer and KV head{after}, then the "
-                f"last token; decode = greedy steps on HF's DynamicCache from {self.entries} entries{fits}, one more a "
+                f"last token{copy}; decode = greedy steps on {where} from {self.entries} entries{fits}, one more a "
                 "step; decode bytes per step = the weights + those entries' keys and values (mean over the steps)")
         return dict(press=s.press, kv_budget=s.kv_budget, note=note)
+
+    @property
+    def config_label(self) -> str:
+        """The row's name: the spec's, the DynamicCache cross-check named as such (its own row, not the static's)."""
+        return self.spec.label + ("" if self.static is not None else ", DynamicCache decode")

@@ -45,29 +45,32 @@ def test_press_rows_through_the_sweep(tmp_path, monkeypatch):
     spied_load(monkeypatch, seen)
     common = ["--lengths", str(LENGTH), "--batch", "1,2", "--new-tokens", str(NEW), "--layers", "2",
               "--out-dir", str(tmp_path)]
-    assert cli(["latency", "--configs", ";".join(LABELS), *common]) == 0
-    for layer in (0, 1):
+    assert cli(["latency", "--configs", ";".join(LABELS), "--press-decoder", "dynamic", *common]) == 0
+    for layer in (0, 1):  # the DynamicCache cross-check runs every step through the attention layers
         steps = [held for i, q, held in seen if i == layer and q == 1]  # the last prompt token, then decode
         runs = [steps[k:k + NEW + 1] for k in range(0, len(steps), NEW + 1)]
         assert len(runs) >= 6 and all(r == list(range(BUDGET - 1, BUDGET + NEW)) for r in runs), runs
         prefill = [held for i, q, held in seen if i == layer and q > 1]
         assert max(prefill) == BUDGET - 1  # the chunked prefill's chunks start from the compressed cache
     monkeypatch.undo()
+    assert cli(["latency", "--configs", ";".join(LABELS), *common]) == 0  # the static decoder (full-static's)
     assert cli(["latency", "--configs", "full", *common]) == 0
 
     df = pd.read_csv(tmp_path / "latency.csv")
-    assert len(df) == 8 and (df.status == "ok").all() and (df.new_tokens == NEW).all()
+    assert len(df) == 14 and (df.status == "ok").all() and (df.new_tokens == NEW).all()
     press = df[df.press.notna()]
-    assert set(press.config) == set(LABELS.values()) and (press.kv_budget == BUDGET).all()
+    dynamic = {f"{label}, DynamicCache decode" for label in LABELS.values()}
+    assert set(press.config) == set(LABELS.values()) | dynamic and (press.kv_budget == BUDGET).all()
+    assert all(("HF's DynamicCache" in n) == (c in dynamic) for c, n in zip(press.config, press.note))
     assert set(press.press) == {"snapkv", "streaming_llm"}
-    assert press.set_index("config").prefill_chunk.to_dict()[LABELS[CHUNKED]] == 96
+    assert press[press.config == LABELS[CHUNKED]].prefill_chunk.tolist() == [96, 96]
     for col in ["prefill_s", "decode_ms_per_token", "e2e_s", *latency.BOUND_COLUMNS]:
         assert (df[col] > 0).all(), col
     assert (df.peak_gib > 0).all()  # on the CPU: the process's peak resident set
     h, f, kv = 576, 1536, 3 * 64
     weights = 2 * 4 * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h) + 4 * (49152 * h + h)
     for _, r in df.iterrows():
-        held = BUDGET if r.config in LABELS.values() else LENGTH  # the compressed cache; full: the prompt
+        held = BUDGET if r.config != "full" else LENGTH  # the compressed cache; full: the prompt
         want = weights + 4 * r.batch * h + 2 * 2 * 4 * r.batch * (held + (NEW + 1) / 2) * kv
         assert r.decode_bytes_per_step == pytest.approx(want, rel=1e-5), r.config
     assert all(f"from {BUDGET} entries" in n and f"kv_budget {BUDGET}" in n for n in press.note)
@@ -77,9 +80,10 @@ def test_press_rows_through_the_sweep(tmp_path, monkeypatch):
     assert "against the fastest full-attention row" not in md  # no linearized row here; the presses are none
 
 
-def test_press_row_decodes_what_the_press_generation_decodes():
-    """The latency row's greedy steps are the press generation's (models.kv_compression.generate, with the last
-    prompt token as the question) on the same prompt: the timed run does the same work."""
+@pytest.mark.parametrize("decoder", ["static", "dynamic"])
+def test_press_row_decodes_what_the_press_generation_decodes(decoder):
+    """The latency row's greedy steps, on either decoder, are the press generation's (models.kv_compression.generate,
+    with the last prompt token as the question) on the same prompt: the timed run does the same work."""
     from golinear.bench.latency_press import PressRun
     from golinear.bench.specs import parse_model_spec
     from golinear.models.backbones.backbone import random_backbone
@@ -92,7 +96,7 @@ def test_press_row_decodes_what_the_press_generation_decodes():
     tokens = []
     lm_head = model.lm_head
     model.lm_head = torch.nn.Sequential(lm_head, Recorder(tokens))
-    run = PressRun(model, spec, NEW)
+    run = PressRun(model, spec, NEW, decoder=decoder)
     run(ids)
     model.lm_head = lm_head
     want = generate(model, ids[0].tolist(), 1, "snapkv", BUDGET, NEW + 1)
