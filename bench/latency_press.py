@@ -16,6 +16,7 @@ import time
 
 import torch
 
+from golinear.models.backbones.cache_arg import cache_kwarg
 from golinear.bench.latency_runs import sync
 from golinear.models.kv_compression.generate import chunks, compressed_prefill, split_budget
 
@@ -70,8 +71,8 @@ class PressRun:
         sync(device)
         t0 = time.perf_counter()
         cache = compressed_prefill(model, ids[:, :n_press], self.spec.press, keep, self.spec.prefill_chunk)
-        logits = model(input_ids=ids[:, n_press:], past_key_values=cache, position_ids=positions[:, n_press:length],
-                       use_cache=True, logits_to_keep=1).logits
+        logits = model(input_ids=ids[:, n_press:], position_ids=positions[:, n_press:length], use_cache=True,
+                       logits_to_keep=1, **cache_kwarg(model, cache)).logits
         nxt = logits[:, -1:].argmax(-1)
         counts = {layer.keys.shape[2] for layer in cache.layers} | {layer.values.shape[2] for layer in cache.layers}
         if len(counts) != 1:
@@ -92,8 +93,8 @@ class PressRun:
         else:
             t1b = t1
             for pos in range(length, length + self.new_tokens):
-                logits = model(input_ids=nxt, past_key_values=cache, position_ids=positions[:, pos:pos + 1],
-                               use_cache=True).logits
+                logits = model(input_ids=nxt, position_ids=positions[:, pos:pos + 1], use_cache=True,
+                               **cache_kwarg(model, cache)).logits
                 nxt = logits[:, -1:].argmax(-1)
         sync(device)
         t2 = time.perf_counter()

@@ -10,6 +10,8 @@ import time
 
 import torch
 
+from golinear.models.backbones.cache_arg import cache_kwarg, returned_cache
+
 
 def sync(device):
     """Wait for the device's queued work (a no-op on the CPU), so the wall clock times what ran."""
@@ -25,11 +27,11 @@ def run_full(model, ids, new_tokens):
     t0 = time.perf_counter()
     out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
     nxt = out.logits[:, -1:].argmax(-1)
-    past = getattr(out, "cache", None) or out.past_key_values  # `cache` from transformers 5.24
+    past = returned_cache(out)
     sync(device)
     t1 = time.perf_counter()
     for _ in range(new_tokens):
-        out = model(input_ids=nxt, past_key_values=past, use_cache=True)
+        out = model(input_ids=nxt, use_cache=True, **cache_kwarg(model, past))
         nxt = out.logits[:, -1:].argmax(-1)
     sync(device)
     t2 = time.perf_counter()

@@ -8,10 +8,10 @@ trainable. The model keeps its class (plus a generation mixin that builds `Linea
 from __future__ import annotations
 
 import dataclasses
-import inspect
 
 import torch
 
+from golinear.models.backbones.cache_arg import cache_kwarg
 from golinear.models.backbones.backbone import check_architecture, fingerprint
 from golinear.models.cache.hf_cache import LinearCache
 from golinear.models.attention.layers import LinearizedAttention
@@ -100,8 +100,7 @@ class LinearGenerationMixin:
     """Makes `generate` build a LinearCache instead of a DynamicCache."""
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
-        # the cache's keyword is `past_key_values` before transformers 5.24 and `cache` from then on
-        name = "cache" if "cache" in inspect.signature(self.forward).parameters else "past_key_values"
+        (name, _), = cache_kwarg(self, None).items()  # the installed transformers' name for the cache
         if model_kwargs.get(name) is None and generation_config.use_cache is not False:
             model_kwargs[name] = LinearCache.for_model(self)
         return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)

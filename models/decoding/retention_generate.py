@@ -28,10 +28,10 @@ against HF generate one prompt at a time.
 from __future__ import annotations
 
 import functools
-import inspect
 
 import torch
 
+from golinear.models.backbones.cache_arg import cache_kwarg
 from golinear.models.cache.hf_cache import LinearCache, LinearLayerCache
 from golinear.models.cache.decode_state import DecodeState
 from golinear.models.decoding.fast_decode import FastDecoder
@@ -111,10 +111,10 @@ class RetentionDecoder(FastDecoder):
         """Each row's prompt alone through the model's forward on a LinearCache, the rows' states then stacked;
         returns the logits at each row's last token [B, 1, vocab] (fp32)."""
         caches, logits = [], []
-        arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-        for b, n in enumerate(lens):  # (transformers >= 5.24 names the cache argument `cache`)
+        for b, n in enumerate(lens):
             cache = LinearCache.for_model(self.model)
-            out = self.model(input_ids[b:b + 1, :n], use_cache=True, logits_to_keep=1, **{arg: cache})
+            out = self.model(input_ids[b:b + 1, :n], use_cache=True, logits_to_keep=1,
+                             **cache_kwarg(self.model, cache))
             caches.append(cache)
             logits.append(out.logits[:, -1:])
         for i in range(len(self.layers)):

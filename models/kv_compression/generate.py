@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from golinear.models.backbones.cache_arg import cache_kwarg
 from golinear.models.kv_compression.kvpress_adapter import apply_press
 from golinear.models.kv_compression.presses import build_press
 
@@ -49,7 +50,7 @@ def compressed_prefill(model, x: torch.Tensor, press: str, keep: int, prefill_ch
     cache = DynamicCache()
     with apply_press(build_press(press, keep), model, every_forward=bool(prefill_chunk)):
         for c0, c1 in chunks(x.shape[1], prefill_chunk):
-            model.model(input_ids=x[:, c0:c1], past_key_values=cache, use_cache=True,
+            model.model(input_ids=x[:, c0:c1], use_cache=True, **cache_kwarg(model.model, cache),
                         position_ids=torch.arange(c0, c1, device=x.device)[None])
     return cache
 
@@ -67,7 +68,7 @@ def generate(model, ids: list[int], question_len: int, press: str, budget: int, 
     out = []
     for _ in range(max_new_tokens):
         position_ids = torch.arange(pos, pos + rest.shape[1], device=device)[None]
-        logits = model(input_ids=rest, past_key_values=cache, position_ids=position_ids, use_cache=True,
+        logits = model(input_ids=rest, position_ids=position_ids, use_cache=True, **cache_kwarg(model, cache),
                        logits_to_keep=1).logits
         pos += rest.shape[1]
         token = int(logits[0, -1].argmax())

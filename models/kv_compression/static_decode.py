@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from golinear.models.backbones.cache_arg import cache_kwarg
 from golinear.models.cache.decode_state import assign
 from golinear.models.decoding.fast_decode import FastDecoder
 from golinear.models.kv_compression.generate import compressed_prefill, split_budget
@@ -32,7 +33,7 @@ class PressDecoder(FastDecoder):
             n_press, keep = split_budget(len(ids), question_len, budget, question_aware)
             x = torch.tensor([ids], device=self.device)
             cache = compressed_prefill(self.model, x[:, :n_press], press, keep, prefill_chunk)
-            out = self.model(input_ids=x[:, n_press:], past_key_values=cache, use_cache=True, logits_to_keep=1,
+            out = self.model(input_ids=x[:, n_press:], use_cache=True, logits_to_keep=1, **cache_kwarg(self.model, cache),
                              position_ids=torch.arange(n_press, len(ids), device=self.device)[None]).logits
             caches.append(cache)
             positions.append(len(ids))
