@@ -3,7 +3,8 @@
 lm-eval 0.4.13 finds a model backend only in its own registry, filled when the module defining the backend is
 imported, and tasks only in its own folder or an `--include_path`; it has no discovery of a third-party
 package's backends or tasks. So the plain `lm_eval` command knows neither `linearized` nor `golinear_piqa`.
-This command imports bench.lm_backend (registering `linearized` and `golinear-hf`), adds golinear's task
+This command imports bench.lm_backend and bench.press_backend (registering `linearized`, `golinear-hf` and
+`golinear-press`: every backend bench.lm_backend.BACKENDS names), adds golinear's task
 folders to the include path (after them any `--include_path` of the user's), picks CUDA when there is one and
 the CPU otherwise when `--device` is not given (lm-eval would name cuda:0), and hands every other argument to
 lm-eval's parser unchanged: `golinear lm-eval run --help` lists them all.
@@ -23,6 +24,7 @@ def include_paths(user_path) -> list[str]:
 
 def run_lm_eval(argv: list[str]) -> int:
     from golinear.bench.lm_backend import default_device  # the import registers 'linearized' and 'golinear-hf'
+    import golinear.bench.press_backend  # noqa: F401 - registers 'golinear-press'
     from lm_eval.__main__ import HarnessCLI, setup_logging
 
     setup_logging()

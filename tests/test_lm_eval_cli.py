@@ -43,3 +43,20 @@ def test_a_checkpoint_on_a_golinear_task_from_another_folder(tmp_path):
     result = json.loads(next((tmp_path / "results").rglob("results_*.json")).read_text())
     assert result["results"]["golinear_piqa"]["alias"] == "golinear_piqa"
     assert result["config"]["model"] == "linearized" and result["config"]["limit"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,args,task,extra", [
+    ("golinear-hf", "base=smollm2-135m", "golinear_piqa", []),
+    ("golinear-press", "press=streaming_llm,kv_budget=256", "golinear_sniah_1",
+     ["--metadata", '{"max_seq_lengths": [1024], "num_samples": 1}']),
+])
+def test_every_backend_the_readme_names_runs_from_another_folder(tmp_path, model, args, task, extra):
+    """`golinear lm-eval` knows each golinear backend (`linearized` above; these two here) outside the repository."""
+    from golinear.bench.lm_backend import BACKENDS
+    readme = (ROOT / "README.md").read_text()
+    assert all(f"`{b}`" in readme for b in BACKENDS)
+    out = golinear(["lm-eval", "--model", model, "--model_args", args, "--tasks", task, "--limit", "1", *extra],
+                   tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "no model for this name" not in out.stderr and f"{model} (" in out.stdout, out.stdout[-2000:]
