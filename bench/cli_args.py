@@ -69,16 +69,25 @@ def params(p):
 
 def run(p):
     from golinear.bench.plan import ALL_SUITES  # light: no torch, no lm-eval
+    from golinear.models.kv_compression.presses import PRESSES  # (imports no torch)
     from golinear.models.spec import PRESETS
     p.add_argument("--models", required=True,
-                   help="';'-separated model specs: presets (" + ", ".join(sorted(PRESETS)) +
-                        "), key=value lists (e.g. 'mechanism=gdn,window=120,sinks=8') or checkpoint folders")
+                   help="';'-separated model specs, each one of: a preset (" + ", ".join(sorted(PRESETS)) +
+                        "), optionally followed by overrides ('gdn-default,window=120'); key=value pairs "
+                        "('mechanism=gdn,window=120,sinks=8'); a checkpoint folder, or a shipped checkpoint by its "
+                        "folder name ('gdn-w56-s8-sc'), optionally followed by cache options that need no "
+                        "retraining ('gdn-w56-s8-sc,window=28,retain=28'); a KV-cache compression press "
+                        "('press=snapkv,kv_budget=1024'; presses: " + ", ".join(PRESSES) +
+                        "; long-context suites only). Each key at most once")
     p.add_argument("--suites", default="cr,mmlu,lambada", help=f"comma-separated, from {','.join(ALL_SUITES)}")
     p.add_argument("--tasks", default=None,
                    help="only these tasks of the suites, comma-separated task or display names (e.g. MQ,MV,VT)")
     p.add_argument("--limit", type=int, default=None, help="first N documents per task (subtask for MMLU)")
     p.add_argument("--store", default="runs/store", help="result store folder (default runs/store)")
-    p.add_argument("--budgets", default=None, help="cache budgets for sniah/ruler, e.g. 128,256,512,1024")
+    p.add_argument("--budgets", default=None,
+                   help="cache budgets for sniah/ruler, e.g. 128,256,512,1024: each linearized model and press at "
+                        "each budget, beside full attention and the untrained window + sinks at the same budgets "
+                        "(the rows a budget is compared with, added to the run)")
     p.add_argument("--sinks", type=int, default=8, help="sink tokens within each budget (default 8)")
     p.add_argument("--context-length", type=int, default=4096, help="sniah/ruler prompt length (default 4096)")
     p.add_argument("--num-samples", type=int, default=None, help="sniah/ruler samples per task, at most 10,000 (default: --limit, else the task's 500)")
