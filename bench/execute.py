@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from golinear.bench import request_cache
+from golinear.bench import quiet, request_cache
 from golinear.bench import specs as S
 from golinear.bench.plan import Cell, TaskEntry
 from golinear.bench.provenance import CellProvenance, ModelInfo, data_hashes, hardware, jsonable
@@ -173,6 +173,7 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info: ModelInfo
     goes (as JSON: bench.request_cache), and requests an earlier, killed attempt already scored are read back
     instead of recomputed."""
     import lm_eval
+    quiet.lm_eval_git_probe()
     e, cfg = cell.entry, cell.config
     resumed = 0
     if cache is not None:

@@ -39,7 +39,9 @@ def run_lm_eval(argv: list[str]) -> int:
         args.include_path = include_paths(args.include_path)
     if getattr(args, "command", None) == "run" and getattr(args, "device", None) is None:
         args.device = default_device()  # lm-eval would say cuda:0 even on a machine without CUDA
+    from golinear.bench.quiet import lm_eval_git_probe
     from golinear.bench.request_cache import json_values
+    lm_eval_git_probe()
     with json_values():  # `--use_cache` keeps JSON, never pickles (bench.request_cache)
         cli.execute(args)
     return 0

@@ -5,10 +5,15 @@
   an unset count means 0 to lm-eval); a real change (from 0 to 5, from None to 5) still shows.
 - transformers' FutureWarning that `past_key_values` is deprecated (renamed `cache`): lm-eval's generation
   calls pass it, once per run; the rename is theirs to make.
+- git's "fatal: not a git repository": lm-eval asks git for the current folder's commit in every evaluation and
+  lets git's complaint reach the terminal outside a repository (`lm_eval_git_probe` asks quietly; the answer, a
+  commit or none, is the same).
+- transformers' "Loading weights" progress bar, once per model load: golinear's own bars say what is loading.
 """
 from __future__ import annotations
 
 import logging
+import subprocess
 import warnings
 
 FEWSHOT_MESSAGE = "Overwriting default num_fewshot of %s from %s to %s"
@@ -27,9 +32,26 @@ FILTERS = {"lm_eval.evaluator": DropUnchangedFewshot}
 DEPRECATED_KWARG = r"`past_key_values` is deprecated"
 
 
+def quiet_git_commit_hash() -> str | None:
+    """lm-eval's get_git_commit_hash, with git's stderr kept off the terminal."""
+    try:
+        out = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def lm_eval_git_probe() -> None:
+    """Point lm-eval's evaluator at the quiet git probe (call once lm-eval is imported)."""
+    import lm_eval.evaluator
+    lm_eval.evaluator.get_git_commit_hash = quiet_git_commit_hash
+
+
 def install() -> None:
     """Attach each filter to its logger once (idempotent)."""
     warnings.filterwarnings("ignore", message=DEPRECATED_KWARG, category=FutureWarning)
+    import os
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # the weight loading bar (transformers' own tqdm)
     for name, kind in FILTERS.items():
         logger = logging.getLogger(name)
         if not any(isinstance(f, kind) for f in logger.filters):
