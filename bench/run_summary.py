@@ -3,16 +3,20 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-PERCENT_METRICS = ("acc", "acc_norm", "exact_match", "score", "contains")
+FRACTION_METRICS = ("acc", "acc_norm", "exact_match", "contains")  # 0..1, shown in percent
+PERCENT_METRICS = ("score",)  # S-NIAH / RULER: 0..100 already
 
 
 def score_text(cell: dict) -> str:
-    """A score as the leaderboard shows it: accuracies in percent, perplexities as they are."""
+    """A score as the leaderboard shows it: accuracies and long-context scores in percent (one decimal),
+    perplexities as they are."""
     value, metric = cell.get("value"), str(cell.get("metric", ""))
     if value is None or isinstance(value, str):
         return "-" if value is None else value
-    if metric.startswith(PERCENT_METRICS) and 0.0 <= value <= 1.0:
+    if metric.startswith(FRACTION_METRICS) and 0.0 <= value <= 1.0:
         return f"{100 * value:.1f}"
+    if metric.startswith(PERCENT_METRICS):
+        return f"{value:.1f}"
     return f"{value:.2f}"
 
 

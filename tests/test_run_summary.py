@@ -61,3 +61,11 @@ def test_the_past_key_values_deprecation_is_not_printed():
         assert not any("past_key_values" in str(w.message) for w in seen)
         warnings.warn("another FutureWarning", FutureWarning)
         assert len(seen) == 1  # only that message is silenced
+
+
+def test_long_context_scores_are_percent_already():
+    """An S-NIAH score of 1.0 is 1 %, not 100 %: scores are shown as they are, one decimal, like the accuracies."""
+    from golinear.bench.run_summary import score_text
+    assert [score_text({"metric": "score", "value": v}) for v in (0.0, 1.0, 100.0)] == ["0.0", "1.0", "100.0"]
+    assert score_text({"metric": "acc", "value": 0.5}) == "50.0"
+    assert score_text({"metric": "perplexity", "value": 12.345}) == "12.35"
