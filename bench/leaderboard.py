@@ -194,9 +194,9 @@ def to_csv(table: pd.DataFrame) -> str:
 
 
 def sniah_plot(table: pd.DataFrame) -> bytes | None:
-    """PNG: S-NIAH accuracy vs cache budget, one panel per task, one line per model (reported: dashed).
-
-    Full attention (budget inf) is drawn as a dotted horizontal line."""
+    """PNG: S-NIAH accuracy vs cache budget, one panel per task, one line per model measured at two budgets or more
+    (reported: dashed); a model at one budget is a grey point (the table names it), so the legend stays readable at
+    page width. Full attention (budget inf) is drawn as a dotted horizontal line."""
     if table.empty:
         return None
     plt = pyplot()
@@ -204,22 +204,25 @@ def sniah_plot(table: pd.DataFrame) -> bytes | None:
     finite = [b for b in table.columns if b not in meta and b != "inf"]
     if not finite:
         return None
-    models = sorted({(r["status"], r["model"]) for _, r in table.iterrows()}, key=lambda k: (k[0] != "measured", k[1]))
-    colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(models)}
+    points = {(r["status"], r["model"]): sum(pd.notna(r[b]) and r[b] != "" for b in finite) for _, r in table.iterrows()}
+    lines = sorted({m for m, n in points.items() if n > 1}, key=lambda k: (k[0] != "measured", k[1]))
+    colours = {m: plt.get_cmap("tab20")(i % 20) for i, m in enumerate(lines)}
     tasks = [t for t in SNIAH_TASKS if t in set(table["task"])]
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks) + 3, 3.6), dpi=100, sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), dpi=100, sharey=True, squeeze=False)
     for ax, task in zip(axes[0], tasks):
         for _, r in table[table["task"] == task].iterrows():
             m = (r["status"], r["model"])
-            style = dict(color=colours[m], linewidth=1.2, markersize=4,
-                         linestyle="-" if r["status"] == "measured" else "--",
-                         marker="o" if r["status"] == "measured" else "x")
             xs = [int(b) for b in finite if pd.notna(r[b]) and r[b] != ""]
-            if xs:
-                ax.plot(xs, [float(r[str(b)]) for b in xs], label=f"{r['model']} ({r['status']})", **style)
+            if m in colours and xs:
+                ax.plot(xs, [float(r[str(b)]) for b in xs], label=f"{r['model']} ({r['status']})", color=colours[m],
+                        linewidth=1.2, markersize=4, linestyle="-" if r["status"] == "measured" else "--",
+                        marker="o" if r["status"] == "measured" else "x")
+            elif xs:
+                ax.plot(xs, [float(r[str(b)]) for b in xs], color="grey", marker="o", markersize=3, linestyle="none",
+                        alpha=0.5, label="other rows, one budget each (see the table)")
             if "inf" in table.columns and pd.notna(r["inf"]) and r["inf"] != "":
-                ax.axhline(float(r["inf"]), color=colours[m], linestyle=":", linewidth=1.2,
-                           label=f"{r['model']} (budget inf, {r['status']})")
+                ax.axhline(float(r["inf"]), color="black", linestyle=":", linewidth=1.0,
+                           label=f"full attention ({r['status']})")
         ax.set_xscale("log", base=2)
         ax.set_xticks([int(b) for b in finite], [str(b) for b in finite])
         ax.set_title(task)
@@ -227,7 +230,8 @@ def sniah_plot(table: pd.DataFrame) -> bytes | None:
         ax.set_ylim(-2, 102)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("accuracy (%)")
-    fig.legend(*legend_entries(axes[0]), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.legend(*legend_entries(axes[0]), fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2,
+               frameon=False)
     return png_bytes(fig)
 
 

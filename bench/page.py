@@ -23,6 +23,10 @@ NOT_SCORES = {"n", "HQA n", "context", "params", "cache", "limit"}  # numbers, b
 LOWER_IS_BETTER = {"LAMBADA ppl"}
 HEADLINE_SCORES = ("CR", "Avg", "MMLU", "LAMBADA")  # averages and headline tasks, in front of the rest
 EXTRA_FIGURES = {  # figures other commands write into the same folder, shown when present
+    "kv-compression.png": ("Linearize or compress",
+                           "S-NIAH mean against the cache budget: the linearized rows beside KV-cache compression "
+                           "(kvpress presses) of the same full-attention model at the same budgets "
+                           "(leaderboards/kv-compression.md)."),
     "latency.png": ("Speed against prompt length",
                     "Decode latency and memory against prompt length, full attention against the linearized "
                     "default (`golinear latency`; leaderboards/latency.md)."),
@@ -32,13 +36,14 @@ EXTRA_FIGURES = {  # figures other commands write into the same folder, shown wh
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em 2em;max-width:120em;color:#222}
 h1{margin-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
-.figs{display:grid;grid-template-columns:repeat(auto-fit,minmax(34em,1fr));gap:1em}
-figure{margin:0;border:1px solid #e3e3e3;padding:.5em;background:#fff}
+.figs{display:grid;grid-template-columns:repeat(auto-fit,minmax(34em,1fr));grid-auto-flow:dense;gap:1em}
+figure{margin:0;border:1px solid #e3e3e3;padding:.5em;background:#fff}.figs figure.wide{grid-column:1/-1}
 figure img{max-width:100%;height:auto}figcaption{font-size:13px;color:#444}
 .controls{position:sticky;top:0;background:#fafafa;padding:.4em;border:1px solid #ddd;z-index:2}
-table.board{border-collapse:collapse;font-size:13px;margin:.5em 0 1em}
+.scroll{overflow:auto;max-width:100%;max-height:85vh;margin:.5em 0 1em;border:1px solid #e3e3e3}
+table.board{border-collapse:collapse;font-size:13px}
 .board td,.board th{border:1px solid #d6d6d6;padding:2px 6px;text-align:right;vertical-align:top}
-.board th{background:#f0f0f0;cursor:pointer;position:sticky;top:2.6em;white-space:nowrap}
+.board th{background:#f0f0f0;cursor:pointer;position:sticky;top:0;white-space:nowrap}
 .board th.nosort{cursor:default}.board th[aria-sort=descending]::after{content:" \\25BC"}
 .board th[aria-sort=ascending]::after{content:" \\25B2"}
 .board td.text,.board th.text{text-align:left;white-space:nowrap}.board td.text:first-child{white-space:normal}
@@ -54,7 +59,7 @@ input.filter{width:24em}
 
 SCRIPT = """
 (function(){
-  function key(td){var t=td?td.textContent.trim():'';var v=parseFloat(t);
+  function key(td){var t=td?td.textContent.trim().replace(/,/g,''):'';var v=parseFloat(t);
     return t===''?null:(isNaN(v)||!/^[-+]?[0-9.]+(e[-+]?[0-9]+)?$/i.test(t)?t.toLowerCase():v);}
   function sortBy(table,i,th){
     var dir=th.getAttribute('aria-sort');
@@ -150,7 +155,7 @@ def gap_plot(standard: pd.DataFrame, columns=("CR", "MMLU", "LAMBADA")) -> bytes
 def _text(v) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
-    return f"{v:.2f}" if isinstance(v, float) else str(v)
+    return f"{v:,.2f}" if isinstance(v, float) else str(v)  # thousands separated: 146,553,448.60
 
 
 def column_order(table: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
@@ -191,16 +196,24 @@ def table_html(table_id: str, table: pd.DataFrame) -> str:
             cells.append(f"<td class='text'><details><summary>{summary}</summary>{inner}</details></td>")
         body.append(f"<tr class='{' '.join(classes)}'>" + "".join(cells) + "</tr>")
     return (f"<p><input class='filter' type='search' data-table='{table_id}' placeholder='filter rows (any text)'>"
-            f"</p><table class='board' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>\n"
-            + "\n".join(body) + "\n</tbody></table>")
+            f"</p><div class='scroll'><table class='board' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>\n"
+            + "\n".join(body) + "\n</tbody></table></div>")
 
 
 def _img(alt: str, png: bytes) -> str:
     return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
 
 
+WIDE_PX = 1000  # a figure drawn wider than this takes a whole row of the grid (not shrunk into one column)
+
+
+def png_width(png: bytes) -> int:
+    return int.from_bytes(png[16:20], "big")  # the IHDR chunk's width, right after the 8-byte signature
+
+
 def figure_html(title: str, caption: str, png: bytes) -> str:
-    return (f"<figure>{_img(title, png)}<figcaption><b>{html.escape(title)}.</b> {html.escape(caption)}"
+    wide = " class='wide'" if png_width(png) > WIDE_PX else ""
+    return (f"<figure{wide}>{_img(title, png)}<figcaption><b>{html.escape(title)}.</b> {html.escape(caption)}"
             "</figcaption></figure>")
 
 
@@ -225,9 +238,10 @@ def render_page(sections: list[tuple[str, str, str, pd.DataFrame]], images: dict
     if gap:
         figures.append(figure_html("Gap to full attention", "Full attention minus the best linearized model, in "
                                    "points, per table and backbone (orange: ours at 135M; blue: the paper's).", gap))
-    for name, (title, caption) in EXTRA_FIGURES.items():
-        if (Path(out_dir) / name).is_file():
-            figures.append(figure_html(title, caption, (Path(out_dir) / name).read_bytes()))
+    for i, (name, (title, caption)) in enumerate(EXTRA_FIGURES.items()):
+        if (Path(out_dir) / name).is_file():  # linearize-or-compress second, beside the first; the others last
+            at = min(1, len(figures)) if i == 0 else len(figures)
+            figures.insert(at, figure_html(title, caption, (Path(out_dir) / name).read_bytes()))
     parts = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'><title>golinear leaderboard</title>",
              f"<style>{STYLE}</style></head><body>", "<h1>golinear leaderboard</h1>",
              "<p>Post hoc linearized transformers on one suite. Rows marked <b>measured</b> come from the result "

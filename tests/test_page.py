@@ -85,3 +85,24 @@ def test_scores_come_before_the_settings():
                           "LAMBADA ppl": [20.0]})
     lead, scores, other = column_order(table)
     assert (lead, scores, other) == (["model", "cache"], ["CR", "PIQA", "LAMBADA ppl"], ["backbone", "params"])
+
+
+def test_headline_figures_read_at_page_width_and_tables_scroll_in_their_box(browser, tmp_path):
+    """At 1400 px: the linearize-or-compress plot is a headline figure; no headline image is shrunk below half its
+    drawn size (a legend wider than its plots was); every table fits the page or scrolls inside its own box; big
+    numbers carry separators."""
+    browser.evaluate("window.scrollTo(0, 0)")
+    alts = browser.evaluate("[...document.querySelectorAll('.figs figure img')].map(i => i.alt)")
+    assert "Linearize or compress" in alts and "S-NIAH against cache budget" in alts, alts
+    scales = browser.evaluate("[...document.querySelectorAll('.figs figure img')]"
+                              ".map(i => [i.alt, i.clientWidth / i.naturalWidth])")
+    assert all(scale >= 0.5 for _, scale in scales), scales
+    page = browser.evaluate("document.documentElement.clientWidth")
+    boxes = browser.evaluate("[...document.querySelectorAll('table.board')].map(t => [t.id, "
+                             "t.parentElement.className, t.parentElement.getBoundingClientRect().right])")
+    assert boxes and all(cls == "scroll" and right <= page for _, cls, right in boxes), (page, boxes)
+    assert browser.evaluate("document.documentElement.scrollWidth") <= page  # nothing overflows the page itself
+    big = browser.evaluate("[...document.querySelectorAll('td.score')].map(td => td.textContent)"
+                           ".filter(t => parseFloat(t.replace(/,/g, '')) >= 10000)")
+    assert big and all("," in t for t in big), big[:5]
+    (tmp_path / "figures.png").write_bytes(browser.screenshot())  # for a look (pytest --basetemp)
