@@ -68,7 +68,7 @@ def params(p):
 
 
 def run(p):
-    from golinear.bench.plan import ALL_SUITES  # light: no torch, no lm-eval
+    from golinear.bench.run.plan import ALL_SUITES  # light: no torch, no lm-eval
     from golinear.models.kv_compression.presses import PRESSES  # (imports no torch)
     from golinear.models.spec import PRESETS
     p.add_argument("--models", required=True,
@@ -152,7 +152,7 @@ def latency(p):
                    help="random: a named configuration with random weights (speed does not depend on them); "
                         "real: load --model's weights")
     p.add_argument("--configs", default=LATENCY_CONFIGS,
-                   help="';'-separated configuration specs (bench/specs.py), e.g. 'full;gdn-default;gla-default'; "
+                   help="';'-separated configuration specs (bench/run/specs.py), e.g. 'full;gdn-default;gla-default'; "
                         "'full-static' = full attention through the same static-cache + CUDA-graph decoder (each row reads its "
                         "filled KV prefix, split-K on CUDA); 'full-static-sdpa' = that decoder with SDPA over the whole "
                         "KV buffer (the step before the split-K kernel); 'press=snapkv,kv_budget=1024' = full "
@@ -195,7 +195,7 @@ def generation(p):
     p.add_argument("--batch-size", default=None, help="generation batch size (a number or auto); default 32 on CUDA, "
                    "4 on CPU")
     p.add_argument("--linear", default=DEFAULT_LINEAR,
-                   help="the linearized model: a checkpoint folder or a spec (bench/specs.py), e.g. gdn-default")
+                   help="the linearized model: a checkpoint folder or a spec (bench/run/specs.py), e.g. gdn-default")
     p.add_argument("--rows", default=";".join(GENERATION_ROWS),
                    help=f"';'-separated rows to run, of {list(GENERATION_ROWS)} (linear = the --linear model)")
     p.add_argument("--new-tokens", type=int, default=GENERATION_NEW_TOKENS,

@@ -113,7 +113,7 @@ def fitting_long_tasks(suite: str, context_length: int, data_dir) -> tuple[list[
 
 def jobs(args, suites: list[str]) -> list[tuple[str, list[str], dict]]:
     """(what, suites, run_matrix keywords) for each evaluation the demo runs."""
-    from golinear.bench import runner
+    from golinear.bench.run import runner
     data_dir = runner.check_data_dir(args.data_dir if args.data_dir is not None else runner.default_data_dir())
     out = []
     standard = [s for s in suites if s in ("cr", "lambada")]
@@ -176,7 +176,8 @@ def main(args) -> int:
     except ValueError as e:
         raise ValueError(f"--context-length {args.context_length}: {e}") from None
     suites = [s.strip() for s in args.suites.split(",") if s.strip()]
-    from golinear.bench import leaderboard, runner
+    from golinear.bench.boards import leaderboard
+    from golinear.bench.run import runner
     bad = [s for s in suites if s not in runner.ALL_SUITES]
     if bad or not suites:
         raise ValueError(f"--suites {args.suites!r}; allowed: {', '.join(runner.ALL_SUITES)}")
@@ -203,7 +204,7 @@ def main(args) -> int:
         print(f"   {s.evaluated} cells evaluated, {s.skipped} already in the store, {time.time() - t0:.0f} s",
               flush=True)
     leaderboard.render(args.store, args.out)
-    from golinear.bench.run_summary import score_table
+    from golinear.bench.run.run_summary import score_table
     print("\nThe demo's scores (accuracies and S-NIAH/RULER scores in percent; n: documents or samples a task):\n")
     print(score_table(cells) + "\n")
     print(f"leaderboards written to {args.out}/ (cells in {args.store}; re-running skips finished cells)")

@@ -1,5 +1,5 @@
 """Regenerates leaderboards/kv-crosscheck.{md,csv} (and its summary in docs/kv_compression.md): the StreamingLLM press against the untrained window + sinks
-on the same S-NIAH prompts (bench/press_crosscheck.py), per task: both scores and where the answers agree.
+on the same S-NIAH prompts (bench/boards/press_crosscheck.py), per task: both scores and where the answers agree.
 
     python scripts/press_crosscheck.py --samples 20 --context-length 1024 --budget 256 --out leaderboards
 """
@@ -28,7 +28,7 @@ def main(argv=None) -> int:
         print(f"error: tasks {bad} (allowed {list(TASKS)}), samples {a.samples} (>= 1), budget {a.budget} (> 8), "
               f"context length {a.context_length} (> budget)", file=sys.stderr)
         return 2
-    from golinear.bench.press_crosscheck import crosscheck, to_csv, to_markdown, with_summary
+    from golinear.bench.boards.press_crosscheck import crosscheck, to_csv, to_markdown, with_summary
     rows, _, prov = crosscheck(tasks, budget=a.budget, context_length=a.context_length, samples=a.samples,
                                seed=a.seed, device=a.device)
     out = Path(a.out)

@@ -9,7 +9,7 @@ later); `retrieval`, log(mean weight from the last tokens of a question about a 
 before RoPE applies to the op's keys after it. The file `fit` writes is a scorer file (models.cache.retention_scorer):
 a model option (`retain_score=fitted,scorer=FILE`). Its metadata records what it was fitted to: the inserted values'
 type and format and the seed they were drawn with (`--seed`, default 0; the evaluation prompts' seed 42 is refused,
-as `rank`'s and scripts/retention_slots.py's prompts default to seed 1): bench.fitted_format reads it, and a row
+as `rank`'s and scripts/retention_slots.py's prompts default to seed 1): bench.boards.fitted_format reads it, and a row
 tested on the value type its scorer was fitted to says so in its label.
 
     .venv/bin/python scripts/retention_scorer_probe.py fit --target value --passages 24 \
@@ -98,7 +98,7 @@ def value_labels(text: str, offsets: list[tuple[int, int]]) -> torch.Tensor:
 
 
 def fit_record(target: str, values: str, seed: int) -> dict:
-    """What a fit was fitted to, for the scorer file's metadata (bench.fitted_format reads it): the inserted values'
+    """What a fit was fitted to, for the scorer file's metadata (bench.boards.fitted_format reads it): the inserted values'
     type and format and the seed they were drawn with; no value type for the attention-mass target `far`."""
     if target == "far":
         return {"value_type": None, "value_format": None, "seed": None}

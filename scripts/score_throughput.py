@@ -13,7 +13,7 @@ import time
 
 import lm_eval
 
-import golinear.bench.lm_backend as B
+import golinear.bench.backends.lm_backend as B
 import golinear.tasks.standard as ts
 
 TASKS = ["golinear_piqa", "golinear_hellaswag"]

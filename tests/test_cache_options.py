@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from golinear.bench import lm_backend as B
-from golinear.bench.specs import label_of, parse_model_spec
+from golinear.bench.backends import lm_backend as B
+from golinear.bench.run.specs import label_of, parse_model_spec
 from golinear.models.checkpoint import save_checkpoint
 from golinear.models.attention.linearize import new_parameters
 from golinear.models.load import load_model

@@ -3,7 +3,7 @@
 It runs, with no other module touched, through the layer's whole-prompt pass (the slots after the prompt hold the
 largest-norm keys, and the output is the retention definition's with those scores), HF-generate decoding, the
 right-padded one-pass prefill and batched decoding (models.decoding.batch_generate), and lm-eval's generate_until through
-bench.lm_backend (batched = one prompt at a time). fp32 on the CPU, tiny random Llama models."""
+bench.backends.lm_backend (batched = one prompt at a time). fp32 on the CPU, tiny random Llama models."""
 from __future__ import annotations
 
 import dataclasses
@@ -99,11 +99,11 @@ def test_batched_decoding_equals_each_prompt_alone():
 
 @pytest.mark.slow
 def test_lm_eval_generate_until_batched_equals_one_at_a_time(tmp_path):
-    """bench.lm_backend with retain_score=key_norm in its model args: lm-eval's generate_until batched (the
+    """bench.backends.lm_backend with retain_score=key_norm in its model args: lm-eval's generate_until batched (the
     default for retention slots) gives what each prompt generated alone gives."""
     from lm_eval.api.instance import Instance
 
-    import golinear.bench.lm_backend as B
+    import golinear.bench.backends.lm_backend as B
     from tests._tiny import write_tiny_backbone
 
     tiny = write_tiny_backbone(tmp_path / "tiny")

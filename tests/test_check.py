@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from golinear.bench.check import compare, render, run_check
+from golinear.bench.run.check import compare, render, run_check
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -135,7 +135,7 @@ def test_shipped_checkpoint_passes_and_a_damaged_copy_fails(tmp_path, capsys):
 def test_temp_store_is_removed_on_sigterm_and_swept_after_sigkill(tmp_path):
     """A killed `golinear check` leaves no temp store: SIGTERM unwinds; SIGKILL's is swept next time."""
     import signal
-    code = ("import sys, time; sys.path.insert(0, '.'); from golinear.bench.check import temp_store\n"
+    code = ("import sys, time; sys.path.insert(0, '.'); from golinear.bench.run.check import temp_store\n"
             "with temp_store() as d:\n    print(d, flush=True)\n    time.sleep(60)\n")
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     root = Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ import pytest
 from golinear.bench.claims import caveats, catalog, evidence, metrics, page, paper_rows, render, rules, targets, verdicts
 from golinear.bench.cli import main as cli_main
 from golinear.bench.cli_args import REFERENCE_DIR, REPO_ROOT
-from golinear.bench.leaderboard import load_reference
-from golinear.bench.store import Store
+from golinear.bench.boards.leaderboard import load_reference
+from golinear.bench.results.store import Store
 from golinear.models.spec import checkpoint_identity
 
 CR_TASKS = {"golinear_piqa": "acc", "golinear_arc_easy": "acc", "golinear_arc_challenge": "acc_norm",
@@ -194,7 +194,7 @@ def test_retention_table_lays_out_the_retention_rows_at_equal_budget(tmp_path):
     """retention.md/.csv: at each budget the untrained window, the default recipe and the retention rows (claims'
     roles), each column the mean over the seeds measured in it; a suite's mean only where all its tasks are there."""
     from golinear.bench.claims import retention_table as R
-    from golinear.bench.measured import RULER_COLS, SNIAH_TASKS
+    from golinear.bench.boards.measured import RULER_COLS, SNIAH_TASKS
     ck, store = tmp_path / "ck", Store(tmp_path / "store")
     for name, seed in (("gdn-w248-s8-sc", 0), ("gdn-w248-s8-sc-seed1", 1)):
         checkpoint(ck, name, 3.4, seed=seed)

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_top_level_help_imports_no_command_module():
     """`golinear --help` must not pay for torch / lm-eval: only the chosen command's module is imported."""
     code = ("import sys; from golinear.bench.cli import build_parser; build_parser().format_help(); "
-            "print(sorted(m for m in ('torch', 'lm_eval', 'transformers', 'golinear.bench.runner') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'lm_eval', 'transformers', 'golinear.bench.run.runner') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -113,7 +113,9 @@ def test_a_full_disk_anywhere_is_one_line(monkeypatch, capsys):
     import errno
     import os
 
-    from golinear.bench import cli, params
+    from golinear.bench import cli
+
+    from golinear.bench.speed import params
 
     def full(args):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/somewhere/file")

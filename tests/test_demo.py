@@ -42,7 +42,7 @@ def test_at_2k_every_long_task_runs(capsys):
 
 def test_mmlu_choice_names_a_registered_group_shown_as_mmlu():
     """...in the demo's task manager, which indexes golinear's tasks only."""
-    from golinear.bench.runner import default_data_dir, resolve_suites
+    from golinear.bench.run.runner import default_data_dir, resolve_suites
     from golinear.tasks.standard import task_manager
     known = set(task_manager(default_data_dir(), include_defaults=False).all_tasks)
     assert "golinear_mmlu" in known and "hellaswag" not in known  # lm-eval's own tasks are not indexed

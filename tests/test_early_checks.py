@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from golinear.bench.plan import default_data_dir
+from golinear.bench.run.plan import default_data_dir
 from golinear.bench.cli import main as golinear
 
 ROOT = Path(__file__).resolve().parent.parent

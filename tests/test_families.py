@@ -1,10 +1,10 @@
-"""bench/families.py: models given one by one become one S-NIAH/RULER row per family across budgets."""
+"""bench/boards/families.py: models given one by one become one S-NIAH/RULER row per family across budgets."""
 from __future__ import annotations
 
 import pandas as pd
 
-from golinear.bench.families import families, family_of
-from golinear.bench.specs import WINDOW_ONLY_LABEL
+from golinear.bench.boards.families import families, family_of
+from golinear.bench.run.specs import WINDOW_ONLY_LABEL
 
 
 def _model(label, window, trained, mechanism="gdn", family=None, **lin):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from golinear.bench.cli import main as golinear
-from golinear.bench.plan import default_data_dir
+from golinear.bench.run.plan import default_data_dir
 
 DATA = Path(default_data_dir() or "/nonexistent")
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
@@ -105,7 +105,7 @@ def test_a_damaged_resume_state_is_one_line(tmp_path, capsys, signals_restored):
 
 # ------------------------------------------------------------------------------------------------ request caches
 def test_request_cache_values_are_json_of_lm_eval_results():
-    from golinear.bench.request_cache import decode, encode
+    from golinear.bench.results.request_cache import decode, encode
     for v in [(-1.25, True), "the answer", -3.5]:
         assert decode(encode(v)) == v
     assert isinstance(decode(encode((-1.0, False))), tuple)
@@ -129,15 +129,15 @@ def tiny_run(base, store, capsys=None):
 
 
 def only_cell(store):
-    from golinear.bench.store import Store
+    from golinear.bench.results.store import Store
     cells = Store(store).cells()
     assert len(cells) == 1
     return cells[0]
 
 
 def cache_prefix(store_root, clean):
-    from golinear.bench.provenance import ModelInfo
-    from golinear.bench.store import CellKey, Store
+    from golinear.bench.run.provenance import ModelInfo
+    from golinear.bench.results.store import CellKey, Store
     prefix = Store(store_root).request_cache(CellKey.from_dict(clean["key"]), clean["model"]["label"],
                                              ModelInfo.from_info(clean["model"]["info"]).weights_fingerprint)
     prefix.parent.mkdir(parents=True, exist_ok=True)
@@ -152,7 +152,7 @@ def _pickled_cache(db, marker, prefix):
 
 
 def _foreign_header(db, marker, prefix):
-    from golinear.bench import request_cache
+    from golinear.bench.results import request_cache
     with request_cache.open_db(db, table=request_cache.HEADER_TABLE) as h:
         h["cell"], h["format"] = "lambada--0123456789abcdef--otherweights", request_cache.FORMAT
     with request_cache.open_db(db) as d:
@@ -171,7 +171,7 @@ def _other_schema(db, marker, prefix):
 def _undecodable(db, marker, prefix):
     import sqlite3
 
-    from golinear.bench import request_cache
+    from golinear.bench.results import request_cache
     with request_cache.open_db(db, table=request_cache.HEADER_TABLE) as h:
         h["cell"], h["format"] = prefix.name, request_cache.FORMAT
     with request_cache.open_db(db) as d:
@@ -212,7 +212,7 @@ def test_a_foreign_or_damaged_request_cache_is_set_aside_unopened(tmp_path, tiny
 @needs_data
 def test_a_resumed_cell_reads_its_own_json_cache(tmp_path, tiny_base, monkeypatch):
     """The cache a killed attempt left is read back (JSON) and the cell equals a clean run."""
-    from golinear.bench import lm_backend
+    from golinear.bench.backends import lm_backend
     clean = only_cell(tiny_run(tiny_base, tmp_path / "clean") or tmp_path / "clean")
     real, calls = lm_backend.GolinearHF._model_call, []
 
@@ -223,7 +223,7 @@ def test_a_resumed_cell_reads_its_own_json_cache(tmp_path, tiny_base, monkeypatc
         return real(self, *a, **k)
     monkeypatch.setattr(lm_backend.GolinearHF, "_model_call", dies_on_second)
     with pytest.raises(KeyboardInterrupt):
-        from golinear.bench.runner import run_matrix
+        from golinear.bench.run.runner import run_matrix
         run_matrix(f"full,base={tiny_base}", "lambada", tmp_path / "store", limit=2, progress=False)
     dbs = list((tmp_path / "store").glob("partial/*/*_rank0.db"))
     assert len(dbs) == 1
@@ -283,7 +283,7 @@ metric_list:
 @needs_data
 def test_an_include_path_task_that_shadows_golinears_is_refused(tmp_path, capsys):
     """A cell is stored under its task's name: a user's YAML of the same name would be served as golinear's."""
-    from golinear.bench.execute import refuse_shadowing
+    from golinear.bench.run.execute import refuse_shadowing
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     (tasks / "mine.yaml").write_text(SHADOW.format(name="my_own_task"))

@@ -1,5 +1,5 @@
-"""bench.fitted_format: what a scorer was fitted to (from its metadata, old files included), the label rule, its use
-in the retention rows' labels, and bench.needle_types' table built on it."""
+"""bench.boards.fitted_format: what a scorer was fitted to (from its metadata, old files included), the label rule, its use
+in the retention rows' labels, and bench.boards.needle_types' table built on it."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from golinear.bench import fitted_format as ff
-from golinear.bench import needle_types
+from golinear.bench.boards import fitted_format as ff
+from golinear.bench.boards import needle_types
 from golinear.models.cache.retention_scorer import load_scorer, save_scorer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def test_a_new_fit_records_its_seed_and_value_format(tmp_path, monkeypatch):
 
 def test_retention_rows_say_when_their_scorer_was_fitted_to_the_tests_values():
     from golinear.bench.claims.roles import RETENTION_VALUE_TYPES, retention_roles
-    from golinear.bench.fitted_format import needle_value_types
+    from golinear.bench.boards.fitted_format import needle_value_types
     assert needle_value_types(RETENTION_VALUE_TYPES) == {"numbers", "uuids"}  # S-NIAH-1/2, MK/MQ/MV: numbers; S-NIAH-3: UUIDs
     roles = retention_roles([256])
     flagged = [r for r in roles if "fitted to the test's value type" in r]
@@ -121,7 +121,7 @@ def test_leaderboard_rows_say_it_per_task():
     """sniah.md's rows are (model, task): only the rows of the value type the scorer was fitted to say so."""
     import pandas as pd
 
-    from golinear.bench.leaderboard import sniah_table
+    from golinear.bench.boards.leaderboard import sniah_table
     numbers = "gdn-w504-s8-sc,window=252,retain=252,retain_score=fitted,scorer=numbers.safetensors"
     df = pd.DataFrame([{"column": t, "full_attention": False, "model": numbers, "family_id": "label:" + numbers,
                         "family_name": numbers, "model_key": "k", "budget": "512", "backbone": "smollm2-135m",

@@ -13,7 +13,7 @@ import torch  # noqa: E402
 from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.models.huggingface import HFLM  # noqa: E402
 
-import golinear.bench.lm_backend as B  # noqa: E402
+import golinear.bench.backends.lm_backend as B  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_generate_until_uses_and_drops_the_cache(lm, monkeypatch):
 
 def test_prefill_widths_are_few_and_tight():
     """Similar prompt lengths share a width (4K S-NIAH prompts of 3,9xx tokens: one), padding stays <= 12.5 %."""
-    from golinear.bench.lm_backend import padded_width
+    from golinear.bench.backends.lm_backend import padded_width
     assert {padded_width(n) for n in range(3841, 4097)} == {4096}
     for n in list(range(1, 5000)) + [32000, 32768, 40000, 131072]:
         w = padded_width(n)

@@ -1,4 +1,4 @@
-"""`golinear generation` (bench/generation.py): bad input fails in one line before any model or data is loaded;
+"""`golinear generation` (bench/speed/generation.py): bad input fails in one line before any model or data is loaded;
 rows merge by key. (The full CPU run, 20 S-NIAH-1 samples at 2K on the real SmolLM2, takes ~30 min on 2 cores:
 its rows are in leaderboards/generation-cpu/; scripts/gpu/generation.sh runs it on a GPU.)"""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from golinear.bench import generation
+from golinear.bench.speed import generation
 from golinear.bench.cli import main as cli
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from golinear.bench.cli import main as golinear
-from golinear.bench.plan import default_data_dir
+from golinear.bench.run.plan import default_data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(default_data_dir() or "/nonexistent")
@@ -63,7 +63,7 @@ def tiny_run(base, store, capsys=None, code=0):
 
 
 def only_cell(store):
-    from golinear.bench.store import Store
+    from golinear.bench.results.store import Store
     cells = Store(store).cells()
     assert len(cells) == 1
     return cells[0]
@@ -73,8 +73,8 @@ def only_cell(store):
 @pytest.mark.parametrize("content,says", [(b"", "an empty file"), (b"not sqlite at all " * 100, "not a database")],
                          ids=["empty", "not-sqlite"])
 def test_a_damaged_request_cache_is_set_aside_and_the_cell_redone(tmp_path, tiny_base, capsys, content, says):
-    from golinear.bench.provenance import ModelInfo
-    from golinear.bench.store import CellKey, Store
+    from golinear.bench.run.provenance import ModelInfo
+    from golinear.bench.results.store import CellKey, Store
     clean = only_cell(tiny_run(tiny_base, tmp_path / "clean") or tmp_path / "clean")
     store = Store(tmp_path / "store")
     prefix = store.request_cache(CellKey.from_dict(clean["key"]), clean["model"]["label"],
@@ -170,7 +170,7 @@ def test_impossible_scores_are_refused_on_read_write_and_merge(tmp_path, capsys,
     import json
     import shutil
 
-    from golinear.bench.store import CellKey, Store
+    from golinear.bench.results.store import CellKey, Store
     task, change, words = IMPOSSIBLE[case]
     path, cell = committed_cell(task)
     change(cell)
@@ -229,7 +229,7 @@ def test_a_gguf_of_other_content_is_refused_before_converting(tmp_path, monkeypa
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
 def test_ctrl_c_in_run_is_one_line_and_keeps_the_scored_requests(tmp_path, tiny_base, capsys, monkeypatch):
-    from golinear.bench import lm_backend
+    from golinear.bench.backends import lm_backend
     real, calls = lm_backend.GolinearHF._model_call, []
 
     def interrupted_on_second(self, *a, **k):
@@ -280,8 +280,8 @@ def test_a_checkpoint_with_non_finite_parameters_is_refused_at_load(tmp_path, ca
 def test_check_fails_on_one_damaged_weight_before_evaluating(tmp_path):
     import json
 
-    from golinear.bench.check import read_baseline, run_check
-    from golinear.bench.param_stats import new_parameter_stats, stats_changes
+    from golinear.bench.run.check import read_baseline, run_check
+    from golinear.bench.run.param_stats import new_parameter_stats, stats_changes
     baseline = json.loads((ROOT / "leaderboards" / "baseline" / "smollm2-gdn-default.json").read_text())
     baseline["parameters"] = new_parameter_stats(str(CKPT))
     path = tmp_path / "baseline.json"
@@ -308,7 +308,7 @@ def test_the_leaderboard_shows_the_cell_of_the_current_data_and_stale_lists_the_
                                                                                    monkeypatch, current):
     import copy
 
-    from golinear.bench.store import Store
+    from golinear.bench.results.store import Store
     _, cell = committed_cell("golinear_piqa")
     files = cell["provenance"]["data"]["files"]
     data_file = next(k for k in files if not k.startswith("tasks/"))
@@ -349,7 +349,7 @@ def test_the_leaderboard_shows_the_cell_of_the_current_data_and_stale_lists_the_
         "repeated-window", "question-too-long", "scoring-suite"])
 def test_press_specs_that_would_store_something_else_are_refused_before_loading(tmp_path, capsys, monkeypatch,
                                                                                  model, extra, expect):
-    from golinear.bench import runner
+    from golinear.bench.run import runner
     monkeypatch.setattr(runner, "build_lm", lambda *a, **k: pytest.fail("a model was loaded"))
     argv = ["run", "--models", model, "--suites", "sniah", "--tasks", "S-NIAH-1", "--context-length", "1024",
             "--num-samples", "1", "--store", str(tmp_path / "store"), *extra]

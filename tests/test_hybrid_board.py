@@ -1,11 +1,11 @@
-"""The Figure 5 analog (bench/hybrid.py): strict-GDN hybrids read by what each cell's model info says, CR from its
+"""The Figure 5 analog (bench/boards/hybrid.py): strict-GDN hybrids read by what each cell's model info says, CR from its
 five tasks, the two curves plotted with the strict model and full attention as their ends."""
 import pandas as pd
 import pytest
 
-from golinear.bench import hybrid as H
-from golinear.bench import leaderboard as L
-from golinear.bench.store import Store
+from golinear.bench.boards import hybrid as H
+from golinear.bench.boards import leaderboard as L
+from golinear.bench.results.store import Store
 
 TASKS = {"golinear_piqa": "acc", "golinear_arc_easy": "acc", "golinear_arc_challenge": "acc_norm",
          "golinear_hellaswag": "acc_norm", "golinear_winogrande": "acc", "golinear_lambada_openai": "acc"}

@@ -126,6 +126,21 @@ def test_models_and_tasks_never_import_bench():
     assert not found, "models/tasks importing bench:\n" + "\n".join(found)
 
 
+BENCH_LAYERS = ("results", "backends", "run", "speed", "boards", "claims", "offline")  # each imports only earlier ones
+
+
+def test_bench_groups_import_one_way():
+    """bench/'s groups in one direction (DESIGN.md's drawing): the store knows no runner, a runner no table, the tables
+    no claim. The command modules at bench/'s top (cli, cli_args, quiet, demo) sit outside the order."""
+    def group(m):
+        parts = m.split(".")
+        return parts[1] if parts[0] == "bench" and len(parts) > 2 and parts[1] in BENCH_LAYERS else None
+    found = [f"{m} -> {d}" for m, deps in graph(FILES).items() for d in deps
+             if group(m) and group(d) and BENCH_LAYERS.index(group(d)) > BENCH_LAYERS.index(group(m))]
+    assert not found, "bench groups importing a later group:\n" + "\n".join(found)
+    assert {p.name for p in (ROOT / "bench").iterdir() if (p / "__init__.py").is_file()} == set(BENCH_LAYERS)
+
+
 def test_no_module_over_400_lines():
     sizes = {m: len(p.read_text().splitlines()) for m, p in FILES.items()}
     over = {m: n for m, n in sizes.items() if n > MAX_LINES}

@@ -1,10 +1,10 @@
 """kv-compression.md/.csv/.png: the presses beside the linearized rows at equal budgets, on the settings a press ran at."""
 import pytest
 
-from golinear.bench import kv_comparison as K
-from golinear.bench.leaderboard import render
-from golinear.bench.measured import measured_frame
-from golinear.bench.store import Store
+from golinear.bench.boards import kv_comparison as K
+from golinear.bench.boards.leaderboard import render
+from golinear.bench.boards.measured import measured_frame
+from golinear.bench.results.store import Store
 
 
 def cell(key, label, task, value, budget, *, family=None, full=False, ctx=4096, n=50, linearize=None):
@@ -85,7 +85,8 @@ def test_the_streaming_press_is_checked_against_the_window_and_a_partial_row_has
 def test_peak_memory_is_shown_beside_the_scores_when_a_latency_run_is_there(tmp_path):
     """kv-compression.md carries one peak-memory column per prompt length from kv-memory/latency.csv (a
     `golinear latency` run), rows grouped by family; without the file, no memory table."""
-    from golinear.bench import kv_memory, latency
+    from golinear.bench.boards import kv_memory
+    from golinear.bench.speed import latency
     base = dict(model="smollm2-135m", weights="real", dtype="float32", batch=1, device="cpu", new_tokens=4,
                 status="ok", date="2026-12-05")
     peaks = {"full": (1.2, 2.9), "snapkv (kvpress) @1024": (1.3, 3.1),

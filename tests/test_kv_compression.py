@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("kvpress")
 import torch  # noqa: E402
 
-from golinear.bench import specs as S  # noqa: E402
+from golinear.bench.run import specs as S  # noqa: E402
 from golinear.models.kv_compression.generate import chunks  # noqa: E402
 from golinear.models.kv_compression.kvpress_adapter import apply_press, legacy_kwargs  # noqa: E402
 from golinear.models.kv_compression.presses import PRESSES, build_press, ratio_for  # noqa: E402
@@ -141,7 +141,7 @@ def test_spec_rules():
 
 
 def test_backend_refuses_a_press_without_a_budget_and_scoring():
-    from golinear.bench.lm_backend import check_model_args
+    from golinear.bench.backends.lm_backend import check_model_args
     with pytest.raises(ValueError, match="needs kv_budget"):
         check_model_args("golinear-press", {"press": "knorm"})
     with pytest.raises(ValueError, match="takes no press="):
@@ -149,7 +149,7 @@ def test_backend_refuses_a_press_without_a_budget_and_scoring():
 
 
 def test_plan_puts_presses_on_the_budget_sweep_and_not_on_scoring_tasks():
-    from golinear.bench.plan import plan_cells, resolve_suites
+    from golinear.bench.run.plan import plan_cells, resolve_suites
     models = S.parse_models("press=snapkv;gdn-default")
     entries = resolve_suites("sniah,cr", tasks="S-NIAH-1,PIQA")
     cells = plan_cells(models, entries, budgets=[128, 256])
@@ -225,7 +225,7 @@ def test_press_backend_static_and_dynamic_generation_answer_alike(monkeypatch):
     at a time on the DynamicCache: the same answers to the same S-NIAH requests, stop strings and EOS included."""
     from lm_eval.api.instance import Instance
 
-    from golinear.bench.press_backend import PressLM
+    from golinear.bench.backends.press_backend import PressLM
     monkeypatch.setenv("GOLINEAR_RULER_CACHE", "0")
     static = PressLM(press="snapkv", kv_budget=256, device="cpu", batch_size=2)
     dynamic = PressLM(press="snapkv", kv_budget=256, device="cpu", generation="dynamic")

@@ -1,4 +1,4 @@
-"""CPU tests for the fast decoder (models/decoding/fast_decode.py) and `golinear latency` (bench/latency.py)."""
+"""CPU tests for the fast decoder (models/decoding/fast_decode.py) and `golinear latency` (bench/speed/latency.py)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -6,7 +6,7 @@ import pytest
 import torch
 import transformers
 
-from golinear.bench import latency
+from golinear.bench.speed import latency
 from golinear.bench.cli import main as cli
 from golinear.models.decoding.fast_decode import FastDecoder
 from golinear.models.attention.linearize import LinearizeConfig, linearize
@@ -193,7 +193,7 @@ PLAIN_WEIGHTS = 4 * (3 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64) + 6
 def test_decode_bytes_full_attention_hand_count(tied):
     """Weights once (the embedding table only as the LM head when tied), B embedding rows, K and V of every
     layer up to the context: counted by hand for the tiny fp32 model."""
-    from golinear.bench.decode_bound import decode_bytes
+    from golinear.bench.speed.decode_bound import decode_bytes
     model = tiny_model(None)
     if tied:
         model.lm_head.weight = model.model.embed_tokens.weight
@@ -216,7 +216,7 @@ def test_decode_bytes_linearized_hand_count(mech, window, sinks, conv, state, in
     """Each term of a linearized hybrid (layer 1 kept full) against a hand count from the tiny config: the
     state read and written, every sink and window K/V slot read plus one written, one window slot of linear
     inputs read and one written, the conv state [B, q+k+v dims, 3] read and written; the full layer's KV."""
-    from golinear.bench.decode_bound import decode_bytes
+    from golinear.bench.speed.decode_bound import decode_bytes
     model = tiny_model(mech, window=window, sinks=sinks, short_conv=conv, full_layers=[1])
     fd = FastDecoder(model, prefill_chunk=5, max_len=64)
     fd.prefill(torch.randint(0, 97, (B, CTX)))
@@ -233,13 +233,13 @@ def test_decode_bytes_linearized_hand_count(mech, window, sinks, conv, state, in
 
 
 def test_decode_bytes_needs_a_state_per_layer():
-    from golinear.bench.decode_bound import decode_bytes
+    from golinear.bench.speed.decode_bound import decode_bytes
     with pytest.raises(ValueError, match="3 decoder layers"):
         decode_bytes(tiny_model(None), [None], batch=1, context=4)
 
 
 def test_copy_bandwidth_cpu():
-    from golinear.bench.decode_bound import copy_bandwidth
+    from golinear.bench.speed.decode_bound import copy_bandwidth
     bps = copy_bandwidth(torch.device("cpu"), nbytes=16 * 2**20, reps=2)
     assert 1e8 < bps < 1e13  # any machine copies 16 MiB faster than 100 MB/s and slower than 10 TB/s
 
@@ -248,7 +248,7 @@ def test_copy_bandwidth_cpu():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_copy_bandwidth_cuda():
     """On the H200 (HBM3e, 4.8 TB/s) a device-to-device copy moves well over 1 TB/s (anchor: ~4.3 TB/s)."""
-    from golinear.bench.decode_bound import copy_bandwidth
+    from golinear.bench.speed.decode_bound import copy_bandwidth
     bps = copy_bandwidth(torch.device("cuda"))
     print(f"copy bandwidth {bps / 1e9:.0f} GB/s")
     assert 1e12 < bps < 1e13
@@ -286,7 +286,7 @@ def _rows(with_bound: bool):
 
 
 def test_target_checks_from_rows():
-    from golinear.bench.latency_targets import target_checks
+    from golinear.bench.speed.latency_targets import target_checks
     checks = target_checks(_rows(with_bound=True)).set_index("target")
     assert list(checks.config.unique()) == ["gdn-default"]  # the baselines are not checked against themselves
     assert checks.loc["prefill speed-up vs the fastest full attention", ["value", "met"]].tolist() == \
@@ -307,7 +307,7 @@ def test_target_checks_from_rows():
 def test_linear_rows_against_the_fastest_full_attention_row():
     """Per length the fastest full-attention row is the baseline (here full-static, then a faster full-static-sdpa
     at 32K): the decode target uses it, and each linearized row is stated against it beside both decode/bounds."""
-    from golinear.bench.latency_targets import against_fastest_full, target_checks
+    from golinear.bench.speed.latency_targets import against_fastest_full, target_checks
     df = _rows(with_bound=True)
     sdpa = df[df.config == "full-static"].assign(config="full-static-sdpa", decode_ms_per_token=[12.0, 21.0],
                                                   prefill_s=[0.5, 30.0])
@@ -325,7 +325,7 @@ def test_linear_rows_against_the_fastest_full_attention_row():
 def test_render_with_and_without_bound_columns(tmp_path, with_bound):
     """Old CSV rows (no bound columns) still render; new ones add the bound table and the copy bandwidth.
     A row of the new kind beside old ones shows '-' where the old rows have no value."""
-    from golinear.bench.latency_render import render
+    from golinear.bench.speed.latency_render import render
     oom = dict(model="m", weights="random", dtype="bfloat16", device="gpu", batch=64, status="OOM", config="full",
                length=32768, **({"copy_gb_per_s": 4000.0} if with_bound else {}))  # nothing measured but that
     df = pd.concat([_rows(with_bound), pd.DataFrame([oom])], ignore_index=True)
@@ -489,7 +489,7 @@ def test_fused_glue_only_for_known_formulas(monkeypatch):
 
 def test_chunk_shapes_names_every_chunk_a_timed_prefill_runs():
     """The warm-up before a timed prefill must have run each chunk shape (FLA compiles and autotunes per shape)."""
-    from golinear.bench.latency import chunk_shapes
+    from golinear.bench.speed.latency import chunk_shapes
     assert chunk_shapes(1024, 8192) == {(True, 1024)}
     assert chunk_shapes(32768, 8192) == chunk_shapes(16384, 8192) == {(True, 8192), (False, 8192)}
     assert chunk_shapes(12000, 8192) == {(True, 8192), (False, 3808)}
@@ -499,7 +499,7 @@ def test_chunk_shapes_names_every_chunk_a_timed_prefill_runs():
 
 # ------------------------------------------------------------------ retention slots
 def _retention_hand_count(batch, heads, kv_heads, head_dim, sinks, window, retain, elt=4):
-    """Per linearized layer, the retention terms of bench/decode_bound.py from the shapes (fp32 state): K or V
+    """Per linearized layer, the retention terms of bench/speed/decode_bound.py from the shapes (fp32 state): K or V
     of one slot for every KV head, and one slot's fold inputs (lk, lv [H, D], log_a, beta [H])."""
     kv_slot = elt * batch * kv_heads * head_dim
     fold_slot = elt * batch * heads * (2 * head_dim + 2)
@@ -511,7 +511,7 @@ def _retention_hand_count(batch, heads, kv_heads, head_dim, sinks, window, retai
 def test_decode_bytes_retention_hand_count():
     """A GDN hybrid with retention slots (layer 1 full), decoded by RetentionDecoder (RetentionRows) and by HF's
     forward on a LinearCache (RetentionState): every term against the hand count, the same after more steps."""
-    from golinear.bench.decode_bound import decode_bytes
+    from golinear.bench.speed.decode_bound import decode_bytes
     from golinear.models.cache.hf_cache import LinearCache
     from golinear.models.decoding.retention_generate import RetentionDecoder
     s, w, r = 2, 4, 3
@@ -572,8 +572,8 @@ def test_latency_linearizes_with_every_option_of_the_spec():
     """`golinear latency` builds the configuration it names: options beyond window/sinks/conv (conv_on, out_norm)
     reach the layers (an earlier field-by-field copy dropped them and timed the default model)."""
     from _tiny import tiny_llama
-    from golinear.bench.latency import _linearize
-    from golinear.bench.specs import parse_model_spec
+    from golinear.bench.speed.latency import _linearize
+    from golinear.bench.run.specs import parse_model_spec
     model = tiny_llama(320, layers=3)
     spec = parse_model_spec("gdn-default,conv_on=linear,out_norm=true,full_layers=1")
     undo = _linearize(model, spec, torch.float32)
@@ -589,8 +589,8 @@ def test_linearized_rows_on_cuda_need_fla(monkeypatch):
     """Without FLA a CUDA sweep would time the PyTorch reference under the fast path's name: refused, naming the
     rows; full-attention baselines and press rows need no FLA, and the CPU never does."""
     import importlib.util
-    from golinear.bench.latency import require_kernels
-    from golinear.bench.specs import parse_model_spec
+    from golinear.bench.speed.latency import require_kernels
+    from golinear.bench.run.specs import parse_model_spec
     labels = ["full", "full-static", "gdn-default", "press=snapkv,kv_budget=64"]
     specs = [t if t == "full-static" else parse_model_spec(t) for t in labels]
     real = importlib.util.find_spec
@@ -604,7 +604,7 @@ def test_linearized_rows_on_cuda_need_fla(monkeypatch):
 def test_a_static_full_decoder_runs_each_length_once_untimed(tmp_path, monkeypatch):
     """full-static's buffer (and on CUDA its graph) is sized per prompt length: the first run at each length is
     untimed, so a row never carries that length's set-up (the baseline is not made slower than it is)."""
-    from golinear.bench import latency
+    from golinear.bench.speed import latency
     from golinear.bench.cli import main as cli
     calls = []
     real = latency.run_fast

@@ -1,4 +1,4 @@
-"""KV-cache compression rows of `golinear latency` (bench/latency_press.py): real kvpress presses on the
+"""KV-cache compression rows of `golinear latency` (bench/speed/latency_press.py): real kvpress presses on the
 SmolLM2-135M shape through the sweep, the compressed cache they decode over, their bound columns, their one-line
 errors, and their place beside (not inside) the target checks."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("kvpress")
 import torch  # noqa: E402
 
-from golinear.bench import latency  # noqa: E402
+from golinear.bench.speed import latency  # noqa: E402
 from golinear.bench.cli import main as cli  # noqa: E402
 
 BUDGET, LENGTH, NEW = 64, 256, 4
@@ -84,8 +84,8 @@ def test_press_rows_through_the_sweep(tmp_path, monkeypatch):
 def test_press_row_decodes_what_the_press_generation_decodes(decoder):
     """The latency row's greedy steps, on either decoder, are the press generation's (models.kv_compression.generate,
     with the last prompt token as the question) on the same prompt: the timed run does the same work."""
-    from golinear.bench.latency_press import PressRun
-    from golinear.bench.specs import parse_model_spec
+    from golinear.bench.speed.latency_press import PressRun
+    from golinear.bench.run.specs import parse_model_spec
     from golinear.models.backbones.backbone import random_backbone
     from golinear.models.kv_compression.generate import generate
     model = random_backbone("smollm2-135m")
@@ -139,7 +139,7 @@ def test_press_bad_input_is_one_line_before_any_model(config, lengths, needle, t
 def test_press_rows_are_neither_baselines_nor_targets():
     """A press row faster than every full-attention row is not the baseline the targets are taken against, and
     it is not checked against the targets itself (nor listed against the fastest full attention)."""
-    from golinear.bench.latency_targets import against_fastest_full, target_checks
+    from golinear.bench.speed.latency_targets import against_fastest_full, target_checks
     base = dict(model="m", weights="random", dtype="bfloat16", device="gpu", batch=8, status="ok")
     table = {"full": (2.0, 40.0, 30.0, None), "full-static": (2.0, 20.0, 30.0, None),
              "gdn-default": (1.0, 10.0, 12.0, None), "snapkv (kvpress) @1024": (0.1, 1.0, 1.0, "snapkv")}

@@ -7,8 +7,8 @@ import re
 import pandas as pd
 import pytest
 
-from golinear.bench import leaderboard as L
-from golinear.bench.store import Store
+from golinear.bench.boards import leaderboard as L
+from golinear.bench.results.store import Store
 
 STD = {"golinear_piqa": ("acc", "cr"), "golinear_arc_easy": ("acc", "cr"), "golinear_arc_challenge": ("acc_norm", "cr"),
        "golinear_hellaswag": ("acc_norm", "cr"), "golinear_winogrande": ("acc", "cr"), "golinear_mmlu": ("acc", "mmlu"),
@@ -138,7 +138,7 @@ def test_a_reference_row_without_a_cache_size_shows_a_dash_not_nan():
     """STILL's cache is "NA" in the paper's table: the row shows '-', and no reference cell reads 'nan'."""
     import pandas as pd
 
-    from golinear.bench.leaderboard import load_reference, standard_table
+    from golinear.bench.boards.leaderboard import load_reference, standard_table
     table = standard_table(pd.DataFrame(), load_reference()["standard"])
     still = table[table.model.str.startswith("STILL")]
     assert list(still.cache) == ["-"]
@@ -150,8 +150,8 @@ def test_markdown_tables_escape_what_a_label_holds():
     cannot become HTML; prose like `<=` stays as written."""
     import pandas as pd
 
-    from golinear.bench.claims.markdown import md_cell, md_table
-    from golinear.bench.leaderboard import to_markdown
+    from golinear.bench.boards.markdown import md_cell, md_table
+    from golinear.bench.boards.leaderboard import to_markdown
     label = "my|model\n<img src=x onerror=alert(1)>"
     assert md_cell(label) == "my\\|model &lt;img src=x onerror=alert(1)>" and md_cell("gap <= 0.5") == "gap <= 0.5"
     for md in (to_markdown(pd.DataFrame({"model": [label], "Avg": [1.0]})), md_table(pd.DataFrame({"model": [label]}))):

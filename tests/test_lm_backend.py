@@ -14,7 +14,7 @@ import lm_eval  # noqa: E402
 import torch  # noqa: E402
 from lm_eval.api.instance import Instance  # noqa: E402
 
-import golinear.bench.lm_backend as B  # noqa: E402
+import golinear.bench.backends.lm_backend as B  # noqa: E402
 import golinear.tasks.standard as ts  # noqa: E402
 
 LINEAR = dict(mechanism="gdn", window=8, sinks=2, short_conv=True)  # small window: the state path is used

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from golinear.bench.lm_eval_cli import include_paths
+from golinear.bench.backends.lm_eval_cli import include_paths
 from golinear.tasks.standard import TASK_DIRS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ def test_a_checkpoint_on_a_golinear_task_from_another_folder(tmp_path):
 ])
 def test_every_backend_the_readme_names_runs_from_another_folder(tmp_path, model, args, task, extra):
     """`golinear lm-eval` knows each golinear backend (`linearized` above; these two here) outside the repository."""
-    from golinear.bench.lm_backend import BACKENDS
+    from golinear.bench.backends.lm_backend import BACKENDS
     readme = (ROOT / "README.md").read_text()
     assert all(f"`{b}`" in readme for b in BACKENDS)
     out = golinear(["lm-eval", "--model", model, "--model_args", args, "--tasks", task, "--limit", "1", *extra],

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from golinear.bench.cli import main as golinear
-from golinear.bench.store import Store
+from golinear.bench.results.store import Store
 from golinear.models.spec import checkpoint_identity
 
 SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"

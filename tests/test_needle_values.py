@@ -84,7 +84,7 @@ def test_generation_is_deterministic_and_tuning_prompts_are_disjoint_from_the_ev
 
 
 def test_existing_tasks_samples_and_store_keys_are_unchanged(tok):
-    from golinear.bench.plan import resolve_suites, task_config_files
+    from golinear.bench.run.plan import resolve_suites, task_config_files
     essay_uuids = build(tok, "golinear_sniah_3", EVALUATION_SEED, n=2)
     numbers = build(tok, "golinear_sniah_1", EVALUATION_SEED, n=2)
     assert all(re.fullmatch(FORMATS["numbers"], r["outputs"][0]) for r in numbers)

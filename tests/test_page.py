@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from golinear.bench.page import column_order
+from golinear.bench.boards.page import column_order
 from tests._chromium import Chromium, browser_path
 
 ROOT = Path(__file__).resolve().parent.parent

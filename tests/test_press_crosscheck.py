@@ -1,4 +1,4 @@
-"""The StreamingLLM / window + sinks cross-check (bench/press_crosscheck.py): counts that follow the per-sample
+"""The StreamingLLM / window + sinks cross-check (bench/boards/press_crosscheck.py): counts that follow the per-sample
 answers on the real backbone and tasks, and the docs summary that follows the shipped CSV."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from golinear.bench import press_crosscheck as X
+from golinear.bench.boards import press_crosscheck as X
 
 ROOT = Path(__file__).resolve().parent.parent
 

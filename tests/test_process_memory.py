@@ -5,7 +5,7 @@ import sys
 import pytest
 import torch
 
-from golinear.bench import process_memory
+from golinear.bench.speed import process_memory
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc/self")
 

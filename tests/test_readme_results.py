@@ -1,11 +1,11 @@
-"""The README's results table is what bench/readme_results.py writes from the committed CSVs, and the README
+"""The README's results table is what bench/boards/readme_results.py writes from the committed CSVs, and the README
 stays a short entry page (at most 150 lines, none over 120 characters outside tables)."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from golinear.bench import readme_results
+from golinear.bench.boards import readme_results
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -24,7 +24,7 @@ def test_the_readme_table_is_the_generated_one():
     text = README.read_text()
     assert readme_results.BEGIN in text and readme_results.END in text
     assert readme_results.readme_with_results(text, ROOT / "leaderboards") == text, \
-        "README's results table is stale: run `golinear claims` (or python -m golinear.bench.readme_results)"
+        "README's results table is stale: run `golinear claims` (or python -m golinear.bench.boards.readme_results)"
 
 
 def test_the_table_is_compact_and_links_to_existing_full_tables():

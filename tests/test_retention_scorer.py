@@ -181,12 +181,12 @@ def test_the_committed_scorer_fits_smollm2():
 
 def test_labels_and_families_name_the_scorer_by_its_file_name(scorer, tmp_path):
     """Table rows must not depend on where the scorer file sat (an H200's working tree or this one)."""
-    from golinear.bench.families import family_of
-    from golinear.bench.specs import label_of
+    from golinear.bench.boards.families import family_of
+    from golinear.bench.run.specs import label_of
     save_checkpoint(tiny_model(**RECIPE), tmp_path / "plain")
     label = label_of(f"{tmp_path / 'plain'},window=2,retain=2,retain_score=fitted,scorer={scorer}")
     assert label == "plain,window=2,retain=2,retain_score=fitted,scorer=scorer.safetensors"
-    from golinear.bench.measured import by_file_name
+    from golinear.bench.boards.measured import by_file_name
     assert by_file_name("gdn-w248-s8-sc,retain=124,scorer=checkpoints/x/numbers.safetensors") == \
         "gdn-w248-s8-sc,retain=124,scorer=numbers.safetensors"  # a cell stored with the path in its label
     assert by_file_name("snapkv (kvpress, question-aware) @256") == "snapkv (kvpress, question-aware) @256"
@@ -206,7 +206,7 @@ def test_a_cell_key_refuses_a_checkpoint_or_scorer_that_is_gone(scorer, tmp_path
     """A key computed after the folder (or scorer file) vanished mid-run would file the cell under another model."""
     import shutil
 
-    from golinear.bench.specs import parse_model_spec
+    from golinear.bench.run.specs import parse_model_spec
     save_checkpoint(tiny_model(**RECIPE), tmp_path / "plain")
     spec = parse_model_spec(f"{tmp_path / 'plain'},window=2,retain=2,retain_score=fitted,scorer={scorer}")
     assert "checkpoint_files=" in spec.store_key() and "scorer_file=" in spec.store_key()

@@ -6,7 +6,7 @@ import warnings
 from pathlib import Path
 
 from golinear.bench.cli import main as cli
-from golinear.bench.run_summary import score_table
+from golinear.bench.run.run_summary import score_table
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "leaderboards" / "store" / "cells"
@@ -65,7 +65,7 @@ def test_the_past_key_values_deprecation_is_not_printed():
 
 def test_long_context_scores_are_percent_already():
     """An S-NIAH score of 1.0 is 1 %, not 100 %: scores are shown as they are, one decimal, like the accuracies."""
-    from golinear.bench.run_summary import score_text
+    from golinear.bench.run.run_summary import score_text
     assert [score_text({"metric": "score", "value": v}) for v in (0.0, 1.0, 100.0)] == ["0.0", "1.0", "100.0"]
     assert score_text({"metric": "acc", "value": 0.5}) == "50.0"
     assert score_text({"metric": "perplexity", "value": 12.345}) == "12.35"

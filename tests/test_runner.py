@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from _tiny import free_port
 
-from golinear.bench import specs as S
-from golinear.bench.plan import default_data_dir, plan_cells, resolve_suites
-from golinear.bench.runner import run_matrix
-from golinear.bench.store import Store
+from golinear.bench.run import specs as S
+from golinear.bench.run.plan import default_data_dir, plan_cells, resolve_suites
+from golinear.bench.run.runner import run_matrix
+from golinear.bench.results.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,7 +107,7 @@ def test_budget_sweep_evaluates_a_named_untrained_window_at_each_budget():
     (dict(models="full", suites="ruler", context_length=1024), ValueError, "HQA at --context-length 1024"),
 ])
 def test_bad_input_fails_before_any_work(tmp_path, monkeypatch, kwargs, exc, err):
-    from golinear.bench import runner
+    from golinear.bench.run import runner
     monkeypatch.setattr(runner, "build_lm", lambda *a, **k: pytest.fail("a model was loaded"))
     if kwargs.get("data_dir") == "EMPTY":  # a data folder that exists but lacks the files
         (tmp_path / "empty").mkdir()
@@ -183,7 +183,7 @@ def test_real_run_kill_resume_noop_and_render(tmp_path, capsys):
     labels = sorted(c["model"]["label"] for c in cells)
     assert labels == ["full", "swa-sink"]
 
-    from golinear.bench import runner
+    from golinear.bench.run import runner
     real_build = runner.build_lm
     runner.build_lm = lambda *a, **k: pytest.fail("a finished cell's model was loaded again")
     try:
@@ -225,7 +225,7 @@ def test_data_parallel_two_ranks_merge_into_one_cell(tmp_path, capsys):
 def test_killed_cell_resumes_from_its_request_cache(tmp_path, monkeypatch):
     """A cell killed mid-way keeps the requests it scored (lm-eval's CachingLM, under <store>/partial); the
     re-run scores only the rest, records how many it resumed, removes the cache, and equals a clean run."""
-    from golinear.bench import lm_backend
+    from golinear.bench.backends import lm_backend
     kw = dict(limit=3, batch_size=1, device="cpu", progress=False)
     clean = run_matrix("full", "lambada", tmp_path / "clean", **kw).cells[0]
     assert "resumed_requests" not in clean["provenance"]

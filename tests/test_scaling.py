@@ -1,6 +1,6 @@
 """Scaling on CPU: random-weight backbone folders (models.backbones.random_base) are deterministic, identical on every
 rank and on every FSDP shard; an FSDP2 run on one (2 gloo processes, stopped and resumed) saves the same files
-and new parameters as a one-process run; the scaling renderer (bench.scaling) merges, computes speed-ups and
+and new parameters as a one-process run; the scaling renderer (bench.speed.scaling) merges, computes speed-ups and
 the extrapolation, and compares evaluation stores.
 """
 from __future__ import annotations
@@ -156,7 +156,7 @@ def _fake_run(folder: Path, gpus: int, batch: int, tps: float, peaks: list[float
 
 
 def test_render_merges_by_key_and_extrapolates(tmp_path):
-    from golinear.bench import scaling
+    from golinear.bench.speed import scaling
     base = _base(tmp_path, "llama-3.1-8b")
     one = _fake_run(tmp_path / "r1", 1, 2, 10_000.0, [70.0], base=str(base))
     two = _fake_run(tmp_path / "r2", 2, 1, 19_000.0, [50.0, 51.5], base=str(base))
@@ -192,7 +192,7 @@ def test_render_merges_by_key_and_extrapolates(tmp_path):
 
 
 def test_compare_stores_names_identical_and_differing_cells(tmp_path):
-    from golinear.bench import scaling
+    from golinear.bench.speed import scaling
     for store, value, n in (("ref", 0.5, 100), ("dp", 0.5, 100)):
         for task, v in (("golinear_piqa", value), ("golinear_arc_easy", value + (0.01 if store == "dp" else 0))):
             f = tmp_path / store / "cells" / "full-1" / f"{task}--x.json"

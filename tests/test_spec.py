@@ -188,7 +188,7 @@ def test_frozen_and_values_are_normal_forms():
 
 
 def test_cell_provenance_reads_the_loaded_configuration_through_the_schema():
-    from golinear.bench.provenance import ModelInfo
+    from golinear.bench.run.provenance import ModelInfo
     config = json.loads((CKPT / "config.json").read_text())
     info = ModelInfo.from_info({"base": "smollm2-135m", "base_fingerprint": "bd29", "checkpoint": str(CKPT),
                                 "checkpoint_fingerprint": "77aa", "linearize": config["linearize"],

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from golinear.bench.store import CellKey, Store, hash_data_paths
+from golinear.bench.results.store import CellKey, Store, hash_data_paths
 
 
 def cell(model="base=smollm2-135m", task="golinear_piqa", limit=4, value=0.5):

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from golinear.bench import leaderboard as L
-from golinear.bench import plan as P
-from golinear.bench import specs as S
-from golinear.bench.provenance import ModelInfo
-from golinear.bench.store import CellKey, Store
+from golinear.bench.boards import leaderboard as L
+from golinear.bench.run import plan as P
+from golinear.bench.run import specs as S
+from golinear.bench.run.provenance import ModelInfo
+from golinear.bench.results.store import CellKey, Store
 from golinear.models.atomic import atomic_write
 from golinear.models.training.data_hashes import verify_files
 
@@ -125,13 +125,13 @@ def test_claims_are_exclusive_and_taken_over_from_dead_processes(tmp_path):
     key = CellKey("m", "t", {})
     assert store.claim(key) and store.claim(key)  # ours: idempotent
     other = subprocess.Popen([sys.executable, "-c", "import sys; sys.path.insert(0, '.');"
-                              "from golinear.bench.store import Store, CellKey;"
+                              "from golinear.bench.results.store import Store, CellKey;"
                               f"print(Store({str(tmp_path)!r}).claim(CellKey('m', 't', {{}})))"],
                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert other.communicate(timeout=60)[0].strip() == "False"  # a live holder: refused
     store.release(key)
     dead = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, '.');"
-                           "from golinear.bench.store import Store, CellKey;"
+                           "from golinear.bench.results.store import Store, CellKey;"
                            f"print(Store({str(tmp_path)!r}).claim(CellKey('m', 't', {{}})))"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert dead.stdout.strip() == "True"  # it claimed and exited without releasing (as a kill -9 would)

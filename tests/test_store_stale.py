@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from golinear.bench.cli import main as cli
-from golinear.bench.store import Store
-from golinear.bench.store_stale import stale_cells
+from golinear.bench.results.store import Store
+from golinear.bench.results.store_stale import stale_cells
 from golinear.models.spec import checkpoint_identity
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from golinear.bench.cli import main as cli
-from golinear.bench.store import CellKey, Store
+from golinear.bench.results.store import CellKey, Store
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "leaderboards" / "store"
@@ -49,7 +49,7 @@ def test_store_merge_refuses_a_damaged_source_before_writing(tmp_path):
 
 
 def test_run_tasks_selects_tasks_of_the_suites_and_names_the_allowed_ones(tmp_path, capsys):
-    from golinear.bench.plan import resolve_suites
+    from golinear.bench.run.plan import resolve_suites
     assert [e.task for e in resolve_suites("ruler", tasks="mq,MV,golinear_ruler_vt")] == [
         "golinear_ruler_mq", "golinear_ruler_mv", "golinear_ruler_vt"]
     assert cli(["run", "--models", "full", "--suites", "cr", "--tasks", "PIQA,MQ", "--store", str(tmp_path)]) == 2

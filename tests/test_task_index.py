@@ -1,7 +1,7 @@
 """`golinear run` indexes lm-eval's built-in task YAMLs (~10 s a process) only when a task asked for is one of them."""
 from __future__ import annotations
 
-from golinear.bench.execute import build_task_manager
+from golinear.bench.run.execute import build_task_manager
 
 
 def test_our_tasks_are_found_without_the_builtin_index():

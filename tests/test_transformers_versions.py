@@ -26,7 +26,7 @@ from golinear.models.backbones.backbone import load_backbone
 from golinear.models.attention.linearize import LinearizeConfig, linearize
 from golinear.models.kv_compression.generate import generate
 from golinear.models.kv_compression.static_decode import PressDecoder
-from golinear.bench.latency_runs import run_full
+from golinear.bench.speed.latency_runs import run_full
 warnings.simplefilter("error", FutureWarning)  # a deprecated argument of ours fails here
 model, _ = load_backbone(sys.argv[1])
 ids = list(range(5, 300))

@@ -11,7 +11,7 @@ from golinear.bench.claims.roles import (ALL_BUDGETS, BUDGETS, CONV_VS_LORA, DEF
                                 SINKS_VS_WINDOW, STRICT, STRICT_MECHS, SWA, TRAINED_VS_WINDOW, pairs, retention_roles)
 from golinear.bench.claims.rules import (RETENTION_TOLERANCE, GAP_TARGETS, beats_sides, close_gap, gap_target, near_best,
                                 ordering, rises, ruler_profile, variants_ahead, variants_within)
-from golinear.bench.measured import RULER_COLS
+from golinear.bench.boards.measured import RULER_COLS
 
 
 # ----------------------------------------------------------------------------- claims

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from golinear.bench.claims.metrics import CE
-from golinear.bench.measured import CR_COLS, RULER_COLS, SNIAH_TASKS, measured_frame, study_setting
-from golinear.bench.store import Store
+from golinear.bench.boards.measured import CR_COLS, RULER_COLS, SNIAH_TASKS, measured_frame, study_setting
+from golinear.bench.results.store import Store
 from golinear.models.spec import checkpoint_identity
 
 RUN_NAME = re.compile(r"^(?P<recipe>.+?)(?:-10m|-seed(?P<seed>\d+))?$")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from golinear.bench.claims.markdown import md_table
+from golinear.bench.boards.markdown import md_table
 from golinear.bench.claims.metrics import METRICS
 from golinear.bench.claims.rules import GAP_TARGETS
 

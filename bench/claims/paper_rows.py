@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from golinear.bench.claims.roles import DEFAULT, REF_CR, RULER_AGG, RULER_RET, SMALLEST, SWA
-from golinear.bench.measured import SNIAH_TASKS
+from golinear.bench.boards.measured import SNIAH_TASKS
 
 
 def std_rows(ref, table: int, roles: dict, col: str = "cr", backbone: str | None = None) -> dict:

@@ -12,7 +12,7 @@ import statistics
 import pandas as pd
 
 from golinear.bench.claims.evidence import Evidence, role_scores
-from golinear.bench.claims.markdown import md_table
+from golinear.bench.boards.markdown import md_table
 from golinear.bench.claims.metrics import CE
 from golinear.bench.claims.paper_rows import std_rows
 from golinear.bench.claims.roles import DEFAULT, LORA, SC, STRICT, SW64, SWA

@@ -9,10 +9,10 @@ from golinear.bench.claims import paper_tables, retention_plot, retention_table,
 from golinear.bench.claims.evidence import evidence
 from golinear.bench.claims.page import readme_with_table, to_markdown
 from golinear.bench.claims.verdicts import claims_table
-from golinear.bench.needle_types import section as needle_types_section
-from golinear.bench.readme_results import has_sources, readme_with_results
-from golinear.bench.leaderboard import load_reference, to_csv, write_if_changed
-from golinear.bench.store import Store
+from golinear.bench.boards.needle_types import section as needle_types_section
+from golinear.bench.boards.readme_results import has_sources, readme_with_results
+from golinear.bench.boards.leaderboard import load_reference, to_csv, write_if_changed
+from golinear.bench.results.store import Store
 
 
 def render(store, checkpoints, out_dir, reference_dir, readme: Path | None = None) -> list[Path]:

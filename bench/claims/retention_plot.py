@@ -11,7 +11,7 @@ import pandas as pd
 
 from golinear.bench.claims.retention_table import BASELINE
 from golinear.bench.claims.roles import DEFAULT_ROLE
-from golinear.bench.figures import legend_entries, png_bytes, pyplot
+from golinear.bench.boards.figures import legend_entries, png_bytes, pyplot
 
 PANELS = ("S-NIAH", "RULER", "MQ/MV/VT")  # the suite means the retention target reads
 

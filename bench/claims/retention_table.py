@@ -14,9 +14,9 @@ import statistics
 import pandas as pd
 
 from golinear.bench.claims.evidence import Evidence, role_scores
-from golinear.bench.claims.markdown import md_table
+from golinear.bench.boards.markdown import md_table
 from golinear.bench.claims.roles import BUDGETS, retention_roles
-from golinear.bench.measured import CR_COLS, RULER_COLS, SNIAH_TASKS
+from golinear.bench.boards.measured import CR_COLS, RULER_COLS, SNIAH_TASKS
 
 BASELINE = "untrained window + sinks"
 # (column, the store columns averaged; a mean only where every one of them is measured)

@@ -5,8 +5,8 @@ each cache budget, the seven ways of adding retention slots); one list, read by 
 """
 from __future__ import annotations
 
-from golinear.bench.fitted_format import fitted_label, fitted_value_type, needle_value_types
-from golinear.bench.measured import RULER_COLS, SNIAH_TASKS
+from golinear.bench.boards.fitted_format import fitted_label, fitted_value_type, needle_value_types
+from golinear.bench.boards.measured import RULER_COLS, SNIAH_TASKS
 
 DEFAULT_ROLE = "default"  # the retention rows are judged against this variant (the default recipe)
 RULER_AGG, RULER_RET = ["CWE", "FWE", "HQA", "SQA"], ["MK", "MQ", "MV", "VT"]
@@ -39,7 +39,7 @@ def retention_roles(budgets, cols=None) -> dict:
     added seven ways: trained with half the window as slots, trained with a quarter (proj_residual), trained with
     half chosen by the fitted scorer, and the default-recipe checkpoint evaluated with half its window as slots,
     training-free, with each score and both scorer files (scripts/study/recipes.txt names the trained ones; a scorer
-    file by its name, as bench.specs.label_of writes it)."""
+    file by its name, as bench.run.specs.label_of writes it)."""
     out = {}
     for b in budgets:
         half, quarter = (b - 8) // 2, (b - 8) // 4

@@ -14,7 +14,7 @@ import pandas as pd
 
 from golinear.bench.claims.evidence import Evidence, pick, store_value
 from golinear.bench.claims.metrics import CE
-from golinear.bench.measured import STANDARD_COLS
+from golinear.bench.boards.measured import STANDARD_COLS
 
 COLUMNS = STANDARD_COLS + [CE.name]
 

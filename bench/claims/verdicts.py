@@ -14,8 +14,8 @@ from golinear.bench.claims.metrics import METRICS, VERDICTS, verdict
 from golinear.bench.claims.rules import rule_text
 from golinear.bench.claims.scoring import decide, not_measured
 from golinear.bench.claims.targets import judge_parts
-from golinear.bench.leaderboard import load_reference
-from golinear.bench.store import Store
+from golinear.bench.boards.leaderboard import load_reference
+from golinear.bench.results.store import Store
 
 
 def judge(claim: Claim, ref: dict, ev: Evidence) -> dict:

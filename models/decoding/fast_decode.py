@@ -42,7 +42,7 @@ DEFAULT_PREFILL_CHUNK = 8192
 # eager loop knows to be filled); "sdpa": SDPA over the whole buffer with a per-row mask (the definition, and the
 # step as it was before the kernel: bench/decode_step.py times both)
 FULL_DECODE = ("split-k", "sdpa")
-__all__ = ["DEFAULT_PREFILL_CHUNK", "FastDecoder", "decoder_layers"]  # decoder_layers: bench/latency.py imports it here
+__all__ = ["DEFAULT_PREFILL_CHUNK", "FastDecoder", "decoder_layers"]  # decoder_layers: bench/speed/latency.py imports it here
 
 
 # decode_glue's formulas for the prefill, each through a function of its own: compiled with automatic dynamic
@@ -80,7 +80,7 @@ class FastDecoder:
     buffers of full-attention layers only)."""
 
     serves = "static"  # the cache policies' decoder it serves (models.cache.policies.base.CachePolicy.decoder)
-    handles_retention = False  # whether it serves retention slots (bench/latency.py reads it)
+    handles_retention = False  # whether it serves retention slots (bench/speed/latency.py reads it)
     prefills_whole_prompts = False  # the chunked prefill (models.decoding.prefill) implements conv_on "both" only
 
     def __init__(self, model, prefill_chunk: int = DEFAULT_PREFILL_CHUNK, use_graph: bool | None = None,

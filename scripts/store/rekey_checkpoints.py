@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from golinear.bench.store import Store  # noqa: E402
+from golinear.bench.results.store import Store  # noqa: E402
 from golinear.models.checkpoint import checkpoint_fingerprint  # noqa: E402
 from golinear.models.spec import CONFIG, WEIGHTS, checkpoint_identity, local_files_identity  # noqa: E402
 
@@ -48,9 +48,9 @@ def old_identities(folder: Path) -> set[str]:
 
 def rekey_partials(root: Path, ck: Path, data_dir: str) -> int:
     """Rename the request caches of the checkpoints' S-NIAH/RULER cells from each old key to the new one."""
-    from golinear.bench.plan import cell_data, plan_cells, resolve_suites
-    from golinear.bench.store import CellKey
-    from golinear.bench.specs import parse_model_spec
+    from golinear.bench.run.plan import cell_data, plan_cells, resolve_suites
+    from golinear.bench.results.store import CellKey
+    from golinear.bench.run.specs import parse_model_spec
     store, entries, moved = Store(root), resolve_suites("sniah,ruler"), 0
     data = {e.task: cell_data(e, data_dir) for e in entries}
     for folder in sorted(p for p in ck.iterdir() if (p / CONFIG).is_file()):

@@ -13,7 +13,7 @@ import statistics
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # lm-eval's and datasets' progress bars
 
-from golinear.bench.execute import build_task_manager
+from golinear.bench.run.execute import build_task_manager
 from golinear.models.backbones.backbone import load_tokenizer
 from golinear.tasks.standard import suite_tasks
 

@@ -29,6 +29,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 
 
+def default_data_dir() -> str | None:
+    """The data folder a command uses when none is given ($GOLINEAR_DATA, else <repo>/../shared/data when it
+    exists), None for the Hub; the one place of this rule."""
+    d = resolve_data_dir(None)
+    return None if d == HUB else d
+
+
 def builtin_tasks_dir() -> Path:
     import lm_eval.tasks
     return Path(lm_eval.tasks.__file__).parent

@@ -1,0 +1,1 @@
+"""The offline bundle for a GPU machine without network (`golinear bundle`)."""
