@@ -98,6 +98,11 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError) as e:  # bad input: one clear line, no traceback
         print(f"golinear {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except ConnectionError as e:  # no network: without a local data folder, the Hub was the data's source
+        print(f"golinear {args.command}: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}; without a "
+              "local data folder the suites' documents come from the Hugging Face Hub: give one with --data-dir or "
+              "GOLINEAR_DATA (what it holds: docs/data.md)", file=sys.stderr)
+        return 2
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise

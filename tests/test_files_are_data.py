@@ -296,3 +296,29 @@ def test_an_include_path_task_that_shadows_golinears_is_refused(tmp_path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "defines golinear_lambada_openai, which golinear defines too" in err[0], err
     assert not store.exists()
+
+
+# ------------------------------------------------------------------------------------------------ no data folder
+@pytest.fixture
+def no_data_folder(monkeypatch, tmp_path):
+    """No ../shared/data, no $GOLINEAR_DATA, no network to the Hub (its offline mode fails at once)."""
+    from golinear.models import data_dir
+    monkeypatch.setattr(data_dir, "DEFAULT_DATA_DIR", tmp_path / "no-such-folder")
+    monkeypatch.delenv("GOLINEAR_DATA", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("argv,needs", [
+    (["run", "--models", "full", "--suites", "lambada", "--limit", "2", "--store", "st"], "Hugging Face Hub"),
+    (["run", "--models", "full", "--suites", "sniah", "--num-samples", "1", "--context-length", "1024",
+      "--store", "st"], "needs a local data folder"),
+    (["demo", "--skip-eval"], "the books corpus needs a local data folder"),
+    (["train", "--steps", "2", "--out", "o"], "the books corpus needs a local data folder"),
+], ids=["hub-suite", "long-suite", "demo", "train"])
+def test_without_data_and_network_each_command_answers_in_one_line(no_data_folder, capsys, argv, needs):
+    assert golinear(argv) == 2
+    full = capsys.readouterr().err
+    err = [ln for ln in full.strip().splitlines() if ln.startswith("golinear ")]
+    assert "Traceback" not in full and err and needs in err[-1] and "--data-dir" in err[-1] and "GOLINEAR_DATA" in err[-1], err

@@ -36,11 +36,12 @@ def test_run_refuses_a_missing_include_path(tmp_path, capsys):
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
 def test_default_data_folder_is_resolved_like_an_explicit_one(tmp_path, monkeypatch):
+    from golinear.models import data_dir
     from golinear.tasks.standard import local_data
     link = tmp_path / "shared-link"
     link.symlink_to(DATA.resolve(), target_is_directory=True)
-    monkeypatch.setattr(local_data, "DEFAULT_DATA_DIR", link)
-    monkeypatch.delenv(local_data.ENV_VAR, raising=False)
+    monkeypatch.setattr(data_dir, "DEFAULT_DATA_DIR", link)
+    monkeypatch.delenv(data_dir.ENV_VAR, raising=False)
     assert local_data.resolve_data_dir(None) == local_data.resolve_data_dir(str(link)) == str(DATA.resolve())
 
 

@@ -31,16 +31,12 @@ import torch
 from golinear.models.atomic import atomic_path
 
 BOOKS_FOLDER = "corpus_classic_books"
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """--data-dir, else $GOLINEAR_DATA, else <repo>/../shared/data."""
-    chosen = data_dir or os.environ.get("GOLINEAR_DATA") or (REPO_ROOT.parent / "shared" / "data")
-    path = Path(chosen)
-    if not path.is_dir():
-        raise FileNotFoundError(f"data dir {str(path)!r} does not exist; pass --data-dir or set GOLINEAR_DATA")
-    return path
+    """--data-dir, else $GOLINEAR_DATA, else <repo>/../shared/data (models.data_dir)."""
+    from golinear.models.data_dir import existing_data_dir
+    return existing_data_dir(data_dir, needs="the books corpus")
 
 
 def book_files(data_dir: str | os.PathLike | None = None) -> list[Path]:

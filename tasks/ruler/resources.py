@@ -14,18 +14,13 @@ import re
 import warnings
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """`data_dir` argument, else $GOLINEAR_DATA, else <repo>/../shared/data."""
-    chosen = data_dir or os.environ.get("GOLINEAR_DATA") or REPO_ROOT.parent / "shared" / "data"
-    path = Path(chosen).expanduser()
-    if not path.is_dir():
-        raise FileNotFoundError(f"RULER data folder {str(path)!r} does not exist; pass data_dir= "
-                                "(metadata key `data_dir`) or set GOLINEAR_DATA to the folder holding "
-                                "paul_graham_essays/, squad_v2/ and hotpotqa_sample100/")
-    return path
+    """`data_dir` argument (metadata key `data_dir`), else $GOLINEAR_DATA, else <repo>/../shared/data
+    (models.data_dir)."""
+    from golinear.models.data_dir import existing_data_dir
+    return existing_data_dir(data_dir, needs="RULER (paul_graham_essays/, squad_v2/, hotpotqa_sample100/)")
 
 
 def _first_existing(data_dir: Path, candidates: list[str], what: str) -> Path:

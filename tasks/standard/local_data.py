@@ -24,9 +24,6 @@ from pathlib import Path
 import datasets
 
 HUB = "hub"
-ENV_VAR = "GOLINEAR_DATA"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 
 
 def default_data_dir() -> str | None:
@@ -53,19 +50,14 @@ def builtin_config(builtin: str) -> dict:
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> str:
     """The data folder as an absolute path, or "hub".
 
-    Order: the explicit value, then $GOLINEAR_DATA, then <repo>/../shared/data when it exists, then
-    the Hub. An explicitly named folder that does not exist is an error, not a silent Hub fallback.
+    Order (golinear.models.data_dir): the explicit value, then $GOLINEAR_DATA, then <repo>/../shared/data when it
+    exists, then the Hub. An explicitly named folder that does not exist is an error, not a silent Hub fallback.
     """
-    explicit = data_dir if data_dir not in (None, "") else os.environ.get(ENV_VAR) or None
-    if explicit is None:
-        return str(DEFAULT_DATA_DIR.resolve()) if DEFAULT_DATA_DIR.is_dir() else HUB  # as an explicit path is
-    if str(explicit).lower() == HUB:
+    from golinear.models.data_dir import chosen_data_dir, existing_data_dir
+    chosen = chosen_data_dir(data_dir)
+    if chosen is None or str(chosen).lower() == HUB:
         return HUB
-    path = Path(explicit).expanduser().resolve()
-    if not path.is_dir():
-        raise FileNotFoundError(f"data folder {str(explicit)!r} does not exist (set --data-dir / "
-                                f"${ENV_VAR} to the folder described in shared/data/README.md, or 'hub')")
-    return str(path)
+    return str(existing_data_dir(chosen).resolve())
 
 
 # --- local readers: (dataset_path, dataset_name) of the Hub copy -> files and a reader ---------------

@@ -1,0 +1,31 @@
+"""Where golinear's data comes from, the one place of the rule every reader (the standard suites, RULER, training's
+books corpus) follows: the folder given (--data-dir, a task's `data_dir` metadata), else $GOLINEAR_DATA, else
+`../shared/data` beside the repository when it exists. The folder's layout and sources: docs/data.md."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV_VAR = "GOLINEAR_DATA"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
+HINT = f"give the data folder with --data-dir or ${ENV_VAR} (what it holds and where it comes from: docs/data.md)"
+
+
+def chosen_data_dir(data_dir: str | os.PathLike | None = None) -> str | None:
+    """The folder named (explicitly or by $GOLINEAR_DATA), else the default one when it exists, else None."""
+    explicit = data_dir if data_dir not in (None, "") else os.environ.get(ENV_VAR) or None
+    if explicit is not None:
+        return str(explicit)
+    return str(DEFAULT_DATA_DIR) if DEFAULT_DATA_DIR.is_dir() else None
+
+
+def existing_data_dir(data_dir: str | os.PathLike | None = None, needs: str = "the data") -> Path:
+    """The chosen folder, which must exist (a one-line FileNotFoundError naming what needed it and the hint)."""
+    chosen = chosen_data_dir(data_dir)
+    if chosen is None:
+        raise FileNotFoundError(f"{needs} needs a local data folder and none was found (no {DEFAULT_DATA_DIR}); {HINT}")
+    path = Path(chosen).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"data folder {chosen!r} does not exist; {HINT}")
+    return path
