@@ -47,11 +47,11 @@ class ModelSpec:
     layer_scores: tuple[float, ...] | None = None
     gate_rank: int = 16
     feature_dim: int = 64
-    retain: int = 0                # retention slots per KV head (GDN with a window; models.attention.ops.retention)
+    retain: int = 0                # retention slots per KV head (GDN with a window; models.retention.ops)
     retain_score: str = RETAIN_SCORES[0]
     out_norm: bool = False         # output RMSNorm after the op (gla, kgla, gdn; models.attention.mechanisms.OutputNorm)
     conv_on: str = CONV_ON[0]      # the path(s) the short conv feeds: both | linear
-    scorer: str | None = None      # absolute path of a scorer file (retain_score=fitted; models.cache.retention_scorer)
+    scorer: str | None = None      # absolute path of a scorer file (retain_score=fitted; models.retention.scorer)
     press: str | None = None       # a kvpress press on the full-attention model (models.kv_compression)
     kv_budget: int = 0             # the press's cache budget: KV entries kept per layer and KV head
     question_aware: bool = False   # the press also sees the question (default: the context alone is compressed)

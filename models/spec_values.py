@@ -14,9 +14,9 @@ from golinear.models.spec_files import check_checkpoint_files
 DEFAULT_BASE = "smollm2-135m"  # models.backbones.backbone.DEFAULT_BACKBONE (that module imports torch)
 MECHANISMS = ("gla", "kgla", "gdn", "hedgehog", "none")  # "none": window+sink softmax alone, no linear state
 SELECTIONS = ("uniform", "hardness")  # how keep_full picks its full-attention layers
-# retention slots (models.cache.policies, models.attention.ops.retention): the built-in retention policies, by name; `retain_score`
+# retention slots (models.cache.policies, models.retention.ops): the built-in retention policies, by name; `retain_score`
 # also takes a policy registered with models.cache.policies.register_policy. retain=0 (no slots) is the default recipe,
-# and its keys are then left out of config.json. "fitted" reads a scorer file (models.cache.retention_scorer), named by
+# and its keys are then left out of config.json. "fitted" reads a scorer file (models.retention.scorer), named by
 # the option `scorer` (only with it)
 RETAIN_SCORES = ("delta_error", "proj_residual", "fitted")
 RETENTION_KEYS = ("retain", "retain_score", "scorer")
@@ -131,7 +131,7 @@ def _checkpoint(key, value) -> str:
 
 def _scorer_file(value) -> str:
     """A retention scorer file (retain_score=fitted), as an absolute path; its contents are checked when a model
-    loads it (models.cache.retention_scorer)."""
+    loads it (models.retention.scorer)."""
     path = Path(str(value)).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"retention scorer file {str(value)!r} does not exist")
@@ -185,7 +185,7 @@ def check_window_only(mechanism, window: int, sinks: int) -> None:
 
 
 def check_retention(mechanism, window: int, retain: int, retain_score: str, scorer: str | None = None) -> None:
-    """Retention slots are built for GDN with a window (models.attention.ops.retention); a score only with slots; a scorer
+    """Retention slots are built for GDN with a window (models.retention.ops); a score only with slots; a scorer
     file with retain_score=fitted and only there."""
     if retain and (mechanism != "gdn" or not window):
         raise ValueError(f"retain={retain} needs mechanism=gdn and window > 0; got mechanism={mechanism}, "
@@ -194,13 +194,13 @@ def check_retention(mechanism, window: int, retain: int, retain_score: str, scor
         named = f"retain_score={retain_score!r}" if retain_score != RETAIN_SCORES[0] else f"scorer={scorer!r}"
         raise ValueError(f"{named} needs retain > 0 (retention slots)")
     if (retain_score == "fitted") != bool(scorer):
-        raise ValueError("retain_score=fitted needs scorer=<a scorer file> (golinear.models.cache.retention_scorer)" if not scorer
+        raise ValueError("retain_score=fitted needs scorer=<a scorer file> (golinear.models.retention.scorer)" if not scorer
                          else f"scorer={scorer!r} is read only with retain_score=fitted, got {retain_score!r}")
 
 
 def check_out_norm(mechanism, out_norm: bool, retain: int) -> None:
     """The output norm follows the GLA/kGLA/GDN op in LinearizedAttention.run; the retention path
-    (models.attention.ops.retention*) computes its GDN output itself, without it."""
+    (models.retention.ops*) computes its GDN output itself, without it."""
     if out_norm and mechanism not in OUT_NORM_MECHANISMS:
         raise ValueError(f"out_norm=true needs mechanism in {list(OUT_NORM_MECHANISMS)}; got mechanism={mechanism}")
     if out_norm and retain:
@@ -209,7 +209,7 @@ def check_out_norm(mechanism, out_norm: bool, retain: int) -> None:
 
 def check_conv_on(mechanism, short_conv: bool, conv_on: str, retain: int) -> None:
     """conv_on chooses which path the short conv feeds: without a conv or a linear path there is nothing to
-    choose; the retention path (models.attention.ops.retention*) projects once for both paths."""
+    choose; the retention path (models.retention.ops*) projects once for both paths."""
     if conv_on != CONV_ON[0] and mechanism == "none":
         raise ValueError(f"conv_on={conv_on!r} needs a linear path; mechanism=none allows only conv_on={CONV_ON[0]!r}")
     if conv_on != CONV_ON[0] and not short_conv:

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from golinear.models.attention.ops.retention_static import fold_steps, fold_steps_pairwise
+from golinear.models.retention.static import fold_steps, fold_steps_pairwise
 
 
 def best_time(fn, repeats, sync):

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from golinear.models.attention import ops
-from golinear.models.attention.ops.retention_prefill import retention_prefill, retention_prefill_walk
+from golinear.models.retention.prefill import retention_prefill, retention_prefill_walk
 
 SCORES = ("proj_residual", "delta_error")
 DTYPES = ("float32", "bfloat16")

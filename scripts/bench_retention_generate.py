@@ -1,4 +1,4 @@
-"""Batched decoding of a model with retention slots (models.decoding.retention_generate) against HF generate one prompt at a
+"""Batched decoding of a model with retention slots (models.retention.generate) against HF generate one prompt at a
 time: wall time of each phase and how many generations are identical. Prompts are random token ids of slightly
 different lengths; no EOS. Default model: an untrained SmolLM2 linearization (gdn, sinks 8, window 48, retain 8,
 short conv); `--checkpoint` + `--window/--retain` time a trained one with slots instead (the study's S-NIAH rows).

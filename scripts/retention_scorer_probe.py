@@ -1,4 +1,4 @@
-"""Fit the third retention score (`retain_score=fitted`, models.cache.retention_scorer) on the frozen backbone, and probe it.
+"""Fit the third retention score (`retain_score=fitted`, models.retention.scorer) on the frozen backbone, and probe it.
 
 A retention slot is worth a token a later query will need. This fits, per layer and KV head, a ridge regression
 from a key to a per-token target measured on the frozen backbone (full attention, eager) over passages of the books
@@ -6,7 +6,7 @@ corpus (`--target`): `far`, log(mean attention weight the key receives from the 
 later); `retrieval`, log(mean weight from the last tokens of a question about a sentence inserted in the passage,
 `retrieval_texts`); `value`, 1 on the tokens of the inserted sentences' values, 0 elsewhere. The features are the
 32 magnitudes of the key's RoPE pairs (i, i + 32), which RoPE leaves unchanged, so the fit on the backbone's keys
-before RoPE applies to the op's keys after it. The file `fit` writes is a scorer file (models.cache.retention_scorer):
+before RoPE applies to the op's keys after it. The file `fit` writes is a scorer file (models.retention.scorer):
 a model option (`retain_score=fitted,scorer=FILE`). Its metadata records what it was fitted to: the inserted values'
 type and format and the seed they were drawn with (`--seed`, default 0; the evaluation prompts' seed 42 is refused,
 as `rank`'s and scripts/retention_slots.py's prompts default to seed 1): bench.boards.fitted_format reads it, and a row
@@ -34,7 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from golinear.models.backbones.backbone import fingerprint, load_backbone  # noqa: E402
 from golinear.models.training.data import book_files, read_jsonl_docs  # noqa: E402
-from golinear.models.cache.retention_scorer import arrival_scores, load_scorer, pair_magnitudes, save_scorer  # noqa: E402
+from golinear.models.retention.scorer import arrival_scores, load_scorer, pair_magnitudes, save_scorer  # noqa: E402
 from golinear.tasks.ruler.api import EVALUATION_SEED, TUNING_SEED, check_tuning_seed  # noqa: E402
 
 

@@ -17,7 +17,7 @@ whose needle has left the window; a needle still in the window is counted apart.
 
 `--span W` is a probe of a score the op does not have (a needle is a run of tokens, and `proj_residual` judges each
 token alone): it max-pools the arrival scores over the W tokens either side before the prefill's slot decisions,
-by replacing `models.attention.ops.retention_prefill.entry_scores` in this process. Only the prefill decides here, so the
+by replacing `models.retention.prefill.entry_scores` in this process. Only the prefill decides here, so the
 census is exact for that rule; decoding with it is not built.
 """
 from __future__ import annotations
@@ -30,14 +30,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from golinear.models.load import load_model  # noqa: E402
-from golinear.models.decoding.retention_generate import RetentionDecoder  # noqa: E402
+from golinear.models.retention.generate import RetentionDecoder  # noqa: E402
 from golinear.models.spec import RETAIN_SCORES  # noqa: E402
 from golinear.tasks.ruler.api import EVALUATION_SEED, TUNING_SEED, build_samples, check_tuning_seed, resolve_task  # noqa: E402
 
 
 def pool_scores(width: int) -> None:
     """Probe (--span): every arrival score becomes the max over the `width` tokens either side of it."""
-    import golinear.models.attention.ops.retention_prefill as prefill
+    import golinear.models.retention.prefill as prefill
     base = prefill.entry_scores
 
     def pooled(k, score, scores=None):

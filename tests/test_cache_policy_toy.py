@@ -16,12 +16,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 from golinear.models.decoding.batch_generate import decoder_for, generate_batch  # noqa: E402
-from golinear.models.attention.ops.retention import retention_recurrent  # noqa: E402
+from golinear.models.retention.ops import retention_recurrent  # noqa: E402
 from golinear.models.cache.policies import (make_policy, policy_class, policy_names, register_policy, retention_scores,  # noqa: E402
                              unregister_policy)
 from golinear.models.cache.policies.base import CachePolicy  # noqa: E402
 from golinear.models.cache.policies.retention_slots import RetentionSlots  # noqa: E402
-from golinear.models.decoding.retention_generate import RetentionDecoder  # noqa: E402
+from golinear.models.retention.generate import RetentionDecoder  # noqa: E402
 from golinear.models.spec import RETAIN_SCORES, ModelSpec  # noqa: E402
 from test_batched_generate import alone, prompts, tiny_model  # noqa: E402
 from test_retention import assert_close, tiny_layer  # noqa: E402

@@ -10,7 +10,7 @@ import torch
 
 from golinear.bench.boards import fitted_format as ff
 from golinear.bench.boards import needle_types
-from golinear.models.cache.retention_scorer import load_scorer, save_scorer
+from golinear.models.retention.scorer import load_scorer, save_scorer
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -513,7 +513,7 @@ def test_decode_bytes_retention_hand_count():
     forward on a LinearCache (RetentionState): every term against the hand count, the same after more steps."""
     from golinear.bench.speed.decode_bound import decode_bytes
     from golinear.models.cache.hf_cache import LinearCache
-    from golinear.models.decoding.retention_generate import RetentionDecoder
+    from golinear.models.retention.generate import RetentionDecoder
     s, w, r = 2, 4, 3
     model = tiny_model("gdn", window=w, sinks=s, short_conv=True, full_layers=[1], retain=r,
                        retain_score="proj_residual")

@@ -183,7 +183,7 @@ def test_bad_model_input(backend, args, error, match):
 @pytest.mark.slow
 def test_retention_slots_generate_batched_as_one_at_a_time(tmp_path):
     """A model with retain > 0, given as a spec or as a checkpoint, defaults to generation=batched
-    (models.decoding.retention_generate); lm-eval's generate_until on prompts of different lengths (one shorter than
+    (models.retention.generate); lm-eval's generate_until on prompts of different lengths (one shorter than
     sinks + window) gives the same continuations batched and one at a time."""
     from golinear.models.checkpoint import save_checkpoint
     from golinear.models.load import load_model

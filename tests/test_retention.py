@@ -1,4 +1,4 @@
-"""Retention slots (models/attention/ops/retention.py): the chunked prefill and the decode step against the
+"""Retention slots (models/retention/ops.py): the chunked prefill and the decode step against the
 per-token definition, retain=0 against the default recipe (reference ops and LinearizedAttention itself),
 token accounting, a fixed-size cache, and which tokens the slots keep. Then the wiring: the layer with
 retain > 0 against the definition, HF-generate decoding against the full forward, a fixed-size LinearCache,
@@ -15,9 +15,9 @@ from golinear.models.diagnostics import projection_residual
 from golinear.models.attention.layers import LinearizedAttention
 from golinear.models.attention.ops import _one_thread
 from golinear.models.attention.ops import reference as R
-from golinear.models.attention.ops.retention import RetentionState, entry_scores, retention_recurrent, retention_step
-from golinear.models.attention.ops.retention_prefill import retention_prefill, retention_prefill_walk
-from golinear.models.attention.ops.retention_static import fold_steps
+from golinear.models.retention.ops import RetentionState, entry_scores, retention_recurrent, retention_step
+from golinear.models.retention.prefill import retention_prefill, retention_prefill_walk
+from golinear.models.retention.static import fold_steps
 from _gpu import TOL as GPU_TOL
 
 SCALE, LIN_SCALE = 0.41, 0.37
@@ -144,7 +144,7 @@ def test_fast_path_is_the_walk(case, score):
 def test_fast_path_blocks_do_not_matter(monkeypatch):
     """The softmax path's query blocks are a memory bound only: tiny blocks (queries 8 at a time, windows longer
     than a block) give the walk's result."""
-    from golinear.models.attention.ops import retention_static
+    from golinear.models.retention import static as retention_static
     q, k, v, lin, scores = make(50, seed=14)
     y_walk, st_walk = retention_prefill_walk(q, k, v, lin, SCALE, LIN_SCALE, 2, 11, 4, score="given",
                                              scores=tied(scores))
@@ -189,7 +189,7 @@ def test_fold_steps_is_the_pairwise_rule(monkeypatch, block_rows):
     """fold_steps (a wavelet matrix, O(T log T)) gives fold_steps_pairwise's steps (every pair compared, in row
     blocks of any size) for ties, sinks up to the whole prompt, r above the prompt's length, lengths that are and
     are not powers of two."""
-    from golinear.models.attention.ops import retention_static
+    from golinear.models.retention import static as retention_static
     gen = torch.Generator().manual_seed(21)
     cases = 0
     for T in (1, 2, 7, 8, 9, 64, 131):

@@ -1,6 +1,6 @@
 """The retention decode step's cost does not depend on the context length, checked on the CPU.
 
-RetentionDecoder's steady step (models.attention.ops.retention_rows.steady_step_inplace) is what a CUDA graph replays per
+RetentionDecoder's steady step (models.retention.rows.steady_step_inplace) is what a CUDA graph replays per
 token, so it must dispatch the same work whatever the prompt length, keep fixed-size state, and read no host
 value (`.item()`, `.tolist()`, a tensor built from Python numbers: each is a stream sync on CUDA and breaks a
 capture). Kernels per layer are counted as tests/test_overhead.py counts the default recipe's step.
@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from golinear.models.attention.ops.retention_rows import RetentionRows, steady_step_inplace
-from golinear.models.decoding.retention_generate import RetentionDecoder
+from golinear.models.retention.rows import RetentionRows, steady_step_inplace
+from golinear.models.retention.generate import RetentionDecoder
 from test_batched_generate import tiny_model
 from test_retention_generate import RECIPE, SCORES, _states
 

@@ -1,4 +1,4 @@
-"""Batched generation for models with retention slots (models/decoding/retention_generate.py, models/attention/ops/retention_rows.py),
+"""Batched generation for models with retention slots (models/retention/generate.py, models/retention/rows.py),
 fp32 on the CPU: a batch of prompts of different lengths gives, token for token, what each prompt gives generated
 alone by HF's generate (the one-at-a-time path), for both scores; the per-row step equals each row stepped alone."""
 from __future__ import annotations
@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from golinear.models.decoding.batch_generate import decoder_for, generate_batch
-from golinear.models.attention.ops.retention import RetentionState, retention_step
-from golinear.models.attention.ops.retention_prefill import retention_prefill
-from golinear.models.attention.ops.retention_rows import RetentionRows, retention_rows_step
-from golinear.models.decoding.retention_generate import RetentionDecoder
+from golinear.models.retention.ops import RetentionState, retention_step
+from golinear.models.retention.prefill import retention_prefill
+from golinear.models.retention.rows import RetentionRows, retention_rows_step
+from golinear.models.retention.generate import RetentionDecoder
 from test_batched_generate import alone, prompts, tiny_model
 
 SCORES = ("delta_error", "proj_residual")

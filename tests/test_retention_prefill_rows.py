@@ -1,4 +1,4 @@
-"""The right-padded retention prefill (models/attention/ops/retention_prefill_rows.py): every row of a batch of prompts of
+"""The right-padded retention prefill (models/retention/prefill_rows.py): every row of a batch of prompts of
 different lengths, prefilled in one pass, gives what the row gives prefilled alone (retention_prefill at its own
 length): the outputs at its real positions and every tensor of its decode state (fp64, the CPU reference ops)."""
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from golinear.models.attention.ops.retention_prefill import retention_prefill, ring_positions
-from golinear.models.attention.ops.retention_prefill_rows import retention_prefill_rows
-from golinear.models.decoding.retention_generate import RetentionDecoder
+from golinear.models.retention.prefill import retention_prefill, ring_positions
+from golinear.models.retention.prefill_rows import retention_prefill_rows
+from golinear.models.retention.generate import RetentionDecoder
 from test_batched_generate import tiny_model
 from test_retention import LIN_SCALE, SCALE, assert_close, make, one_thread  # noqa: F401  (the fixture)
 

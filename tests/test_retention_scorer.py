@@ -1,4 +1,4 @@
-"""retain_score=fitted (models/cache/retention_scorer.py): the features do not see RoPE, the layer's slots are the
+"""retain_score=fitted (models/retention/scorer.py): the features do not see RoPE, the layer's slots are the
 definition's with the scorer's scores, prefill and decode agree, checkpoints carry the scorer file, the store keys
 its contents, and bad scorer files or options are refused with one line naming them (CPU, fp32)."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 
 from golinear.models.checkpoint import apply_checkpoint, save_checkpoint
 from golinear.models.attention.linearize import LinearizeConfig, linearize
-from golinear.models.attention.ops.retention import retention_recurrent
-from golinear.models.cache.retention_scorer import arrival_scores, load_scorer, pair_magnitudes, save_scorer, scorer_for_model
+from golinear.models.retention.ops import retention_recurrent
+from golinear.models.retention.scorer import arrival_scores, load_scorer, pair_magnitudes, save_scorer, scorer_for_model
 from golinear.models.spec import ModelSpec, checkpoint_identity
 from test_retention import RECIPE, rel_err, tiny_layer, tiny_model
 

@@ -77,7 +77,7 @@ def test_value_labels_mark_the_inserted_values_tokens_only():
 
 def test_random_scorer_has_the_named_configurations_shape(tmp_path):
     from golinear.models.backbones.backbone import named_config
-    from golinear.models.cache.retention_scorer import load_scorer, scorer_for_model
+    from golinear.models.retention.scorer import load_scorer, scorer_for_model
     probe.random_scorer(["--model", "smollm2-135m", "--layers", "2", "--out", str(tmp_path / "r.safetensors")])
     weight, bias, meta = load_scorer(tmp_path / "r.safetensors")
     assert tuple(weight.shape) == (2, 3, 32) and tuple(bias.shape) == (2, 3) and "cost" in meta["fit"]

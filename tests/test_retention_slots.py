@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from golinear.models.backbones.backbone import load_tokenizer
-from golinear.models.decoding.retention_generate import RetentionDecoder
+from golinear.models.retention.generate import RetentionDecoder
 from test_batched_generate import tiny_model
 
 _path = Path(__file__).resolve().parents[1] / "scripts" / "retention_slots.py"
@@ -50,7 +50,7 @@ def test_census_places_each_token_once():
 
 
 def test_span_probe_pools_each_arrival_score_over_its_neighbours(monkeypatch):
-    import golinear.models.attention.ops.retention_prefill as prefill
+    import golinear.models.retention.prefill as prefill
     monkeypatch.setattr(prefill, "entry_scores", prefill.entry_scores)  # restored after the test
     k = torch.randn(1, 12, 2, 8, generator=torch.Generator().manual_seed(0))
     plain = prefill.entry_scores(k, "proj_residual")

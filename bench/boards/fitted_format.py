@@ -11,7 +11,7 @@ import functools
 import json
 from pathlib import Path
 
-from golinear.models.cache.retention_scorer import load_scorer
+from golinear.models.retention.scorer import load_scorer
 
 CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints" / "smollm2-135m"
 SCORERS = CHECKPOINTS / "scorers"

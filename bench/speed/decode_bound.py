@@ -20,8 +20,8 @@ import time
 import torch
 
 from golinear.models.cache.decode_state import DecodeState
-from golinear.models.attention.ops.retention import Q_KEYS
-from golinear.models.attention.ops.retention_rows import RetentionRows
+from golinear.models.retention.ops import Q_KEYS
+from golinear.models.retention.rows import RetentionRows
 from golinear.models.attention.projection import decoder_layers
 
 TERMS = ("weights", "embedding_rows", "kv_cache", "recurrent_state", "window_sinks", "window_inputs", "conv_state",
@@ -55,7 +55,7 @@ def kv_cache_bytes(config, dtype: torch.dtype, batch: int, context: float) -> fl
 
 
 def retention_state(state: DecodeState):
-    """The models.attention.ops.retention.RetentionState of a layer with retention slots (RetentionDecoder stacks its rows
+    """The models.retention.ops.RetentionState of a layer with retention slots (RetentionDecoder stacks its rows
     in a RetentionRows), else None."""
     ret = state.retention
     return ret.state if isinstance(ret, RetentionRows) else ret

@@ -6,7 +6,7 @@ attention is the backbone itself (HF model, SDPA, its own dynamic KV cache, eage
 through models.decoding.fast_decode (each row reads its filled KV prefix: the split-K kernel on CUDA), `full-static-sdpa`
 that decoder with SDPA over the whole KV buffer (one run measures both steps). Linearized configurations
 run through models.decoding.fast_decode (chunked prefill, static cache, decode captured in a CUDA graph on GPU); those
-with retention slots (retain > 0) through models.decoding.retention_generate.RetentionDecoder (each prompt prefilled
+with retention slots (retain > 0) through models.retention.generate.RetentionDecoder (each prompt prefilled
 alone and whole, eager decode: rows with prefill_chunk 0 and cuda_graph False). KV-cache compression rows
 (`press=<name>,kv_budget=<entries>[,prefill_chunk=<tokens>]`) run through bench/speed/latency_press.py: full-attention
 prefill compressed to the budget by a kvpress press, then HF's DynamicCache decode over the compressed entries.

@@ -15,7 +15,7 @@ from golinear.models.backbones.cache_arg import cache_kwarg
 from golinear.models.backbones.backbone import check_architecture, fingerprint
 from golinear.models.cache.hf_cache import LinearCache
 from golinear.models.attention.layers import LinearizedAttention
-from golinear.models.cache.retention_scorer import scorer_for_model
+from golinear.models.retention.scorer import scorer_for_model
 from golinear.models.attention.projection import decoder_layers
 from golinear.models.spec import (CONV_ON, RETAIN_SCORES, check_conv_on, check_out_norm, check_retention,  # checked there
                          check_window_only, linearize_values, without_unused_retention)
@@ -41,7 +41,7 @@ class LinearizeConfig:
     retain_score: str = RETAIN_SCORES[0]  # what earns a slot when a token leaves the window
     out_norm: bool = False          # per-head output RMSNorm after the op (gla/kgla/gdn); its weight starts at 1
     conv_on: str = CONV_ON[0]       # the short conv feeds both paths, or the linear path only (models.spec.CONV_ON)
-    scorer: str | None = None       # retain_score=fitted: the scorer file (models.cache.retention_scorer)
+    scorer: str | None = None       # retain_score=fitted: the scorer file (models.retention.scorer)
 
     @property
     def cache_budget(self) -> int:

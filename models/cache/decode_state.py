@@ -13,7 +13,7 @@ buffers, replayed in a CUDA graph). Per row b:
   - conv [B, C, W-1]: the short conv's previous inputs over [q|k|v];
   - state: the recurrent state, fp32 ([B, H, D, D], or (S, Z) for Hedgehog);
   - retention: with a retention-slots policy (models.cache.policies.retention_slots), a RetentionState
-    (models.attention.ops.retention) instead of the sink, ring and state fields (sinks, window ring, slots, GDN state;
+    (models.retention.ops) instead of the sink, ring and state fields (sinks, window ring, slots, GDN state;
     fixed shapes; conv stays here).
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ class DecodeState:
     conv: torch.Tensor | None = None
     ring_lin: dict = field(default_factory=dict)
     state: torch.Tensor | tuple | None = None
-    retention: object = None  # models.attention.ops.retention.RetentionState (not imported: this module stays light)
+    retention: object = None  # models.retention.ops.RetentionState (not imported: this module stays light)
 
     def tensors(self) -> list[torch.Tensor]:
         """Every tensor, in a fixed order (a CUDA graph's buffers, memory accounting, batch reordering)."""

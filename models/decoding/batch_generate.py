@@ -6,7 +6,7 @@ token after which its continuation contains a stop string (lm-eval cuts the text
 running keep the batch going, and a stopped row's later tokens are dropped, so they change nothing. The host
 looks at the tokens every `check_every` steps (one device sync per check; every step on the CPU).
 `decoder_for` picks the decoder by the layers' cache policies (models.cache.policies: their `decoder`): retention slots
-get models.decoding.retention_generate.RetentionDecoder (one-pass right-padded prefill, batched per-row decode), a model
+get models.retention.generate.RetentionDecoder (one-pass right-padded prefill, batched per-row decode), a model
 whose short conv feeds the linear path only (conv_on "linear", which the chunked prefill refuses)
 WholePromptDecoder (each prompt alone through the model's forward, then FastDecoder's batched decode), every
 other model FastDecoder.
@@ -20,11 +20,11 @@ import torch
 from golinear.models.cache.decode_state import TENSOR_FIELDS, DecodeState
 from golinear.models.decoding.fast_decode import FastDecoder
 from golinear.models.attention.projection import decoder_layers
-from golinear.models.decoding.retention_generate import RetentionDecoder
+from golinear.models.retention.generate import RetentionDecoder
 
 
 def decoder_for(model, **kwargs) -> FastDecoder:
-    """The batched decoder for `model`: models.decoding.retention_generate.RetentionDecoder (kwargs: max_len, use_graph) for a
+    """The batched decoder for `model`: models.retention.generate.RetentionDecoder (kwargs: max_len, use_graph) for a
     model whose cache policy it serves (retention slots), WholePromptDecoder (the same kwargs) for one whose short
     conv feeds the linear path only (conv_on "linear"), else FastDecoder(model, **kwargs)."""
     attns = [layer.self_attn for layer in decoder_layers(model)]

@@ -117,7 +117,7 @@ class FastDecoder:
         if any(lin and layer.self_attn.cache_policy.decoder != self.serves
                for layer, lin in zip(self.layers, self.linear)):
             raise ValueError("FastDecoder has no static cache for retention slots (retain > 0); decode such a "
-                             "model with golinear.models.decoding.retention_generate.RetentionDecoder or HF generate")
+                             "model with golinear.models.retention.generate.RetentionDecoder or HF generate")
 
     # ------------------------------------------------------------------ public API
     @torch.no_grad()

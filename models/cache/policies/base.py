@@ -4,7 +4,7 @@ A policy is a small module the layer (models.attention.layers.LinearizedAttentio
 hands them to it for the whole-prompt pass (`parallel`), a chunk of a right-padded batch (`prefill_chunk`), a
 right-padded batch in one pass (`prefill_rows`) and one decode token (`step`). `decoder` names the batched decoder
 that serves its decode state (models.decoding.batch_generate.decoder_for): "static" (models.decoding.fast_decode.FastDecoder's fixed
-buffers: sinks, the window ring, the recurrent state) or "retention" (models.decoding.retention_generate.RetentionDecoder).
+buffers: sinks, the window ring, the recurrent state) or "retention" (models.retention.generate.RetentionDecoder).
 A module with no parameters and non-persistent buffers only, so checkpoints keep their keys.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """delta_error (the default retention score): a token leaving the window is scored by how badly the decayed state
 already stores it, ||v - a S^T k|| (the delta rule's own correction), mean over its KV head's query heads. It
-depends on the state at that step, so the retention ops compute it (models.attention.ops.retention.delta_error)."""
+depends on the state at that step, so the retention ops compute it (models.retention.ops.delta_error)."""
 from __future__ import annotations
 
 import dataclasses

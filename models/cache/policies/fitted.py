@@ -1,5 +1,5 @@
 """fitted: a token is scored when it arrives by a fitted linear map from its key's RoPE-pair magnitudes
-(models.cache.retention_scorer; the scorer file is named by the option `scorer`, and a checkpoint keeps a copy). The
+(models.retention.scorer; the scorer file is named by the option `scorer`, and a checkpoint keeps a copy). The
 weights are non-persistent buffers: they follow the layer's device and never enter a checkpoint's tensors."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import ClassVar
 import torch
 
 from golinear.models.cache.policies.retention_slots import RetentionSlots
-from golinear.models.cache.retention_scorer import arrival_scores
+from golinear.models.retention.scorer import arrival_scores
 
 
 @dataclasses.dataclass(eq=False, repr=False)

@@ -1,9 +1,9 @@
 """Retention slots (retain > 0; GDN with a window; docs/retention.md): beside sinks + window, `slots` softmax slots
 per KV head keep the tokens that score highest when they leave the window; the lowest-scoring candidate folds into
-the GDN state instead (models/attention/ops/retention.py has the rule and the definition).
+the GDN state instead (models/retention/ops.py has the rule and the definition).
 
-`RetentionSlots` is the family's base: the paths (the prompt through models.attention.ops.retention_prefill, a right-padded
-batch through models.attention.ops.retention_prefill_rows, a decode token through models.attention.ops.retention.retention_step on the
+`RetentionSlots` is the family's base: the paths (the prompt through models.retention.prefill, a right-padded
+batch through models.retention.prefill_rows, a decode token through models.retention.ops.retention_step on the
 fixed-size RetentionState in DecodeState.retention). A policy of the family supplies the scores, one method:
   - `score(keys)`: scores fixed when a token arrives, from its key alone ([..., Hkv, D] -> [..., Hkv], higher =
     more worth a slot), computed from the same keys by the prompt's pass and each decode step; or
@@ -19,9 +19,9 @@ from typing import ClassVar
 import torch
 
 from golinear.models.cache.decode_state import DecodeState
-from golinear.models.attention.ops.retention import retention_step
-from golinear.models.attention.ops.retention_prefill import retention_prefill
-from golinear.models.attention.ops.retention_prefill_rows import retention_prefill_rows
+from golinear.models.retention.ops import retention_step
+from golinear.models.retention.prefill import retention_prefill
+from golinear.models.retention.prefill_rows import retention_prefill_rows
 from golinear.models.cache.policies.base import CachePolicy
 from golinear.models.attention.projection import fused_qkv, matmul_dtype, project_qkv
 
@@ -52,7 +52,7 @@ class RetentionSlots(CachePolicy):
                          f"(retain={self.slots}); prefill the whole prompt (HF generate)")
 
     def prefill_rows(self, layer, x, pe, lengths: list[int]):
-        """Row b: its first lengths[b] tokens (models.attention.ops.retention_prefill_rows). Returns (attention output
+        """Row b: its first lengths[b] tokens (models.retention.prefill_rows). Returns (attention output
         [B, T, hidden], meaningful at each row's real positions; a DecodeState of the rows stacked: the short conv's
         inputs before each row's last token and the RetentionRows batched decoding continues). pe: [1, T, D]."""
         B, T = x.shape[:2]
@@ -75,8 +75,8 @@ class RetentionSlots(CachePolicy):
         return self.decode(layer, x, pe, state, retention_step)
 
     def decode(self, layer, x, pe, state: DecodeState, op):
-        """One decode token through the retention step `op` (retention_step, or models.decoding.retention_generate's per-row
-        steps: models.attention.ops.retention_rows), which returns (y, the new retention state)."""
+        """One decode token through the retention step `op` (retention_step, or models.retention.generate's per-row
+        steps: models.retention.rows), which returns (y, the new retention state)."""
         qk, q, k, v, _ = layer.project_step(x, pe, state)
         lin = layer.linear_inputs(x, q, k, v, qk=qk)
         y, state.retention = op(state.retention, q, k, v, lin, layer.scaling, layer.lin.scale, *self.op_score(k))

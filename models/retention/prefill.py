@@ -1,10 +1,10 @@
-"""Prefill for GDN + sinks + window + retention slots (models/attention/ops/retention.py has the rule).
+"""Prefill for GDN + sinks + window + retention slots (models/retention/ops.py has the rule).
 
 `retention_prefill` (what the layer calls) decides first, without autograd, which token folds at which step:
 from the scalar scores alone for scores fixed at arrival (`proj_residual`, `given`:
-models.attention.ops.retention_static.fold_steps), with the walk below for `delta_error` (its score depends on the
+models.retention.static.fold_steps), with the walk below for `delta_error` (its score depends on the
 state). The values then come from two ordinary ops whatever the score: one GDN op over the fold sequence and
-one masked attention (models/attention/ops/retention_static.py), so the backward pass is theirs.
+one masked attention (models/retention/static.py), so the backward pass is theirs.
 
 `retention_prefill_walk` (the walk with autograd through it, every score) is the reference the tests hold the
 layer's path to. Per chunk of C steps, the tokens that can fold are known in advance: the r slot holders at
@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from golinear.models.attention.ops.key_stats import normalize_keys
 from golinear.models.attention.ops.reference import (check_chunk_size, compute_dtype, exclusive_suffix_sum, masked_softmax,
                                   pairwise_segment_sum)
-from golinear.models.attention.ops.retention import EPS, KV_KEYS, LIN, Q_KEYS, RetentionState, check_inputs, entry_scores, take
-from golinear.models.attention.ops.retention_static import end_slots, fold_order, fold_steps, fold_steps_of, linear_path, softmax_path
+from golinear.models.retention.ops import EPS, KV_KEYS, LIN, Q_KEYS, RetentionState, check_inputs, entry_scores, take
+from golinear.models.retention.static import end_slots, fold_order, fold_steps, fold_steps_of, linear_path, softmax_path
 
 
 def retention_prefill(q, k, v, lin, scale, lin_scale, sinks, window, retain, score="delta_error", scores=None,
@@ -38,7 +38,7 @@ def retention_prefill(q, k, v, lin, scale, lin_scale, sinks, window, retain, sco
     Returns (y [B, T, H, V] in q's dtype, RetentionState after the prompt; None unless want_state: training
     needs no decode state). The slot decisions come first, without autograd (fold_steps from arrival-time
     scores; the walk for delta_error); the values then come from one GDN op over the fold sequence and one
-    masked attention (models/attention/ops/retention_static.py), whatever the score."""
+    masked attention (models/retention/static.py), whatever the score."""
     check_inputs(q, k, v, lin, sinks, window, retain)
     T, dt = q.shape[1], compute_dtype(q)
     fold, static, exits = fold_decisions(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, scores,
@@ -148,7 +148,7 @@ def _walk(Lh, lq, static, S, slot_pos, slot_score, folded, c0, c1, s, w, G, lin_
         if j >= s:
             ci = r + i
             if static is None:
-                with torch.no_grad():  # models.attention.ops.retention.delta_error
+                with torch.no_grad():  # models.retention.ops.delta_error
                     err = (packed[:, :, ci, :V] - packed[:, :, ci, V:V + 1] * Y[:, :, ci]).norm(dim=-1)
                     sc = err.view(B, Hkv, G).mean(-1)
             else:

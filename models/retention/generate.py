@@ -1,17 +1,17 @@
 """Batched greedy decoding for models with retention slots (retain > 0), with a CUDA graph on CUDA.
 
 The static-cache decoder (models.decoding.fast_decode.FastDecoder) prefills a right-padded batch in chunks, which
-retention's prefill (models.attention.ops.retention_prefill) cannot do. `RetentionDecoder` keeps FastDecoder's decode
+retention's prefill (models.retention.prefill) cannot do. `RetentionDecoder` keeps FastDecoder's decode
 loop (embedding, per-row RoPE positions, MLPs, the hybrid's full-attention KV buffers, greedy argmax) and
 changes two things:
 
   - prefill: the right-padded batch in one pass (LinearizedAttention.prefill_rows,
-    models.attention.ops.retention_prefill_rows: padding made inert, each row's state gathered at its own length, for
+    models.retention.prefill_rows: padding made inert, each row's state gathered at its own length, for
     every score: delta_error's decision walk runs over the rows at once; `prefill_mode` "rows"); with
     `one_pass = False`, each prompt alone (batch 1, unpadded) through the model's own forward on a
     models.cache.hf_cache.LinearCache, the forward HF generate's first step runs, the rows' states then stacked ("each");
   - the linearized layers' step: once every row is past sinks + window (`steady`),
-    models.attention.ops.retention_rows.steady_step_inplace: each row at its own position read from the device tensor
+    models.retention.rows.steady_step_inplace: each row at its own position read from the device tensor
     io["pos"], the state updated in place, fixed work whatever the prompt length, no host sync; so on CUDA
     (`use_graph`, as FastDecoder) it is captured once per prefill and replayed per token. Where
     GOLINEAR_FUSED_DECODE says so (by default on CUDA, as FastDecoder's fused step) the layer's whole steady step
@@ -36,7 +36,7 @@ from golinear.models.cache.hf_cache import LinearCache, LinearLayerCache
 from golinear.models.cache.decode_state import DecodeState
 from golinear.models.decoding.fast_decode import FastDecoder
 from golinear.models.attention.ops import fused_decode
-from golinear.models.attention.ops.retention_rows import RetentionRows, retention_rows_step, steady_step_inplace
+from golinear.models.retention.rows import RetentionRows, retention_rows_step, steady_step_inplace
 
 
 def _layer_step(attn, x, pe, state: DecodeState, pos: torch.Tensor) -> torch.Tensor:

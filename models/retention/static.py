@@ -1,5 +1,5 @@
 """Retention with scores fixed at arrival (`proj_residual`, `given`): decide every slot first, then run two
-ordinary ops (the rule is in models/attention/ops/retention.py).
+ordinary ops (the rule is in models/retention/ops.py).
 
 When the score does not depend on the state, the slots after any step hold the r best (score, position) of
 the tokens that have left the window (the lowest score folds, ties: the earliest position). So token j >= sinks,
@@ -200,7 +200,7 @@ def softmax_path(q, k, v, fold: torch.Tensor, scale: float, sinks: int, window: 
 
 def end_slots(fold: torch.Tensor, scores: torch.Tensor, sinks: int, window: int, retain: int, lengths=None):
     """The slots after the prompt: (positions [B, Hkv, r], -1 = empty; their scores, -inf = empty; folded count).
-    lengths: each row's prompt length as a [B, 1, 1] tensor (models.attention.ops.retention_prefill_rows), None: all T."""
+    lengths: each row's prompt length as a [B, 1, 1] tensor (models.retention.prefill_rows), None: all T."""
     B, Hkv, T = fold.shape
     pos = torch.arange(T, device=fold.device)
     length = T if lengths is None else lengths

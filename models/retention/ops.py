@@ -24,7 +24,7 @@ Inputs (layout of models/attention/ops/reference.py): q [B, T, H, D], k, v [B, T
 v [B, T, H, V] (V = D), log_a, beta [B, T, H]; `scores` [B, T, Hkv] for score="given" (a learned scorer's
 output, or a test's construction). Higher score = more worth a softmax slot.
 Here: the definition (`retention_recurrent`, Python lists), the fixed-size decode state and step.
-The chunked prefill is in models/attention/ops/retention_prefill.py.
+The chunked prefill is in models/retention/prefill.py.
 """
 from __future__ import annotations
 

@@ -1,21 +1,21 @@
 """Retention prefill of a right-padded batch of prompts of different lengths, in one pass.
 
-`retention_prefill` (models/attention/ops/retention_prefill.py) takes rows of one length, so batched generation used to
+`retention_prefill` (models/retention/prefill.py) takes rows of one length, so batched generation used to
 prefill each prompt alone: ~1,000 small ops a layer per prompt (0.33-0.38 s a 4K prompt on an H200, against
 0.047 s in one pass: docs/retention.md). With scores fixed at arrival (`proj_residual`, `given`) a row's
 padding can be made inert instead, so one pass serves every row:
   - a fold at a step at or past the row's length is dropped (the token stays in its slot, as at the end of
     the row's own prompt), so the GDN op over the fold sequence runs no-op updates (k, v, gate, beta all
     zero) on the padded steps and its final state is the row's state after its own prompt;
-  - the real tokens' fold steps within the prompt need nothing else (models.attention.ops.retention_static.fold_steps:
+  - the real tokens' fold steps within the prompt need nothing else (models.retention.static.fold_steps:
     token j folds at window + max(j, p_r(j)), p_r the r-th smallest position of the tokens that beat it):
     padding comes after every real token, so it can be that r-th beater only when j would fold at or past
     the row's end anyway, a fold the rule above drops;
   - the softmax path needs nothing: a real query never sees a later key, so never a padding one;
   - the decode state (slots, window ring, sinks, running key sum, fold count) is gathered at each row's own
-    length, as models.attention.ops.retention_prefill._state_after gathers it for one length, into the per-row layout
-    of models.attention.ops.retention_rows.RetentionRows that batched decoding continues.
-`delta_error` scores depend on the state, so its decisions come from the walk (models.attention.ops.retention_prefill
+    length, as models.retention.prefill._state_after gathers it for one length, into the per-row layout
+    of models.retention.rows.RetentionRows that batched decoding continues.
+`delta_error` scores depend on the state, so its decisions come from the walk (models.retention.prefill
 .fold_decisions) over the padded rows at once: the walk is sequential in the steps, not in the rows, and a row's
 decisions before its end read only its own tokens, so the rule above then applies unchanged. The walk launches
 the same ~25 small ops a step for one row or many, so where launches bound it (a GPU) one pass of B rows should
@@ -28,10 +28,10 @@ import torch
 
 from golinear.models.attention.ops.key_stats import normalize_keys
 from golinear.models.attention.ops.reference import compute_dtype
-from golinear.models.attention.ops.retention import EPS, LIN, Q_KEYS, RetentionState, check_inputs
-from golinear.models.attention.ops.retention_prefill import fold_decisions, gather_slots, ring_positions
-from golinear.models.attention.ops.retention_rows import RetentionRows
-from golinear.models.attention.ops.retention_static import end_slots, fold_order, linear_path, softmax_path
+from golinear.models.retention.ops import EPS, LIN, Q_KEYS, RetentionState, check_inputs
+from golinear.models.retention.prefill import fold_decisions, gather_slots, ring_positions
+from golinear.models.retention.rows import RetentionRows
+from golinear.models.retention.static import end_slots, fold_order, linear_path, softmax_path
 
 
 def retention_prefill_rows(q, k, v, lin, scale, lin_scale, sinks, window, retain, score, lengths, scores=None,
@@ -60,7 +60,7 @@ def retention_prefill_rows(q, k, v, lin, scale, lin_scale, sinks, window, retain
 
 
 def _rows_after(k, v, Lh, static, S, slot_pos, slot_score, folded, s, w, lens):
-    """models.attention.ops.retention_prefill._state_after with a length per row: the RetentionRows after each prompt."""
+    """models.retention.prefill._state_after with a length per row: the RetentionRows after each prompt."""
     B, T, Hkv, D = k.shape
     H = Lh["lk"].shape[1]
     G, r, dev = H // Hkv, slot_pos.shape[-1], k.device

@@ -1,6 +1,6 @@
 """Decoding a batch of retention states whose rows have seen different numbers of tokens.
 
-`retention_step` (models/attention/ops/retention.py) decides per row with torch.where/gather, but its Python branches
+`retention_step` (models/retention/ops.py) decides per row with torch.where/gather, but its Python branches
 depend on the step number t, shared by every row: whether t writes a sink (t < sinks), whether a token leaves
 the window (t >= sinks + window), and the window ring's slot ((t - sinks) % window, with the shared `win_pos`).
 Once t >= sinks + window none of that varies any more (every sink and window slot holds a real token, and a
@@ -15,7 +15,7 @@ prefill) with a per-row `win_pos` and step counter, and `retention_rows_step` ru
     sinks + window; exact by construction).
 
 That batched step is `steady_step_inplace`: t per row from a device tensor, the state updated in place, fixed
-shapes and no host sync, which is what models.decoding.retention_generate.RetentionDecoder replays in a CUDA graph once
+shapes and no host sync, which is what models.retention.generate.RetentionDecoder replays in a CUDA graph once
 every row is past sinks + window (retention_rows_step runs it on a copy, keeping its input unmodified).
 tests/test_retention_generate.py checks both against each row stepped alone.
 """
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from golinear.models.attention.ops.key_stats import normalize_keys
-from golinear.models.attention.ops.retention import (EPS, LIN, Q_KEYS, RetentionState, check_inputs, delta_error, lowest,
+from golinear.models.retention.ops import (EPS, LIN, Q_KEYS, RetentionState, check_inputs, delta_error, lowest,
                                   entry_scores, residual, retention_step)
 
 
@@ -130,7 +130,7 @@ def _steady_step(rows: RetentionRows, q, k, v, lin, scale, lin_scale, score, sco
 def steady_step_inplace(rows: RetentionRows, q, k, v, lin, pos, scale, lin_scale, score="delta_error", scores=None):
     """One decoding token per row at its own position pos [B] (a device tensor; every row >= sinks + window), the
     state updated in place: fixed shapes, no host sync, no branch on the data, so a CUDA graph can replay it
-    (models.decoding.retention_generate). rows.seen is not advanced (the caller knows the positions). Returns y [B, 1, H, V]."""
+    (models.retention.generate). rows.seen is not advanced (the caller knows the positions). Returns y [B, 1, H, V]."""
     st = rows.state
     s, w, r = st.sink_k.shape[2], st.win_pos.shape[0], st.ret_pos.shape[-1]
     check_inputs(q, k, v, lin, s, w, r)
