@@ -96,6 +96,13 @@ def assign(old, new):
     return new.clone(memory_format=torch.contiguous_format), True
 
 
+def assign_to(holder: dict, name: str, value: torch.Tensor) -> bool:
+    """holder[name] = value, copied into the existing static buffer when shapes match (a captured CUDA graph stays
+    valid); returns whether the buffer was replaced (a graph over it must then be captured again)."""
+    holder[name], replaced = assign(holder.get(name), value)
+    return replaced
+
+
 def put(buf: torch.Tensor, rows: torch.Tensor, idx: torch.Tensor, value: torch.Tensor) -> None:
     """buf[rows[b], idx[b]] = value[b] for every row b, with device indices (no host sync)."""
     buf.index_put_((rows, idx), value.to(buf.dtype))

@@ -28,7 +28,7 @@ import functools
 
 import torch
 
-from golinear.models.cache.decode_state import DecodeState, assign
+from golinear.models.cache.decode_state import DecodeState, assign_to
 from golinear.models.attention.layers import LinearizedAttention
 from golinear.models.attention.ops import decode_glue, fused_decode
 from golinear.models.attention.ops.decode_attention import decode_attention, decode_attention_reference
@@ -63,13 +63,6 @@ def _glue_silu_mul(g, u):
 @functools.cache
 def _prefill_glue(name: str):
     return torch.compile(globals()[f"_glue{name}"])
-
-
-def _assign(holder: dict, name: str, value: torch.Tensor) -> bool:
-    """holder[name] = value, copied into the existing static buffer when shapes match (keeps captured graphs
-    valid); returns whether the buffer was replaced."""
-    holder[name], replaced = assign(holder.get(name), value)
-    return replaced
 
 
 class FastDecoder:
@@ -165,12 +158,12 @@ class FastDecoder:
             else:
                 changed |= self._finish_full(i, layer.self_attn, tails[i], T, B, max_len)
         nxt = logits.argmax(-1)
-        changed |= _assign(self.io, "ids", nxt)
+        changed |= assign_to(self.io, "ids", nxt)
         pos = torch.tensor(lens, device=self.device)
-        changed |= _assign(self.io, "pos", pos)
-        changed |= _assign(self.io, "pos_ids", pos.view(B, 1))
-        changed |= _assign(self.io, "rows", torch.arange(B, device=self.device))
-        changed |= _assign(self.io, "logits", logits.float())
+        changed |= assign_to(self.io, "pos", pos)
+        changed |= assign_to(self.io, "pos_ids", pos.view(B, 1))
+        changed |= assign_to(self.io, "rows", torch.arange(B, device=self.device))
+        changed |= assign_to(self.io, "logits", logits.float())
         if changed:
             self.graph = None
         self.positions = lens  # host-side copy of io["pos"], for the steady switch and the capacity check
@@ -273,7 +266,7 @@ class FastDecoder:
         kb = torch.zeros(B, k.shape[2], L, k.shape[3], dtype=k.dtype, device=self.device)
         vb = torch.zeros_like(kb)
         kb[:, :, :T], vb[:, :, :T] = k.transpose(1, 2), v.transpose(1, 2)
-        return _assign(st, "k", kb) | _assign(st, "v", vb)
+        return assign_to(st, "k", kb) | assign_to(st, "v", vb)
 
     # ------------------------------------------------------------------ decode step (static shapes)
     def _step(self, steady: bool = False, prefix: int | None = None):

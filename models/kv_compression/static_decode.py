@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from golinear.models.backbones.cache_arg import cache_kwarg
-from golinear.models.cache.decode_state import assign
+from golinear.models.cache.decode_state import assign_to
 from golinear.models.decoding.fast_decode import FastDecoder
 from golinear.models.kv_compression.generate import compressed_prefill, split_budget
 
@@ -61,22 +61,16 @@ class PressDecoder(FastDecoder):
                 row += b
             st = self.states[i] if isinstance(self.states[i], dict) else {}
             self.states[i] = st
-            changed |= _assign(st, "k", kb) | _assign(st, "v", vb)
-        changed |= _assign(self.io, "ids", next_ids.to(self.device))
-        changed |= _assign(self.io, "pos", torch.tensor(slots, device=self.device))
-        changed |= _assign(self.io, "pos_ids", torch.tensor(pos_ids, device=self.device).view(B, 1))
-        changed |= _assign(self.io, "rows", torch.arange(B, device=self.device))
-        changed |= _assign(self.io, "logits", logits.float().to(self.device))
+            changed |= assign_to(st, "k", kb) | assign_to(st, "v", vb)
+        changed |= assign_to(self.io, "ids", next_ids.to(self.device))
+        changed |= assign_to(self.io, "pos", torch.tensor(slots, device=self.device))
+        changed |= assign_to(self.io, "pos_ids", torch.tensor(pos_ids, device=self.device).view(B, 1))
+        changed |= assign_to(self.io, "rows", torch.arange(B, device=self.device))
+        changed |= assign_to(self.io, "logits", logits.float().to(self.device))
         if changed:
             self.graph = None
         self.positions = slots  # FastDecoder.decode's host-side copy: slots filled (capacity, split-K prefix)
         return self.io["ids"].clone()  # the buffer itself changes with every step
-
-
-def _assign(holder: dict, name: str, value: torch.Tensor) -> bool:
-    """holder[name] = value, into the existing static buffer when shapes match (a captured graph stays valid)."""
-    holder[name], replaced = assign(holder.get(name), value)
-    return replaced
 
 
 def _entries(cache) -> int:
