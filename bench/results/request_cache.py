@@ -77,6 +77,7 @@ def _caching_lm():
 
         def __init__(self, lm, cache_db: str) -> None:
             self.lm, self.cache_db = lm, cache_db
+            Path(cache_db).parent.mkdir(parents=True, exist_ok=True)  # as lm-eval's own makes its folder
             self.dbdict = open_db(Path(cache_db))
             lm.set_cache_hook(self.get_cache_hook())
     return JsonCachingLM
