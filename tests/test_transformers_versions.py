@@ -14,8 +14,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# what transformers 5.17 imports that the environment's newer stack no longer brings (or brings too new)
-LOWEST_EXTRAS = ["httpx", "httpcore", "h11", "anyio", "huggingface_hub>=1.5,<2"]
+# the lowest admitted transformers and what it imports that the environment's newer stack no longer brings (or
+# brings too new), each pinned by version and sha256 (pip --require-hashes: what a test installs is what was checked)
+LOWEST = {  # wheel: sha256 (all py3-none-any)
+    "transformers==5.17.0": "78ec1ce21579b38dfb83950a0658cd119f87212a2fcfdff478096ce9d6c03801",
+    "huggingface_hub==1.33.0": "04e434b06e100eddbce9a6e817d72693a7884b10a79bd67ab48080d5c07eb899",
+    "httpx==0.29.0": "6734dcf742ced6e8018e45d3f9f7728975b6b3e1085a24f3e2c056069d858bd1",
+    "httpcore==1.0.9": "2d400746a40668fc9dec9810239072b40b4484b640a8c38fd654a024c7a1bf55",
+    "h11==0.16.0": "63cf8bbe7522de3bf65932fda1d9c2772064ffb3dae62d55932da54b31cb6c86",
+    "anyio==4.16.0": "c66ae634e0b8228396b801741beb3294326d4b6102f7bba4041c0dfb58c29026",
+}
 
 SCRIPT = r'''
 import json, sys, warnings
@@ -62,11 +70,18 @@ def run_script(tmp_path, extra_path: str | None) -> dict:
 @pytest.mark.slow
 def test_cache_calls_run_alike_on_the_lowest_and_highest_admitted_transformers(tmp_path):
     low = lowest_admitted()
-    target = Path(os.environ.get("GOLINEAR_CACHE", Path.home() / ".cache" / "golinear")) / f"test-transformers-{low}"
+    assert f"transformers=={low}.0" in LOWEST or f"transformers=={low}" in LOWEST  # pinned beside the bound
+    cache = Path(os.environ.get("GOLINEAR_CACHE", Path.home() / ".cache" / "golinear"))
+    target = cache / f"test-transformers-{low}-pinned"
     if not (target / "transformers").is_dir():
-        pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-                              f"transformers=={low}", *LOWEST_EXTRAS], capture_output=True, text=True, timeout=600)
+        reqs = tmp_path / "lowest.txt"
+        reqs.write_text("".join(f"{r} --hash=sha256:{h}\n" for r, h in LOWEST.items()))
+        partial = target.with_name(f"{target.name}.partial-{os.getpid()}")  # a failed install leaves no target
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--only-binary=:all:",
+                              "--require-hashes", "--target", str(partial), "-r", str(reqs)],
+                             capture_output=True, text=True, timeout=600)
         assert pip.returncode == 0, pip.stderr[-2000:]
+        partial.rename(target)
     lowest, highest = run_script(tmp_path, str(target)), run_script(tmp_path, None)
     from packaging.version import Version
     assert Version(lowest["version"]) == Version(low) < Version(highest["version"])
