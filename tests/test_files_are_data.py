@@ -153,10 +153,25 @@ def _pickled_cache(db, marker, prefix):
 
 def _foreign_header(db, marker, prefix):
     from golinear.bench.results import request_cache
+    cell = "lambada--0123456789abcdef--otherweights"
     with request_cache.open_db(db, table=request_cache.HEADER_TABLE) as h:
-        h["cell"], h["format"] = "lambada--0123456789abcdef--otherweights", request_cache.FORMAT
+        h["cell"], h["format"], h["mac"] = cell, request_cache.FORMAT, request_cache.signed(cell)
     with request_cache.open_db(db) as d:
         d["0" * 64] = (-0.5, True)
+
+
+def _made_elsewhere(db, marker, prefix):
+    """This cell's cache as another machine would write it: the right cell, a header signed with another key, and
+    results of the right shape but edited (a perfect score) - the edit a reader could not otherwise see."""
+    import hashlib
+    import hmac
+
+    from golinear.bench.results import request_cache
+    with request_cache.open_db(db, table=request_cache.HEADER_TABLE) as h:
+        h["cell"], h["format"] = prefix.name, request_cache.FORMAT
+        h["mac"] = hmac.new(b"another machine's key", prefix.name.encode(), hashlib.sha256).hexdigest()
+    with request_cache.open_db(db) as d:
+        d["0" * 64] = (-0.01, True)
 
 
 def _other_schema(db, marker, prefix):
@@ -173,7 +188,7 @@ def _undecodable(db, marker, prefix):
 
     from golinear.bench.results import request_cache
     with request_cache.open_db(db, table=request_cache.HEADER_TABLE) as h:
-        h["cell"], h["format"] = prefix.name, request_cache.FORMAT
+        h["cell"], h["format"], h["mac"] = prefix.name, request_cache.FORMAT, request_cache.signed(prefix.name)
     with request_cache.open_db(db) as d:
         d["0" * 64] = (-0.5, True)
     con = sqlite3.connect(db)
@@ -184,12 +199,13 @@ def _undecodable(db, marker, prefix):
 
 @needs_data
 @pytest.mark.parametrize("make,says", [(_pickled_cache, "no golinear header"), (_foreign_header, "not for this cell"),
+                                       (_made_elsewhere, "not signed with this machine's key"),
                                        (_other_schema, "no such column"), (_undecodable, "decode")],
-                         ids=["pickled", "other-cell", "other-schema", "undecodable"])
+                         ids=["pickled", "other-cell", "made-elsewhere", "other-schema", "undecodable"])
 def test_a_foreign_or_damaged_request_cache_is_set_aside_unopened(tmp_path, tiny_base, capsys, make, says):
     """A request cache handed over inside a store is read as data: a pickled one (here one that would run code),
-    one made for another cell, another table layout or an entry that does not parse is moved aside in one
-    line and the cell is evaluated from its start, to the clean run's score."""
+    one made for another cell or on another machine (its results edited), another table layout or an entry that
+    does not parse is moved aside in one line and the cell is evaluated from its start, to the clean run's score."""
     clean = only_cell(tiny_run(tiny_base, tmp_path / "clean") or tmp_path / "clean")
     store = tmp_path / "store"
     prefix = cache_prefix(store, clean)

@@ -3,9 +3,11 @@ CachingLM): its values as JSON (never pickles: a store is a folder users hand ea
 unpickles what it reads), the cell it belongs to, how many requests it holds, setting a damaged or foreign one aside,
 removing it, and what a full disk means for it.
 
-Each file carries a header table naming the cell (its store prefix: task, key digest, model fingerprint). Before a
-cell runs, an earlier attempt's file is read whole: one without the header (an older golinear's pickles, another
-program's file), made for another cell, with another table layout, or with an entry that is not a result of the
+Each file carries a header table naming the cell (its store prefix: task, key digest, model fingerprint), signed with
+a key that never leaves this machine's golinear cache folder (HMAC-SHA256, `request-cache.key`), so a cache resumes
+only where it was made: a store handed over brings no scored requests anyone could have edited. Before a cell runs,
+an earlier attempt's file is read whole: one without the header (an older golinear's pickles, another program's
+file), made for another cell or elsewhere (its header not signed with this machine's key), with another table layout, or with an entry that is not a result of the
 shape lm-eval returns ((log-likelihood, is-greedy), a rolling log-likelihood or a generated text) is moved to
 `<store>/invalid/partial/` with one line naming it, and the cell is evaluated from its start, as a damaged cell file
 is. A cell that fails leaves no empty cache behind; one that holds scored requests is kept for the re-run (sqlite
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 
 TABLE = "unnamed"        # the table lm-eval's CachingLM keeps its results in (SqliteDict's default)
-HEADER_TABLE = "golinear"  # {"cell": <the prefix's name>, "format": FORMAT}
+HEADER_TABLE = "golinear"  # {"cell": <the prefix's name>, "format": FORMAT, "mac": signed(cell)}
 FORMAT = "json-1"
 
 
@@ -59,6 +61,29 @@ def decode(text) -> object:
 
 def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
+
+
+def _key() -> bytes:
+    """This machine's request-cache key (32 random bytes, made 0600 on first use in golinear's cache folder)."""
+    import secrets
+
+    from golinear.models.backbones.backbone import cache_dir
+    path = cache_dir() / "request-cache.key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:  # another run made it first
+            return path.read_bytes()
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+    return path.read_bytes()
+
+
+def signed(cell: str) -> str:
+    import hashlib
+    import hmac
+    return hmac.new(_key(), cell.encode(), hashlib.sha256).hexdigest()
 
 
 def open_db(db: Path, flag: str = "c", table: str = TABLE, autocommit: bool = True):
@@ -124,6 +149,9 @@ def read(db: Path, cell: str) -> tuple[int, str | None]:
             header = dict(h.items())
         if header.get("format") != FORMAT or header.get("cell") != cell:
             return 0, f"made for {header.get('cell')!r} ({header.get('format')}), not for this cell"
+        import hmac
+        if not hmac.compare_digest(str(header.get("mac", "")), signed(cell)):
+            return 0, "made elsewhere (its header is not signed with this machine's key), so its scores are not read"
         if TABLE not in tables:  # killed before its first scored request
             return 0, None
         with open_db(db, flag="r") as d:
@@ -145,7 +173,7 @@ def prepare(prefix: Path, rank: int) -> int:
         set_aside(db, problem)
     db.parent.mkdir(parents=True, exist_ok=True)
     with open_db(db, table=HEADER_TABLE, autocommit=False) as h:
-        h["cell"], h["format"] = prefix.name, FORMAT
+        h["cell"], h["format"], h["mac"] = prefix.name, FORMAT, signed(prefix.name)
         h.commit()
     return 0
 
