@@ -68,15 +68,20 @@ def _key() -> bytes:
     import secrets
 
     from golinear.models.backbones.backbone import cache_dir
+    import tempfile
     path = cache_dir() / "request-cache.key"
-    if not path.exists():
+    if not path.exists():  # written beside (mkstemp: 0600), then linked into place whole
         path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".request-cache.key-")
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        except FileExistsError:  # another run made it first
-            return path.read_bytes()
-        with os.fdopen(fd, "wb") as f:
-            f.write(secrets.token_bytes(32))
+            os.write(fd, secrets.token_bytes(32))
+            os.close(fd)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:  # another run made it first: that key is the one
+                pass
+        finally:
+            os.unlink(tmp)
     return path.read_bytes()
 
 
