@@ -16,6 +16,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # demo
 MMLU_CATEGORIES = ("social_sciences", "humanities", "other", "stem", "all")
+PRESS_DECODERS = ("static", "dynamic")  # press rows' decoder: full-static's static cache, or HF's DynamicCache
 MMLU_BATCH = 2  # 2 x 1,061 tokens (the longest social-science prompt) x 49,152 x fp32, twice: 0.8 GB
 # params, latency: the named configurations (models.backbones.configs: data, no torch)
 NAMED_CONFIG_NAMES = tuple(NAMED_CONFIGS)
@@ -173,7 +174,7 @@ def latency(p):
                         "row takes its own prefill_chunk=<tokens> from its spec")
     p.add_argument("--no-graph", action="store_true",
                    help="decode linearized models and press rows eagerly (no CUDA graph)")
-    p.add_argument("--press-decoder", choices=["static", "dynamic"], default="static",
+    p.add_argument("--press-decoder", choices=PRESS_DECODERS, default=PRESS_DECODERS[0],
                    help="press rows decode on the static-cache decoder full-static uses, or on HF's DynamicCache "
                         "(the cross-check; its rows are named so)")
     p.add_argument("--out-dir", default=None,

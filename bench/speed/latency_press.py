@@ -16,11 +16,11 @@ import time
 
 import torch
 
-from golinear.models.backbones.cache_arg import cache_kwarg
+from golinear.bench.cli_args import PRESS_DECODERS
 from golinear.bench.speed.latency_runs import sync
+from golinear.models.backbones.cache_arg import cache_kwarg
 from golinear.models.kv_compression.generate import chunks, compressed_prefill, split_budget
-
-PRESS_DECODERS = ("static", "dynamic")  # the static-cache decoder (full-static's), or HF's DynamicCache
+from golinear.models.kv_compression.static_decode import PressDecoder, entries
 
 MIN_BUDGET = 2  # the prompt's last token is read after compression: at least one entry kept before it
 
@@ -54,7 +54,6 @@ class PressRun:
     layer and KV head the last run's decode started from (one count: every layer and row holds the same)."""
 
     def __init__(self, model, spec, new_tokens: int, decoder: str = PRESS_DECODERS[0], use_graph: bool = False):
-        from golinear.models.kv_compression.static_decode import PressDecoder
         if decoder not in PRESS_DECODERS:
             raise ValueError(f"--press-decoder {decoder!r}; allowed: {', '.join(PRESS_DECODERS)}")
         self.model, self.spec, self.new_tokens = model, spec, new_tokens
@@ -74,11 +73,7 @@ class PressRun:
         logits = model(input_ids=ids[:, n_press:], position_ids=positions[:, n_press:length], use_cache=True,
                        logits_to_keep=1, **cache_kwarg(model, cache)).logits
         nxt = logits[:, -1:].argmax(-1)
-        counts = {layer.keys.shape[2] for layer in cache.layers} | {layer.values.shape[2] for layer in cache.layers}
-        if len(counts) != 1:
-            raise RuntimeError(f"press={self.spec.press}: the layers hold different numbers of entries "
-                               f"{sorted(counts)}")
-        self.entries = counts.pop()
+        self.entries = entries(cache)
         if self.static is not None:  # the kept entries into the static buffers: the end of the prefill
             self.static.max_len = self.entries + self.new_tokens + 1
             self.static.load([cache], [length], nxt, logits[:, -1:])

@@ -45,7 +45,7 @@ class PressDecoder(FastDecoder):
     def load(self, caches: list, positions: list[int], next_ids: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         """Copy compressed DynamicCaches (each one row, or rows holding the same number of entries) into the static
         buffers; `positions`: each cache's next position (the prompt's length). Returns next_ids [B, 1]."""
-        counts = [_entries(c) for c in caches]
+        counts = [entries(c) for c in caches]
         slots = [n for c, n in zip(caches, counts) for _ in range(c.layers[0].keys.shape[0])]
         pos_ids = [p for c, p in zip(caches, positions) for _ in range(c.layers[0].keys.shape[0])]
         B, L = len(slots), max(self.max_len or 0, max(slots) + 1)
@@ -73,7 +73,7 @@ class PressDecoder(FastDecoder):
         return self.io["ids"].clone()  # the buffer itself changes with every step
 
 
-def _entries(cache) -> int:
+def entries(cache) -> int:
     """The entries every layer of a compressed cache holds (one count: a uniform budget)."""
     counts = {layer.keys.shape[2] for layer in cache.layers} | {layer.values.shape[2] for layer in cache.layers}
     if len(counts) != 1:
