@@ -14,6 +14,9 @@ from golinear.bench.run.plan import default_data_dir
 DATA = Path(default_data_dir() or "/nonexistent")
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
 
+from test_hostile_train import cli_train, signals_restored  # noqa: E402,F401 - the same tiny training run
+from test_hostile_user import only_cell, tiny_base, tiny_run  # noqa: E402,F401 - the same tiny evaluation
+
 
 class RunsCode:
     """Unpickling this creates the file it names: proof that a pickle was opened."""
@@ -23,26 +26,6 @@ class RunsCode:
 
     def __reduce__(self):
         return (open, (self.marker, "w"))
-
-
-@pytest.fixture
-def signals_restored():
-    import signal
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for s, h in old.items():
-        signal.signal(s, h)
-
-
-def cli_train(tmp_path, *extra):
-    from _tiny import write_books, write_tiny_backbone
-    base = tmp_path / "base"
-    if not base.exists():
-        write_tiny_backbone(base)
-        write_books(tmp_path / "data")
-    return golinear(["train", "--base", str(base), "--data-dir", str(tmp_path / "data"), "--seq-len", "32",
-                     "--eval-sequences", "1", "--heldout-docs", "2", "--log-every", "1", "--window", "8",
-                     "--sinks", "2", "--out", str(tmp_path / "run"), *extra])
 
 
 # ------------------------------------------------------------------------------------------------ resume state
@@ -112,27 +95,6 @@ def test_request_cache_values_are_json_of_lm_eval_results():
     for bad in ['{"ll": [1.0]}', '{"ll": ["x", true]}', '{"text": 3}', '[1, 2]', '{"x": NaN}', '{"x": 1, "y": 2}']:
         with pytest.raises(ValueError):
             decode(bad)
-
-
-@pytest.fixture(scope="module")
-def tiny_base(tmp_path_factory):
-    from _tiny import write_tiny_backbone
-    return write_tiny_backbone(tmp_path_factory.mktemp("tiny") / "base")
-
-
-def tiny_run(base, store, capsys=None):
-    argv = ["run", "--models", f"full,base={base}", "--suites", "lambada", "--limit", "2", "--store", str(store)]
-    got = golinear(argv)
-    err = capsys.readouterr().err if capsys else ""
-    assert got == 0, err[-3000:]
-    return err
-
-
-def only_cell(store):
-    from golinear.bench.results.store import Store
-    cells = Store(store).cells()
-    assert len(cells) == 1
-    return cells[0]
 
 
 def cache_prefix(store_root, clean):
