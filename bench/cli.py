@@ -36,6 +36,8 @@ COMMANDS = {  # name: (module that runs it, module of its options, help)
                    "generation throughput on S-NIAH-1: full attention vs batched linearized"),
     "bundle": ("golinear.bench.offline.bundle", "golinear.bench.cli_args",
                "prepare a folder (or parts) for a GPU machine without network: wheels, backbone, data, checkpoints"),
+    "data": ("golinear.bench.offline.data_fetch", "golinear.bench.cli_args",
+             "data fetch --out DIR: build the data folder (suites, haystacks, books corpus) from its public sources"),
     "train": ("golinear.models.training.train_cli", "golinear.models.cli_args",
               "train the new parameters of a linearized model (frozen backbone)"),
     "diagnose": ("golinear.models.diagnostics", "golinear.models.cli_args",
@@ -101,7 +103,7 @@ def main(argv=None) -> int:
     except ConnectionError as e:  # no network: without a local data folder, the Hub was the data's source
         print(f"golinear {args.command}: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}; without a "
               "local data folder the suites' documents come from the Hugging Face Hub: give one with --data-dir or "
-              "GOLINEAR_DATA (what it holds: docs/data.md)", file=sys.stderr)
+              "GOLINEAR_DATA, or build one with `golinear data fetch --out DIR` (what it holds: docs/data.md)", file=sys.stderr)
         return 2
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):

@@ -225,6 +225,18 @@ def cards(p):
                                                                 "committed one)")
 
 
+def data(p):
+    p.add_argument("action", choices=["fetch"], help="fetch: download the public sources and build the folder")
+    p.add_argument("--out", required=True, help="the data folder to fill (new, or one to complete or resume)")
+    p.add_argument("--folders", default=None,
+                   help="only these folders, comma-separated, e.g. piqa,arc,lambada_openai (default: all; "
+                        "the list: docs/data.md)")
+    p.add_argument("--mirror", default=None,
+                   help="read every source from URL/<host>/<path> instead, e.g. a local copy of the sources")
+    p.add_argument("--keep-downloads", action="store_true", help="keep the downloaded sources in OUT/.downloads")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
 def bundle(p):
     p.add_argument("--out", required=True, help="new folder for the bundle (run.sh, wheels/, repo/, data/, ...)")
     p.add_argument("--python-version", default=None,

@@ -2,7 +2,10 @@
 
 1. Converts the backbone and prints, for full attention and the default recipe (GDN + 56-token window +
    8 sinks + short conv): new parameters, cache budget, decode-cache memory, and perplexity on a held-out
-   passage of the books corpus (the recipe is labelled untrained unless a checkpoint is given).
+   passage of the books corpus (the recipe is labelled untrained unless a checkpoint is given). Without a data
+   folder the passage is the one shipped with golinear (demo_passage.txt: Ruth 1-4 in the King James Version,
+   public domain, as Debian's bible-kjv-text 4.38 prints it; no book of the training corpus), the standard suites
+   come from the Hugging Face Hub and S-NIAH/RULER, whose haystacks only a data folder holds, are skipped.
 2. Evaluates both on a quick subset of every suite (`golinear run` cells in `--store`) and renders the
    leaderboard into `--out`. The subset is sized for a 2-core CPU (minutes, < 3 GB): a few documents per
    standard task, one MMLU category (one question per subject, 5-shot), one long-context sample per task
@@ -20,18 +23,31 @@ from tabulate import tabulate
 
 from golinear.bench.cli_args import MMLU_BATCH, MMLU_CATEGORIES  # noqa: F401 - the --mmlu choices
 from golinear.models.attention.linearize import DEFAULT_RECIPE, decode_state_bytes
+from golinear.models.data_dir import chosen_data_dir, require_hub
 from golinear.models.load import load_model
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
 
 
-def heldout_passage(tokenizer, n_tokens: int, data_dir=None) -> torch.Tensor:
-    """The first n tokens of the first held-out book (never trained on: models.training.data's held-out rule)."""
-    from golinear.models.training import data
-    docs = dict(data.read_jsonl_docs(data.book_files(data_dir)))
-    book = data.heldout_ids(docs, 8)[0]
-    ids = tokenizer(docs[book][:20 * n_tokens], return_tensors="pt").input_ids[:, :n_tokens]
-    return ids, book
+SHIPPED_PASSAGE = Path(__file__).resolve().parent / "demo_passage.txt"
+SHIPPED_NAME = "Ruth 1-4, King James Version (shipped with golinear)"
+
+
+def heldout_passage(tokenizer, n_tokens: int, data_dir=None) -> tuple[torch.Tensor, str]:
+    """The first n tokens of the first held-out book (never trained on: models.training.data's held-out rule), or
+    of the shipped passage when there is no data folder."""
+    if chosen_data_dir(data_dir) is None:
+        text, name = SHIPPED_PASSAGE.read_text(encoding="utf-8"), SHIPPED_NAME
+    else:
+        from golinear.models.training import data
+        docs = dict(data.read_jsonl_docs(data.book_files(data_dir)))
+        name = data.heldout_ids(docs, 8)[0]
+        text = docs[name][:20 * n_tokens]
+    ids = tokenizer(text, return_tensors="pt").input_ids[:, :n_tokens]
+    if ids.shape[1] < n_tokens:
+        raise ValueError(f"--tokens {n_tokens}: the passage {name!r} has {ids.shape[1]} tokens; allowed: 2.."
+                         f"{ids.shape[1]} (a data folder's books are longer)")
+    return ids, name
 
 
 @torch.no_grad()
@@ -80,7 +96,8 @@ def summary_rows(checkpoint: str | None, n_tokens: int, data_dir=None) -> list[d
             "seconds": round(time.time() - t0, 1),
         })
         del model
-    print(f"held-out passage: book {book!r}, {ids.shape[1]} tokens (SmolLM2 tokenizer); fp32 on CPU")
+    print(f"held-out passage: {'' if book == SHIPPED_NAME else 'book '}{book!r}, {ids.shape[1]} tokens (SmolLM2 "
+          "tokenizer); fp32 on CPU")
     return rows
 
 
@@ -124,6 +141,10 @@ def jobs(args, suites: list[str]) -> list[tuple[str, list[str], dict]]:
                     {"limit": 1, "extra_suites": {"mmlu": [mmlu_entry(args.mmlu)]},
                      "batch_size": min(args.batch_size, MMLU_BATCH)}))
     long = [s for s in suites if s in runner.LONG_SUITES]
+    if long and data_dir is None:
+        print(f"skipped {', '.join(long)}: their haystacks and questions are read from a data folder (build one with "
+              "`golinear data fetch --out DIR`, then --data-dir DIR)")
+        long = []
     extra, skipped = {}, []
     if long:
         print(f"building one sample per long-context task at {args.context_length} tokens (do they fit?)", flush=True)
@@ -181,6 +202,8 @@ def main(args) -> int:
     bad = [s for s in suites if s not in runner.ALL_SUITES]
     if bad or not suites:
         raise ValueError(f"--suites {args.suites!r}; allowed: {', '.join(runner.ALL_SUITES)}")
+    if chosen_data_dir(args.data_dir) is None and not args.skip_eval and set(suites) - set(runner.LONG_SUITES):
+        require_hub(f"--suites {args.suites}")  # before any model loads
     quiet_progress_bars()
     print(tabulate(summary_rows(checkpoint, args.tokens, args.data_dir), headers="keys", tablefmt="github"))
     if args.skip_eval:

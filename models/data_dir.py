@@ -9,7 +9,8 @@ from pathlib import Path
 ENV_VAR = "GOLINEAR_DATA"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
-HINT = f"give the data folder with --data-dir or ${ENV_VAR} (what it holds and where it comes from: docs/data.md)"
+HINT = (f"give the data folder with --data-dir or ${ENV_VAR}, or build one with `golinear data fetch --out DIR` "
+        "(what it holds: docs/data.md)")
 
 
 def chosen_data_dir(data_dir: str | os.PathLike | None = None) -> str | None:
@@ -29,3 +30,27 @@ def existing_data_dir(data_dir: str | os.PathLike | None = None, needs: str = "t
     if not path.is_dir():
         raise FileNotFoundError(f"data folder {chosen!r} does not exist; {HINT}")
     return path
+
+
+def hub_reachable(timeout: float = 8.0) -> bool:
+    """Whether the Hugging Face Hub answers (any HTTP reply counts); False when its offline switches are set."""
+    import urllib.error
+    import urllib.request
+    if "1" in (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("HF_DATASETS_OFFLINE")):
+        return False
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    try:
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/api/datasets/ybisk/piqa", method="HEAD"),
+                               timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, OSError):
+        return False
+    return True
+
+
+def require_hub(needs: str) -> None:
+    """Without a data folder the standard suites come from the Hub: a one-line answer when it cannot be reached."""
+    if not hub_reachable():
+        raise FileNotFoundError(f"{needs} needs a local data folder or the Hugging Face Hub; there is no data folder "
+                                f"(no {DEFAULT_DATA_DIR}) and the Hub cannot be reached: {HINT}")

@@ -82,3 +82,28 @@ def test_a_bad_checkpoint_is_refused_before_any_weights_load(tmp_path, monkeypat
     assert cli(["demo", "--checkpoint", str(folder), "--store", str(tmp_path / "s"), "--out", str(tmp_path / "o")]) == 2
     assert str(folder) in capsys.readouterr().err
     assert not (tmp_path / "s").exists() and not (tmp_path / "o").exists()
+
+
+@pytest.fixture
+def no_data_folder(monkeypatch, tmp_path):
+    from golinear.models import data_dir
+    monkeypatch.setattr(data_dir, "DEFAULT_DATA_DIR", tmp_path / "no-such-folder")
+    monkeypatch.delenv("GOLINEAR_DATA", raising=False)
+
+
+def test_without_a_data_folder_the_long_suites_are_skipped_with_the_way_to_get_them(no_data_folder, capsys):
+    plan = demo.jobs(_args(), ["cr", "lambada", "sniah", "ruler"])
+    assert [suites for _, suites, _ in plan] == [["cr", "lambada"]]
+    assert "skipped sniah, ruler: their haystacks and questions are read from a data folder (build one with " \
+           "`golinear data fetch --out DIR`" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_without_a_data_folder_the_passage_is_the_shipped_one(no_data_folder):
+    from golinear.models.load import load_model
+    _, tok, _ = load_model()
+    ids, name = demo.heldout_passage(tok, 512)
+    assert name == demo.SHIPPED_NAME and ids.shape == (1, 512)
+    assert tok.decode(ids[0, :12]).startswith("The Book of Ruth")
+    with pytest.raises(ValueError, match=r"--tokens 100000: the passage 'Ruth 1-4.*' has \d+ tokens"):
+        demo.heldout_passage(tok, 100000)

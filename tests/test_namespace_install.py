@@ -76,6 +76,9 @@ def test_the_wheel_holds_one_namespace(venv):
     assert tops == {"golinear"}, tops
     assert "golinear/models/spec.py" in names and "golinear/bench/cli.py" in names
     assert any(n.startswith("golinear/tasks/") and n.endswith(".yaml") for n in names)  # the task YAMLs ship
+    # so do data fetch's source lists and the demo's passage
+    assert {"golinear/bench/offline/data_files.tsv", "golinear/bench/offline/books_files.tsv",
+            "golinear/bench/demo_passage.txt"} <= set(names)
 
 
 def test_golinear_and_another_models_package_both_import(venv, tmp_path):

@@ -26,6 +26,7 @@ from golinear.bench.run.plan import (ALL_SUITES, Cell, cell_data, check_data_dir
 from golinear.bench.run.provenance import ModelInfo, git_state, package_versions
 from golinear.bench.run.run_summary import score_table
 from golinear.bench.results.store import Store
+from golinear.models.data_dir import require_hub
 
 
 # ----------------------------------------------------------------------------- running
@@ -103,6 +104,8 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     if include_path is not None:
         refuse_shadowing(include_path, data_dir)
     check_task_data(entries, data_dir)
+    if data_dir is None and any(not e.long for e in entries):  # their documents come from the Hub
+        require_hub(f"--suites {','.join(dict.fromkeys(e.suite for e in entries if not e.long))}")
     data = {e.task: cell_data(e, data_dir) for e in entries}  # SHA256SUMS checked here, once per run
     store = store if isinstance(store, Store) else Store(store)
     rank, world = distributed_context()
