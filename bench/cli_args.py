@@ -70,7 +70,7 @@ def params(p):
 
 def run(p):
     from golinear.bench.run.plan import ALL_SUITES  # light: no torch, no lm-eval
-    from golinear.models.kv_compression.presses import PRESSES  # (imports no torch)
+    from golinear.models.kv_compression.presses import ALL_PRESSES  # (imports no torch)
     from golinear.models.spec import PRESETS
     p.add_argument("--models", required=True,
                    help="';'-separated model specs, each one of: a preset (" + ", ".join(sorted(PRESETS)) +
@@ -78,7 +78,7 @@ def run(p):
                         "('mechanism=gdn,window=120,sinks=8'); a checkpoint folder, or a shipped checkpoint by its "
                         "folder name ('gdn-w56-s8-sc'), optionally followed by cache options that need no "
                         "retraining ('gdn-w56-s8-sc,window=28,retain=28'); a KV-cache compression press "
-                        "('press=snapkv,kv_budget=1024'; presses: " + ", ".join(PRESSES) +
+                        "('press=snapkv,kv_budget=1024'; presses: " + ", ".join(ALL_PRESSES) +
                         "; long-context suites only). Each key at most once")
     p.add_argument("--suites", default="cr,mmlu,lambada", help=f"comma-separated, from {','.join(ALL_SUITES)}")
     p.add_argument("--tasks", default=None,
@@ -157,8 +157,8 @@ def latency(p):
                         "'full-static' = full attention through the same static-cache + CUDA-graph decoder (each row reads its "
                         "filled KV prefix, split-K on CUDA); 'full-static-sdpa' = that decoder with SDPA over the whole "
                         "KV buffer (the step before the split-K kernel); 'press=snapkv,kv_budget=1024' = full "
-                        "attention with its KV cache compressed by a kvpress press (streaming_llm, knorm, snapkv, "
-                        "tova, expected_attention) to that many entries per layer and KV head after the prefill, "
+                        "attention with its KV cache compressed by a kvpress press (the list: golinear run --help) "
+                        "to that many entries per layer and KV head after the prefill, "
                         "then decoded over them (add prefill_chunk=4096 to compress after every chunk: the "
                         "memory-matched row; docs/kv_compression.md)")
     p.add_argument("--lengths", default=None,

@@ -174,6 +174,12 @@ def check_press_options(spec) -> None:
     if 0 < spec.prefill_chunk <= 64:
         raise ValueError(f"prefill_chunk={spec.prefill_chunk}: expected 0 (no chunks) or more than 64 tokens (SnapKV "
                          f"scores a chunk's earlier keys with its last 64 queries)")
+    if spec.prefill_chunk:
+        from golinear.models.kv_compression.presses import head_adaptive  # (imports no torch)
+        if head_adaptive(spec.press):
+            raise ValueError(f"press={spec.press} with prefill_chunk={spec.prefill_chunk}: a head-adaptive press keeps "
+                             "every entry and hides the evicted ones, so its cache would grow with each chunk; "
+                             "run it without prefill_chunk")
     if spec.mechanism is not None or spec.checkpoint is not None:
         raise ValueError(f"press={spec.press} compresses the full-attention model's cache; it does not combine with "
                          f"a linearized model (mechanism or checkpoint)")

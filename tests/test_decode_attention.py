@@ -68,3 +68,30 @@ def test_reference_prefix_is_the_same_computation():
     q, k, v, n = _case(3, 6, 3, 16, 64, [5, 20, 9])
     full = decode_attention_reference(q, k, v, n, scale=0.25)
     torch.testing.assert_close(decode_attention(q, k, v, n, scale=0.25, prefix=20), full)
+
+
+def test_holes_equal_attention_over_each_heads_kept_slots():
+    """A head-adaptive press's cache: each KV head of a row skips slots [start, end) (static_decode's holes). The
+    kernel and the reference equal attention over the compacted keys of each head alone; a hole covering whole key
+    blocks (a split reading nothing but the hole) adds nothing, and garbage inside a hole is never read."""
+    B, Hq, Hkv, D, L = 2, 6, 3, 32, 200
+    q, k, v, n = _case(B, Hq, Hkv, D, L, [190, 150])
+    holes = torch.tensor([[[10, 180], [120, 180], [180, 180]],   # a 170-slot hole spans key blocks and splits
+                          [[0, 0], [60, 140], [5, 140]]], dtype=torch.int32, device=DEVICE)
+    want = torch.empty(B, Hq, D, device=DEVICE)
+    G = Hq // Hkv
+    for b in range(B):
+        for h in range(Hkv):
+            slots = [s for s in range(int(n[b])) if not holes[b, h, 0] <= s < holes[b, h, 1]]
+            kk, vv = k[b, h, slots], v[b, h, slots]
+            w = torch.softmax(q[b, h * G:(h + 1) * G] @ kk.T * D ** -0.5, -1)
+            want[b, h * G:(h + 1) * G] = w @ vv
+    ref = decode_attention_reference(q, k, v, n, scale=D ** -0.5, holes=holes)
+    torch.testing.assert_close(ref, want, atol=2e-5, rtol=2e-5)
+    for b in range(B):
+        for h in range(Hkv):
+            k[b, h, holes[b, h, 0]:holes[b, h, 1]] = float("nan")
+            v[b, h, holes[b, h, 0]:holes[b, h, 1]] = float("inf")
+    for splits in (1, 4):
+        got = decode_attention_split_k(q, k, v, n, scale=D ** -0.5, splits=splits, holes=holes)
+        torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)

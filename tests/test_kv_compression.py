@@ -202,11 +202,15 @@ def test_chunked_prefill_never_holds_more_than_the_budget_and_a_chunk(smollm):
     assert S.parse_model_spec("press=snapkv,prefill_chunk=512").family == "snapkv (kvpress, chunked prefill 512)"
 
 
-@pytest.mark.parametrize("press,budget,chunk", [("snapkv", 256, 0), ("streaming_llm", 128, 0), ("snapkv", 256, 300)])
+@pytest.mark.parametrize("press,budget,chunk", [
+    ("snapkv", 256, 0), ("streaming_llm", 128, 0), ("snapkv", 256, 300), ("keydiff", 128, 0), ("lagkv", 128, 0),
+    ("compactor", 128, 0), ("adakv_snapkv", 128, 0), ("criticalkv_expected_attention", 128, 0)])
 def test_static_decoder_gives_the_dynamic_caches_tokens(smollm, press, budget, chunk):
     """Press rows decode on the full-static decoder (each row its own kept entries, new tokens at the row's slot
-    and rotated by its position); the DynamicCache path is the definition: the same greedy tokens, batched rows of
-    different lengths and question lengths included."""
+    and rotated by its position; a head-adaptive press's heads each their own, the rest a hole); the DynamicCache
+    path (kvpress's attention patch hiding the evicted keys) is the definition: the same greedy tokens, batched
+    rows of different lengths and question lengths included."""
+    from golinear.models.kv_compression.presses import head_adaptive
     from golinear.models.kv_compression.generate import generate
     from golinear.models.kv_compression.static_decode import PressDecoder
     model, tok = smollm
@@ -216,7 +220,44 @@ def test_static_decoder_gives_the_dynamic_caches_tokens(smollm, press, budget, c
     first = dec.prefill(prompts, press, budget, prefill_chunk=chunk)
     got = torch.cat([first, dec.decode(11)], 1).tolist()
     assert got == want
-    assert dec.positions == [budget + 11] * 2  # each row: the budget's entries, then one per new token
+    if not head_adaptive(press):
+        assert dec.positions == [budget + 11] * 2  # each row: the budget's entries, then one per new token
+        assert all("holes" not in st for st in dec.states)
+        return
+    assert all(p > budget + 11 for p in dec.positions)  # the fullest head sets the next slot
+    for st in dec.states:  # per layer and row: the heads hold the budget's entries in all (the context's and the
+        kept = st["holes"][..., 0].sum(-1)  # question's), the rest of each head up to the next slot a hole
+        assert kept.tolist() == [budget * st["k"].shape[1]] * 2
+        assert (st["holes"][..., 1] == torch.tensor(dec.positions).view(2, 1) - 11).all()
+
+
+@pytest.mark.parametrize("press", ["adakv_snapkv", "adakv_expected_attention", "criticalkv_snapkv",
+                                   "criticalkv_expected_attention"])
+def test_head_adaptive_presses_keep_the_uniform_total_per_layer_unevenly(smollm, press):
+    from golinear.models.kv_compression.kvpress_adapter import take_head_masks
+    model, tok = smollm
+    ids = prompt_ids(tok)
+    cache = prefill(model, ids, build_press(press, 40))
+    masks = take_head_masks(model)
+    H = model.config.num_key_value_heads
+    uneven = 0
+    for layer, (b, h, s) in zip(cache.layers, masks):
+        assert layer.keys.shape[2] == len(ids)  # kvpress keeps every entry and masks the evicted ones
+        evicted = torch.bincount(h, minlength=H)
+        assert int(evicted.sum()) == H * (len(ids) - 40)  # the uniform budget's total per layer
+        uneven += len(set(evicted.tolist())) > 1
+    assert uneven > 0 and take_head_masks(model) is None  # taken off the modules
+
+
+def test_head_adaptive_presses_refuse_a_chunked_prefill():
+    with pytest.raises(ValueError, match="press=adakv_snapkv with prefill_chunk=512: a head-adaptive press keeps"):
+        S.parse_model_spec("press=adakv_snapkv,kv_budget=256,prefill_chunk=512")
+
+
+def test_unavailable_presses_are_named_with_the_reason():
+    for name, why in (("kvzap", "trained per backbone"), ("fastkvzip", "none exists for SmolLM2-135M")):
+        with pytest.raises(ValueError, match=f"press '{name}' is not available: .*{why}"):
+            S.parse_model_spec(f"press={name},kv_budget=256")
 
 
 @pytest.mark.slow

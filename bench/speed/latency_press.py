@@ -36,7 +36,8 @@ def check_press_spec(spec, lengths: list[int]) -> None:
     if spec.question_aware:
         raise ValueError(f"config {spec.label!r}: question_aware=true times the same work as the question-agnostic "
                          "press (a latency prompt has no question; its last token is read after compression)")
-    window = getattr(build_press(spec.press, 1).press, "window_size", 0)  # SnapKV: the queries it scores with
+    press = build_press(spec.press, 1).press
+    window = getattr(getattr(press, "press", press), "window_size", 0)  # SnapKV (or AdaKV's): the queries it scores with
     for length in lengths:
         n_press, keep = split_budget(length, 1, spec.kv_budget, question_aware=True)
         held = 0

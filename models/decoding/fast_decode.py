@@ -318,10 +318,11 @@ class FastDecoder:
         st["k"][rows, :, pos] = k[:, 0].to(st["k"].dtype)  # [B, Hkv, D] at (row, :, pos[row])
         st["v"][rows, :, pos] = v[:, 0].to(st["v"].dtype)
         filled = pos + 1
+        holes = st.get("holes")  # a head-adaptive press's cache (models/kv_compression/static_decode.py)
         if self.full_decode == "sdpa":
-            o = decode_attention_reference(q[:, 0], st["k"], st["v"], filled, attn.scaling)
+            o = decode_attention_reference(q[:, 0], st["k"], st["v"], filled, attn.scaling, holes=holes)
         else:
-            o = decode_attention(q[:, 0], st["k"], st["v"], filled, attn.scaling, prefix)
+            o = decode_attention(q[:, 0], st["k"], st["v"], filled, attn.scaling, prefix, holes=holes)
         return attn.o_proj(o.reshape(B, 1, -1).to(x.dtype))
 
     # ------------------------------------------------------------------ CUDA graph

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from golinear.models.backbones.cache_arg import cache_kwarg
-from golinear.models.kv_compression.kvpress_adapter import apply_press
+from golinear.models.kv_compression.kvpress_adapter import apply_press, take_head_masks
 from golinear.models.kv_compression.presses import build_press
 
 
@@ -76,4 +76,5 @@ def generate(model, ids: list[int], question_len: int, press: str, budget: int, 
         if token in eos or (stop and stop(out)):
             break
         rest = torch.tensor([[token]], device=device)
+    take_head_masks(model)  # a head-adaptive press's evictions end with this prompt
     return out

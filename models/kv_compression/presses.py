@@ -2,7 +2,12 @@
 
 kvpress sizes a press by a compression ratio; a budget comparison needs a count: `ExactBudget` keeps `keep`
 KV entries per layer and KV head whatever the prompt's length (the ratio is set per call from the length).
-StreamingLLM keeps 8 sink tokens, as golinear's window + sinks models do.
+A head-adaptive press (AdaKV, CriticalAdaKV around a scorer) keeps the same total per layer, `keep` x KV heads,
+spread unevenly over the heads: kvpress keeps every entry and masks the evicted ones per head
+(`module.masked_key_indices`); the static decoder holds each head's kept entries and masks the rest
+(models/kv_compression/static_decode.py). StreamingLLM keeps 8 sink tokens, as golinear's window + sinks models do.
+A press that draws random numbers (Compactor's leverage sketch) draws the same ones for every prompt: seed 0 in a
+forked generator, so a row's answer does not depend on what ran before it.
 """
 from __future__ import annotations
 
@@ -15,14 +20,40 @@ PRESSES = {
     "snapkv": ("SnapKVPress", {}),
     "tova": ("TOVAPress", {}),
     "expected_attention": ("ExpectedAttentionPress", {}),
+    "keydiff": ("KeyDiffPress", {}),
+    "lagkv": ("LagKVPress", {}),
+    "compactor": ("CompactorPress", {}),
 }
+# name -> (kvpress head-adaptive wrapper, the scorer of PRESSES it wraps): the same entries per layer, uneven heads
+HEAD_ADAPTIVE = {
+    "adakv_snapkv": ("AdaKVPress", "snapkv"),
+    "adakv_expected_attention": ("AdaKVPress", "expected_attention"),
+    "criticalkv_snapkv": ("CriticalAdaKVPress", "snapkv"),
+    "criticalkv_expected_attention": ("CriticalAdaKVPress", "expected_attention"),
+}
+# presses of kvpress 0.5.5 golinear cannot run on its backbone, and why (named when asked for, never left out)
+UNAVAILABLE = {
+    "kvzap": "KVzap scores with a model trained per backbone (nvidia/KVzap-<model> on the Hugging Face Hub); none "
+             "exists for SmolLM2-135M",
+    "fastkvzip": "FastKVzip's gates are trained per backbone (Jang-Hyun/Fast-KVzip: Qwen3, Llama-3.1, ...); none "
+                 "exists for SmolLM2-135M, and they load with torch.load (pickle)",
+    "kvzip": "KVzip scores by reconstructing the context with extra forward passes through kvpress's own context "
+             "manager (chat template, its own cache hooks), not yet adapted to golinear's prompt ids",
+}
+ALL_PRESSES = {**PRESSES, **HEAD_ADAPTIVE}
 
 
 def check_press(name) -> str:
     low = str(name).strip().lower()
-    if low not in PRESSES:
-        raise ValueError(f"unknown press {name!r}; allowed: {sorted(PRESSES)}")
+    if low in UNAVAILABLE:
+        raise ValueError(f"press {name!r} is not available: {UNAVAILABLE[low]}")
+    if low not in ALL_PRESSES:
+        raise ValueError(f"unknown press {name!r}; allowed: {sorted(ALL_PRESSES)}")
     return low
+
+
+def head_adaptive(name: str) -> bool:
+    return check_press(name) in HEAD_ADAPTIVE
 
 
 def ratio_for(length: int, keep: int) -> float:
@@ -35,8 +66,9 @@ def ratio_for(length: int, keep: int) -> float:
 
 @dataclass
 class ExactBudget:
-    """A kvpress ScorerPress that keeps `keep` entries per layer and KV head: before the press's own hook runs,
-    its ratio is set from the length of the layer's cache (the keys it is about to score)."""
+    """A kvpress press that keeps `keep` entries per layer and KV head (head-adaptive: `keep` x heads per layer):
+    before the press's own hook runs, its ratio is set from the length of the layer's cache (the keys it is about
+    to score)."""
     press: object
     keep: int = 0
 
@@ -44,13 +76,21 @@ class ExactBudget:
         self.press.post_init_from_model(model)
 
     def forward_hook(self, module, args, kwargs, output):
+        import torch
         layer = kwargs["past_key_values"].layers[module.layer_idx]
         self.press.compression_ratio = ratio_for(layer.keys.shape[2], self.keep)
-        return self.press.forward_hook(module, args, kwargs, output)
+        with torch.random.fork_rng(devices=[layer.keys.device] if layer.keys.is_cuda else []):
+            torch.manual_seed(0)
+            return self.press.forward_hook(module, args, kwargs, output)
 
 
 def build_press(name: str, keep: int) -> ExactBudget:
-    """A fresh press `name` that keeps `keep` entries per layer and KV head."""
+    """A fresh press `name` that keeps `keep` entries per layer and KV head (in total per layer, head-adaptive)."""
     import kvpress
-    cls, options = PRESSES[check_press(name)]
+    name = check_press(name)
+    if name in HEAD_ADAPTIVE:
+        wrapper, scorer = HEAD_ADAPTIVE[name]
+        cls, options = PRESSES[scorer]
+        return ExactBudget(getattr(kvpress, wrapper)(press=getattr(kvpress, cls)(**options)), keep)
+    cls, options = PRESSES[name]
     return ExactBudget(getattr(kvpress, cls)(**options), keep)

@@ -6,6 +6,10 @@ models.decoding.fast_decode.FastDecoder, each row its own number of entries, and
 split-K attention over each row's filled slots and CUDA graph as the full-static row. A kept entry keeps the
 position it was read at (its key is already rotated), so a row's next slot and its next position differ: the
 step writes each new token at the row's slot (`io["pos"]`) and rotates it by the row's position (`io["pos_ids"]`).
+A head-adaptive press (models/kv_compression/presses.py) keeps the same entries per layer, unevenly over the heads:
+each head's kept entries fill its first slots, and the slots between them and the row's next slot (the count of
+the fullest head of any layer) are a hole the attention skips (`holes` [B, Hkv, 2] per layer: [start, end)). The
+buffers are sized by that fullest head: the decode-cache memory of such a row is the buffer's, not the entries'.
 models.kv_compression.generate's DynamicCache path stays the definition; tests/test_kv_compression.py checks
 both give the same tokens on the same prompts.
 """
@@ -17,18 +21,20 @@ from golinear.models.backbones.cache_arg import cache_kwarg
 from golinear.models.cache.decode_state import assign_to
 from golinear.models.decoding.fast_decode import FastDecoder
 from golinear.models.kv_compression.generate import compressed_prefill, split_budget
+from golinear.models.kv_compression.kvpress_adapter import take_head_masks
 
 
 class PressDecoder(FastDecoder):
     """Greedy decoding of compressed caches for a full-attention *ForCausalLM. `prefill(prompts, ...)` compresses
     each prompt's context under the press, reads its question and returns each row's first token [B, 1];
-    `decode(n)` (FastDecoder's) the next n tokens. `max_len` bounds a row's kept entries plus its new tokens."""
+    `decode(n)` (FastDecoder's) the next n tokens. `max_len` bounds a row's kept entries (per head) plus its new
+    tokens; an uneven row's buffer adds its fullest head's excess over that."""
 
     @torch.no_grad()
     def prefill(self, prompts: list[tuple[list[int], int]], press: str, budget: int, question_aware: bool = False,
                 prefill_chunk: int = 0) -> torch.Tensor:
         """prompts: (token ids, how many of the last ones are the question) per row."""
-        caches, positions, firsts, logits = [], [], [], []
+        caches, positions, firsts, logits, masks = [], [], [], [], []
         for ids, question_len in prompts:
             n_press, keep = split_budget(len(ids), question_len, budget, question_aware)
             x = torch.tensor([ids], device=self.device)
@@ -36,32 +42,56 @@ class PressDecoder(FastDecoder):
             out = self.model(input_ids=x[:, n_press:], use_cache=True, logits_to_keep=1, **cache_kwarg(self.model, cache),
                              position_ids=torch.arange(n_press, len(ids), device=self.device)[None]).logits
             caches.append(cache)
+            masks.append(take_head_masks(self.model))  # before the next prompt's prefill replaces them
             positions.append(len(ids))
             logits.append(out[:, -1:])
             firsts.append(out[:, -1:].argmax(-1))
-        return self.load(caches, positions, torch.cat(firsts), torch.cat(logits))
+        return self.load(caches, positions, torch.cat(firsts), torch.cat(logits), masks)
 
     @torch.no_grad()
-    def load(self, caches: list, positions: list[int], next_ids: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    def load(self, caches: list, positions: list[int], next_ids: torch.Tensor, logits: torch.Tensor,
+             masks: list | None = None) -> torch.Tensor:
         """Copy compressed DynamicCaches (each one row, or rows holding the same number of entries) into the static
-        buffers; `positions`: each cache's next position (the prompt's length). Returns next_ids [B, 1]."""
-        counts = [entries(c) for c in caches]
+        buffers; `positions`: each cache's next position (the prompt's length); `masks`: per cache, the entries a
+        head-adaptive press evicted (take_head_masks; None: none). Returns next_ids [B, 1]."""
+        masks = masks or [None] * len(caches)
+        kept = [head_entries(c, m) for c, m in zip(caches, masks)]  # per cache, per layer: ([b, H, n] keep, counts)
+        counts = [entries(c) if m is None else max(int(n.max()) for _, n in k)  # uneven: the fullest head of any layer
+                  for c, m, k in zip(caches, masks, kept)]
         slots = [n for c, n in zip(caches, counts) for _ in range(c.layers[0].keys.shape[0])]
         pos_ids = [p for c, p in zip(caches, positions) for _ in range(c.layers[0].keys.shape[0])]
-        B, L = len(slots), max(self.max_len or 0, max(slots) + 1)
+        # max_len counts a row's kept entries per head plus its new tokens: an uneven row needs its excess over that
+        excess = max(n - max(-(-int(h.sum(-1).max()) // h.shape[-1]) for _, h in k) for n, k in zip(counts, kept))
+        B, L = len(slots), max(self.max_len or 0, max(slots) + 1) + excess
+        uneven = any(m is not None for m in masks)
         changed = False
         for i in range(len(self.layers)):
             k0 = caches[0].layers[i].keys
             kb = torch.zeros(B, k0.shape[1], L, k0.shape[3], dtype=k0.dtype, device=self.device)
             vb = torch.zeros_like(kb)
+            holes = torch.zeros(B, k0.shape[1], 2, dtype=torch.int32, device=self.device)
             row = 0
-            for c, n in zip(caches, counts):
-                b = c.layers[i].keys.shape[0]
-                kb[row:row + b, :, :n], vb[row:row + b, :, :n] = c.layers[i].keys, c.layers[i].values
+            for c, n, (keep, heads) in zip(caches, counts, [k[i] for k in kept]):
+                keys, values = c.layers[i].keys, c.layers[i].values
+                b = keys.shape[0]
+                if keep is None:
+                    kb[row:row + b, :, :n], vb[row:row + b, :, :n] = keys, values
+                else:  # each head's kept entries in order, then a hole up to the row's next slot
+                    for r in range(b):
+                        for h in range(keys.shape[1]):
+                            m = int(heads[r, h])
+                            kb[row + r, h, :m] = keys[r, h, keep[r, h]]
+                            vb[row + r, h, :m] = values[r, h, keep[r, h]]
+                holes[row:row + b, :, 0] = heads.to(holes)
+                holes[row:row + b, :, 1] = n
                 row += b
             st = self.states[i] if isinstance(self.states[i], dict) else {}
             self.states[i] = st
             changed |= assign_to(st, "k", kb) | assign_to(st, "v", vb)
+            if uneven:
+                changed |= assign_to(st, "holes", holes)
+            elif st.pop("holes", None) is not None:
+                changed = True
         changed |= assign_to(self.io, "ids", next_ids.to(self.device))
         changed |= assign_to(self.io, "pos", torch.tensor(slots, device=self.device))
         changed |= assign_to(self.io, "pos_ids", torch.tensor(pos_ids, device=self.device).view(B, 1))
@@ -71,6 +101,21 @@ class PressDecoder(FastDecoder):
             self.graph = None
         self.positions = slots  # FastDecoder.decode's host-side copy: slots filled (capacity, split-K prefix)
         return self.io["ids"].clone()  # the buffer itself changes with every step
+
+
+def head_entries(cache, masked) -> list[tuple[torch.Tensor | None, torch.Tensor]]:
+    """Per layer: (which entries each head keeps [b, H, n] bool, or None when all; each head's count [b, H]).
+    `masked`: a head-adaptive press's evicted entries per layer (take_head_masks), or None."""
+    out = []
+    for i, layer in enumerate(cache.layers):
+        b, H, n, _ = layer.keys.shape
+        if masked is None or masked[i] is None:
+            out.append((None, torch.full((b, H), n, dtype=torch.long)))
+            continue
+        keep = torch.ones(b, H, n, dtype=torch.bool, device=layer.keys.device)
+        keep[tuple(t.to(keep.device) for t in masked[i])] = False
+        out.append((keep, keep.sum(-1).cpu()))
+    return out
 
 
 def entries(cache) -> int:

@@ -3,6 +3,8 @@
 `decode_attention(q, k_buf, v_buf, lengths, scale)`: q [B, Hq, D] (one new token per row, after RoPE), the
 head-major static buffers k_buf/v_buf [B, Hkv, L, D] (models/decoding/fast_decode.py), lengths [B] (a device tensor: row
 b attends to its slots 0..lengths[b]-1; the rest of the buffer is padding or stale) -> out [B, Hq, D] in q's dtype.
+`holes` [B, Hkv, 2] (optional, int32): slots [start, end) of a row's KV head that it skips (a head-adaptive press's
+cache: each head fills its first slots, models/kv_compression/static_decode.py).
 GQA without expanding the cache: the G = Hq / Hkv query heads of a KV head are G query rows of that head.
 
 Two forms of one computation, as FLA pairs a naive reference with each kernel:
@@ -19,14 +21,18 @@ from __future__ import annotations
 import torch
 
 
-def decode_attention_reference(q, k_buf, v_buf, lengths, scale: float, prefix: int | None = None):
-    """SDPA over the buffer (or its first `prefix` slots) with slots >= lengths[b] masked per row."""
+def decode_attention_reference(q, k_buf, v_buf, lengths, scale: float, prefix: int | None = None, holes=None):
+    """SDPA over the buffer (or its first `prefix` slots) with slots >= lengths[b] (and inside a hole) masked."""
     B, Hq, D = q.shape
     Hkv = k_buf.shape[1]
     if prefix is not None:
         k_buf, v_buf = k_buf[:, :, :prefix], v_buf[:, :, :prefix]
     L = k_buf.shape[2]
-    allowed = (torch.arange(L, device=q.device).view(1, L) < lengths.view(B, 1)).view(B, 1, 1, L)
+    slots = torch.arange(L, device=q.device)
+    allowed = (slots.view(1, L) < lengths.view(B, 1)).view(B, 1, 1, L)
+    if holes is not None:
+        inside = (slots.view(1, 1, L) >= holes[..., :1]) & (slots.view(1, 1, L) < holes[..., 1:])
+        allowed = allowed & ~inside.view(B, Hkv, 1, L)
     qg = q.reshape(B, Hkv, Hq // Hkv, D).to(k_buf.dtype)  # query head h*G+g -> row g of KV head h
     o = torch.nn.functional.scaled_dot_product_attention(qg, k_buf, v_buf, attn_mask=allowed, scale=scale)
     return o.reshape(B, Hq, v_buf.shape[-1]).to(q.dtype)
@@ -43,9 +49,9 @@ def split_k_usable(q: torch.Tensor) -> bool:
     return True
 
 
-def decode_attention(q, k_buf, v_buf, lengths, scale: float, prefix: int | None = None):
+def decode_attention(q, k_buf, v_buf, lengths, scale: float, prefix: int | None = None, holes=None):
     """The split-K kernel where usable (CUDA), else the reference (over `prefix` slots when given)."""
     if split_k_usable(q):
         from golinear.models.attention.ops.decode_attention_split_k import decode_attention_split_k
-        return decode_attention_split_k(q, k_buf, v_buf, lengths, scale)
-    return decode_attention_reference(q, k_buf, v_buf, lengths, scale, prefix)
+        return decode_attention_split_k(q, k_buf, v_buf, lengths, scale, holes=holes)
+    return decode_attention_reference(q, k_buf, v_buf, lengths, scale, prefix, holes)

@@ -16,10 +16,10 @@ BLOCK_N = 64  # keys per inner step
 
 
 @triton.jit
-def _split_k_partials(Q, K, V, LENGTHS, MID_O, MID_M, MID_L, scale,
+def _split_k_partials(Q, K, V, LENGTHS, HOLES, MID_O, MID_M, MID_L, scale,
                       stride_qb, stride_qh, stride_kb, stride_kh, stride_kl, stride_vb, stride_vh, stride_vl,
                       HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr, CHUNK: tl.constexpr,
-                      BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK: tl.constexpr):
+                      BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK: tl.constexpr, HAS_HOLES: tl.constexpr):
     bh = tl.program_id(0)
     split = tl.program_id(1)
     b = bh // HKV
@@ -35,16 +35,22 @@ def _split_k_partials(Q, K, V, LENGTHS, MID_O, MID_M, MID_L, scale,
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
     s = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+    if HAS_HOLES:  # slots [hole_start, hole_end) of this row's head are skipped
+        hole_start = tl.load(HOLES + bh * 2)
+        hole_end = tl.load(HOLES + bh * 2 + 1)
     for n0 in range(start, end, BLOCK):
         keys = n0 + n
         inside = keys < end
+        if HAS_HOLES:
+            inside = inside & ((keys < hole_start) | (keys >= hole_end))
         k = tl.load(K + b * stride_kb + h * stride_kh + keys[:, None] * stride_kl + d[None, :],
                     mask=inside[:, None] & (d[None, :] < D), other=0.0)
         scores = tl.dot(q, tl.trans(k.to(q.dtype))) * scale
         scores = tl.where(inside[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, 1))
-        p = tl.exp(scores - m_new[:, None])
-        alpha = tl.exp(m - m_new)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a block wholly in a hole adds nothing (not NaN)
+        p = tl.exp(scores - m_safe[:, None])
+        alpha = tl.exp(m - m_safe)
         v = tl.load(V + b * stride_vb + h * stride_vh + keys[:, None] * stride_vl + d[None, :],
                     mask=inside[:, None] & (d[None, :] < D), other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32))
@@ -63,9 +69,9 @@ def num_splits(rows_heads: int, L: int, device: torch.device) -> int:
     return max(1, min(triton.cdiv(L, BLOCK_N), triton.cdiv(2 * sms, rows_heads)))
 
 
-def decode_attention_split_k(q, k_buf, v_buf, lengths, scale: float, splits: int | None = None):
+def decode_attention_split_k(q, k_buf, v_buf, lengths, scale: float, splits: int | None = None, holes=None):
     """models.attention.ops.decode_attention's computation: q [B, Hq, D], k_buf/v_buf [B, Hkv, L, D] (last dim contiguous),
-    lengths [B] (>= 1) -> [B, Hq, D] in q's dtype."""
+    lengths [B] (>= 1), holes [B, Hkv, 2] or None -> [B, Hq, D] in q's dtype."""
     B, Hq, D = q.shape
     _, Hkv, L, _ = k_buf.shape
     G = Hq // Hkv
@@ -78,11 +84,14 @@ def decode_attention_split_k(q, k_buf, v_buf, lengths, scale: float, splits: int
     mid_o = torch.empty(B * Hkv, splits, block_g, block_d, dtype=torch.float32, device=q.device)
     mid_m = torch.empty(B * Hkv, splits, block_g, dtype=torch.float32, device=q.device)
     mid_l = torch.empty_like(mid_m)
+    if holes is not None:
+        holes = holes.to(torch.int32).contiguous()
     _split_k_partials[(B * Hkv, splits)](
-        q, k_buf, v_buf, lengths, mid_o, mid_m, mid_l, scale,
+        q, k_buf, v_buf, lengths, lengths if holes is None else holes, mid_o, mid_m, mid_l, scale,
         q.stride(0), q.stride(1), k_buf.stride(0), k_buf.stride(1), k_buf.stride(2),
         v_buf.stride(0), v_buf.stride(1), v_buf.stride(2),
-        HKV=Hkv, G=G, D=D, SPLITS=splits, CHUNK=chunk, BLOCK_G=block_g, BLOCK_D=block_d, BLOCK=BLOCK_N)
+        HKV=Hkv, G=G, D=D, SPLITS=splits, CHUNK=chunk, BLOCK_G=block_g, BLOCK_D=block_d, BLOCK=BLOCK_N,
+        HAS_HOLES=holes is not None)
     # merge: weights exp(m_split - max); a split that read nothing has m = -inf, weight 0
     top = mid_m.amax(1, keepdim=True)
     w = torch.exp(mid_m - top)
