@@ -204,7 +204,7 @@ def test_chunked_prefill_never_holds_more_than_the_budget_and_a_chunk(smollm):
 
 @pytest.mark.parametrize("press,budget,chunk", [
     ("snapkv", 256, 0), ("streaming_llm", 128, 0), ("snapkv", 256, 300), ("keydiff", 128, 0), ("lagkv", 128, 0),
-    ("compactor", 128, 0), ("adakv_snapkv", 128, 0), ("criticalkv_expected_attention", 128, 0)])
+    ("compactor", 128, 0), ("adakv_snapkv", 128, 0), ("criticalkv_expected_attention", 128, 0), ("kvzip", 128, 0)])
 def test_static_decoder_gives_the_dynamic_caches_tokens(smollm, press, budget, chunk):
     """Press rows decode on the full-static decoder (each row its own kept entries, new tokens at the row's slot
     and rotated by its position; a head-adaptive press's heads each their own, the rest a hole); the DynamicCache
@@ -232,12 +232,13 @@ def test_static_decoder_gives_the_dynamic_caches_tokens(smollm, press, budget, c
 
 
 @pytest.mark.parametrize("press", ["adakv_snapkv", "adakv_expected_attention", "criticalkv_snapkv",
-                                   "criticalkv_expected_attention"])
+                                   "criticalkv_expected_attention", "kvzip"])
 def test_head_adaptive_presses_keep_the_uniform_total_per_layer_unevenly(smollm, press):
+    from golinear.models.kv_compression.generate import compressed_prefill
     from golinear.models.kv_compression.kvpress_adapter import take_head_masks
     model, tok = smollm
     ids = prompt_ids(tok)
-    cache = prefill(model, ids, build_press(press, 40))
+    cache = compressed_prefill(model, torch.tensor([ids]), press, 40)
     masks = take_head_masks(model)
     H = model.config.num_key_value_heads
     uneven = 0
@@ -275,3 +276,21 @@ def test_press_backend_static_and_dynamic_generation_answer_alike(monkeypatch):
                      i, metadata=("golinear_sniah_2", i, 1)) for i, r in enumerate(rows)]
     a, b = static.generate_until(reqs), dynamic.generate_until(reqs)
     assert a == b and all(isinstance(t, str) for t in a), (a, b)
+
+
+def test_kvzip_batch_is_its_rows_one_after_another(smollm):
+    """kvpress's KVzip scores one prompt at a time: a batch (a latency row) joins its rows' caches and evictions."""
+    from golinear.models.kv_compression.kvpress_adapter import take_head_masks
+    from golinear.models.kv_compression.kvzip import kvzip_prefill
+    model, tok = smollm
+    a, b = prompt_ids(tok, 200), list(reversed(prompt_ids(tok, 200)))
+    rows = []
+    for ids in (a, b):
+        cache = kvzip_prefill(model, torch.tensor([ids]), 30)
+        rows.append((cache, take_head_masks(model)))
+    joined = kvzip_prefill(model, torch.tensor([a, b]), 30)
+    masks = take_head_masks(model)
+    for i, layer in enumerate(joined.layers):
+        torch.testing.assert_close(layer.keys, torch.cat([c.layers[i].keys for c, _ in rows]))
+        want = {(r, int(h), int(s)) for r, (_, m) in enumerate(rows) for _, h, s in zip(*m[i])}
+        assert {(int(r), int(h), int(s)) for r, h, s in zip(*masks[i])} == want

@@ -80,10 +80,13 @@ def test_press_rows_through_the_sweep(tmp_path, monkeypatch):
     assert "against the fastest full-attention row" not in md  # no linearized row here; the presses are none
 
 
+@pytest.mark.parametrize("press", ["snapkv", "adakv_snapkv", "kvzip"])
 @pytest.mark.parametrize("decoder", ["static", "dynamic"])
-def test_press_row_decodes_what_the_press_generation_decodes(decoder):
+def test_press_row_decodes_what_the_press_generation_decodes(decoder, press):
     """The latency row's greedy steps, on either decoder, are the press generation's (models.kv_compression.generate,
-    with the last prompt token as the question) on the same prompt: the timed run does the same work."""
+    with the last prompt token as the question) on the same prompt: the timed run does the same work. Head-adaptive
+    presses (AdaKV; KVzip, whose reconstruction passes run inside the timed prefill) count the entries per head
+    their layers hold in all."""
     from golinear.bench.speed.latency_press import PressRun
     from golinear.bench.run.specs import parse_model_spec
     from golinear.models.backbones.backbone import random_backbone
@@ -92,14 +95,14 @@ def test_press_row_decodes_what_the_press_generation_decodes(decoder):
     model.model.layers = model.model.layers[:2]
     model.config.num_hidden_layers = 2
     ids = torch.randint(0, model.config.vocab_size, (1, 200), generator=torch.Generator().manual_seed(0))
-    spec = parse_model_spec(SNAPKV)
+    spec = parse_model_spec(f"press={press},kv_budget={BUDGET}")
     tokens = []
     lm_head = model.lm_head
     model.lm_head = torch.nn.Sequential(lm_head, Recorder(tokens))
     run = PressRun(model, spec, NEW, decoder=decoder)
     run(ids)
     model.lm_head = lm_head
-    want = generate(model, ids[0].tolist(), 1, "snapkv", BUDGET, NEW + 1)
+    want = generate(model, ids[0].tolist(), 1, press, BUDGET, NEW + 1)
     assert run.entries == BUDGET and tokens == want
 
 

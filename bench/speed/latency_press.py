@@ -20,7 +20,8 @@ from golinear.bench.cli_args import PRESS_DECODERS
 from golinear.bench.speed.latency_runs import sync
 from golinear.models.backbones.cache_arg import cache_kwarg
 from golinear.models.kv_compression.generate import chunks, compressed_prefill, split_budget
-from golinear.models.kv_compression.static_decode import PressDecoder, entries
+from golinear.models.kv_compression.kvpress_adapter import take_head_masks
+from golinear.models.kv_compression.static_decode import PressDecoder, kept_per_head
 
 MIN_BUDGET = 2  # the prompt's last token is read after compression: at least one entry kept before it
 
@@ -28,7 +29,7 @@ MIN_BUDGET = 2  # the prompt's last token is read after compression: at least on
 def check_press_spec(spec, lengths: list[int]) -> None:
     """The press row's options and lengths, checked before any model is built (one-line errors)."""
     from golinear.models.kv_compression.kvpress_adapter import kvpress_version
-    from golinear.models.kv_compression.presses import build_press
+    from golinear.models.kv_compression.presses import OWN_PREFILL, build_press
     kvpress_version()
     if spec.kv_budget < MIN_BUDGET:
         raise ValueError(f"config {spec.label!r}: press={spec.press} needs kv_budget=<KV entries kept per layer and "
@@ -36,7 +37,7 @@ def check_press_spec(spec, lengths: list[int]) -> None:
     if spec.question_aware:
         raise ValueError(f"config {spec.label!r}: question_aware=true times the same work as the question-agnostic "
                          "press (a latency prompt has no question; its last token is read after compression)")
-    press = build_press(spec.press, 1).press
+    press = None if spec.press in OWN_PREFILL else build_press(spec.press, 1).press
     window = getattr(getattr(press, "press", press), "window_size", 0)  # SnapKV (or AdaKV's): the queries it scores with
     for length in lengths:
         n_press, keep = split_budget(length, 1, spec.kv_budget, question_aware=True)
@@ -74,10 +75,11 @@ class PressRun:
         logits = model(input_ids=ids[:, n_press:], position_ids=positions[:, n_press:length], use_cache=True,
                        logits_to_keep=1, **cache_kwarg(model, cache)).logits
         nxt = logits[:, -1:].argmax(-1)
-        self.entries = entries(cache)
+        masks = take_head_masks(model, keep=self.static is None)  # a head-adaptive press's evictions (else None)
+        self.entries = kept_per_head(cache, masks)
         if self.static is not None:  # the kept entries into the static buffers: the end of the prefill
             self.static.max_len = self.entries + self.new_tokens + 1
-            self.static.load([cache], [length], nxt, logits[:, -1:])
+            self.static.load([cache], [length], nxt, logits[:, -1:], [masks])
             del cache
         sync(device)
         t1 = time.perf_counter()
@@ -94,6 +96,7 @@ class PressRun:
                 nxt = logits[:, -1:].argmax(-1)
         sync(device)
         t2 = time.perf_counter()
+        take_head_masks(model)  # the DynamicCache decode read them; they end with this run
         self.compressed |= n_press > keep
         return t1 - t0, t2 - t1b
 

@@ -18,7 +18,7 @@ import torch
 
 from golinear.models.backbones.cache_arg import cache_kwarg
 from golinear.models.kv_compression.kvpress_adapter import apply_press, take_head_masks
-from golinear.models.kv_compression.presses import build_press
+from golinear.models.kv_compression.presses import OWN_PREFILL, build_press
 
 
 def split_budget(prompt_len: int, question_len: int, budget: int, question_aware: bool) -> tuple[int, int]:
@@ -47,6 +47,9 @@ def compressed_prefill(model, x: torch.Tensor, press: str, keep: int, prefill_ch
     `keep` entries per layer and KV head (each row its own entries); with `prefill_chunk`, in chunks of that many
     tokens, compressed after each."""
     from transformers import DynamicCache
+    if press in OWN_PREFILL:
+        from golinear.models.kv_compression.kvzip import kvzip_prefill
+        return kvzip_prefill(model, x, keep)
     cache = DynamicCache()
     with apply_press(build_press(press, keep), model, every_forward=bool(prefill_chunk)):
         for c0, c1 in chunks(x.shape[1], prefill_chunk):

@@ -62,13 +62,21 @@ def apply_press(press, model, every_forward: bool = False):
             h.remove()
 
 
-def take_head_masks(model) -> list | None:
+def take_head_masks(model, keep: bool = False) -> list | None:
     """The entries a head-adaptive press evicted, per layer: (batch, head, position) index tensors or None; taken
     off the attention modules, where kvpress leaves them for its attention patch (which hides those keys from every
-    later query until the next prefill). None when no layer holds any."""
+    later query until the next prefill), or with `keep` left there. None when no layer holds any."""
     backbone = model.model.language_model if hasattr(model.model, "language_model") else model.model
     masks = []
     for layer in backbone.layers:
         masks.append(getattr(layer.self_attn, "masked_key_indices", None))
-        layer.self_attn.masked_key_indices = None
+        if not keep:
+            layer.self_attn.masked_key_indices = None
     return masks if any(m is not None for m in masks) else None
+
+
+def put_head_masks(model, masks: list) -> None:
+    """Set per-layer evicted entries (take_head_masks' form) on the attention modules for kvpress's patch."""
+    backbone = model.model.language_model if hasattr(model.model, "language_model") else model.model
+    for layer, m in zip(backbone.layers, masks):
+        layer.self_attn.masked_key_indices = m

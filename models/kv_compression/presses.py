@@ -5,7 +5,9 @@ KV entries per layer and KV head whatever the prompt's length (the ratio is set 
 A head-adaptive press (AdaKV, CriticalAdaKV around a scorer) keeps the same total per layer, `keep` x KV heads,
 spread unevenly over the heads: kvpress keeps every entry and masks the evicted ones per head
 (`module.masked_key_indices`); the static decoder holds each head's kept entries and masks the rest
-(models/kv_compression/static_decode.py). StreamingLLM keeps 8 sink tokens, as golinear's window + sinks models do.
+(models/kv_compression/static_decode.py). KVzip (OWN_PREFILL) scores with passes of its own over the context
+(models/kv_compression/kvzip.py) and holds its layers as the head-adaptive presses do. StreamingLLM keeps 8 sink
+tokens, as golinear's window + sinks models do.
 A press that draws random numbers (Compactor's leverage sketch) draws the same ones for every prompt: seed 0 in a
 forked generator, so a row's answer does not depend on what ran before it.
 """
@@ -37,10 +39,10 @@ UNAVAILABLE = {
              "exists for SmolLM2-135M",
     "fastkvzip": "FastKVzip's gates are trained per backbone (Jang-Hyun/Fast-KVzip: Qwen3, Llama-3.1, ...); none "
                  "exists for SmolLM2-135M, and they load with torch.load (pickle)",
-    "kvzip": "KVzip scores by reconstructing the context with extra forward passes through kvpress's own context "
-             "manager (chat template, its own cache hooks), not yet adapted to golinear's prompt ids",
 }
-ALL_PRESSES = {**PRESSES, **HEAD_ADAPTIVE}
+# presses with a prefill of their own (models/kv_compression/kvzip.py: extra passes over the context), head-adaptive
+OWN_PREFILL = {"kvzip": ("KVzipPress", "context reconstruction, layerwise")}
+ALL_PRESSES = {**PRESSES, **HEAD_ADAPTIVE, **OWN_PREFILL}
 
 
 def check_press(name) -> str:
@@ -53,7 +55,7 @@ def check_press(name) -> str:
 
 
 def head_adaptive(name: str) -> bool:
-    return check_press(name) in HEAD_ADAPTIVE
+    return check_press(name) in HEAD_ADAPTIVE or name in OWN_PREFILL
 
 
 def ratio_for(length: int, keep: int) -> float:
@@ -88,6 +90,8 @@ def build_press(name: str, keep: int) -> ExactBudget:
     """A fresh press `name` that keeps `keep` entries per layer and KV head (in total per layer, head-adaptive)."""
     import kvpress
     name = check_press(name)
+    if name in OWN_PREFILL:
+        raise ValueError(f"press {name!r} prefills on its own (models.kv_compression.kvzip), not through a hook")
     if name in HEAD_ADAPTIVE:
         wrapper, scorer = HEAD_ADAPTIVE[name]
         cls, options = PRESSES[scorer]

@@ -61,7 +61,7 @@ class PressDecoder(FastDecoder):
         slots = [n for c, n in zip(caches, counts) for _ in range(c.layers[0].keys.shape[0])]
         pos_ids = [p for c, p in zip(caches, positions) for _ in range(c.layers[0].keys.shape[0])]
         # max_len counts a row's kept entries per head plus its new tokens: an uneven row needs its excess over that
-        excess = max(n - max(-(-int(h.sum(-1).max()) // h.shape[-1]) for _, h in k) for n, k in zip(counts, kept))
+        excess = max(n - kept_per_head(c, m) for n, c, m in zip(counts, caches, masks))
         B, L = len(slots), max(self.max_len or 0, max(slots) + 1) + excess
         uneven = any(m is not None for m in masks)
         changed = False
@@ -116,6 +116,14 @@ def head_entries(cache, masked) -> list[tuple[torch.Tensor | None, torch.Tensor]
         keep[tuple(t.to(keep.device) for t in masked[i])] = False
         out.append((keep, keep.sum(-1).cpu()))
     return out
+
+
+def kept_per_head(cache, masked=None) -> int:
+    """The entries a compressed cache holds per layer and KV head: for a head-adaptive press, the layer's total over
+    its heads (rounded up; the fullest layer), which is what a decode step reads (holes are skipped)."""
+    if masked is None:
+        return entries(cache)
+    return max(-(-int(n.sum(-1).max()) // n.shape[-1]) for _, n in head_entries(cache, masked))
 
 
 def entries(cache) -> int:
