@@ -78,7 +78,7 @@ def test_the_streaming_press_is_checked_against_the_window_and_a_partial_row_has
            "2 of 50 samples)" in md
     qa = t[t["row"] == "snapkv (kvpress, question-aware)"]
     assert list(qa["kind"]) == [K.KINDS["press_qa"]] and qa["S-NIAH"].isna().all()
-    assert "| 256 | KV-cache compression, question-aware (kvpress) | snapkv (kvpress, question-aware) | 50.00 |  " \
+    assert "| 256 | KV-cache compression, question-aware (kvpress) | snapkv (kvpress, question-aware) | 50.00 ±2.0 |  " \
            "|  |  |" in md and "****" not in md
 
 
@@ -131,3 +131,36 @@ def test_one_recipe_trained_at_each_budget_is_one_row_though_the_study_has_its_s
     rows = t[t["kind"] == K.KINDS["linearized"]]
     assert list(rows["budget"]) == ["256", "1024"] and rows["row"].nunique() == 1
     assert rows["row"].iloc[0].endswith("trained at each budget") and list(rows["S-NIAH"]) == [16.0, 64.0]
+
+
+def test_every_mean_has_its_interval_and_a_winner_only_where_the_paired_interval_excludes_0():
+    """± is 1.96 standard errors (the mean of three tasks: their errors combined); at each budget the best press and
+    the best linearized row are compared sample by sample, and a winner is named only where the difference's 95 %
+    interval excludes 0. Cells without per-sample scores (stored before golinear kept them) get no paired test."""
+    import random
+    rng = random.Random(0)
+    rows = cells()
+    t = K.table(measured_frame(rows))
+    r = t[(t["budget"] == "1024") & (t["kind"] == K.KINDS["press"])].iloc[0]
+    assert r["S-NIAH-1 ±"] == pytest.approx(1.96) and r["S-NIAH ±"] == pytest.approx(1.96 * 3 ** 0.5 / 3)
+    assert "33.00 ±2.0" in K.to_markdown(t) and "no paired comparison" in K.to_markdown(t)
+
+    def scores(p):  # 50 samples a task, each right with probability p
+        return {f"t/{i}/h": 100.0 * (rng.random() < p) for i in range(50)}
+    for c in rows:
+        key = c["key"]["model"]
+        if "press=snapkv" in key and "1024" in key:
+            c["per_sample"] = {f"{c['task']}/{k}": v for k, v in scores(0.9).items()}
+        elif "checkpoint=gdn-w248-s8-sc" in key:
+            c["per_sample"] = {f"{c['task']}/{k}": v for k, v in scores(0.2).items()}
+        elif "press=snapkv" in key and "256" in key:
+            c["per_sample"] = {f"{c['task']}/{k}": v for k, v in scores(0.25).items()}
+    lin1024 = [cell(f"base=smollm2-135m,checkpoint=gdn-w1016-s8-sc", "gdn-w1016-s8-sc", task, 30.0, 1024,
+                    linearize={"mechanism": "gdn", "window": 1016, "sinks": 8}) for task in ("S-NIAH-1", "S-NIAH-2",
+                                                                                            "S-NIAH-3")]
+    for c in lin1024:
+        c["per_sample"] = {f"{c['task']}/{k}": v for k, v in scores(0.3).items()}
+    md = K.to_markdown(K.table(measured_frame(rows + lin1024)))
+    at = {line.split(":")[0]: line for line in md.splitlines() if line.startswith("- at ")}
+    assert "the press better: +" in at["- at 1024"] and "over 150 paired samples" in at["- at 1024"]
+    assert "no difference: " in at["- at 256"]  # 25 % against 20 % right on 150 samples: the interval holds 0

@@ -260,6 +260,10 @@ def test_killed_cell_resumes_from_its_request_cache(tmp_path, monkeypatch):
     assert resumed["digest"] == clean["digest"] and resumed["n"] == clean["n"] == 3
     for k, m in clean["metrics"].items():
         assert resumed["metrics"][k]["value"] == pytest.approx(m["value"], rel=1e-6), k
+    # each sample's score, keyed by task, document and its hash: what a paired comparison of two rows reads
+    assert len(clean["per_sample"]) == 3 and resumed["per_sample"] == clean["per_sample"]
+    assert all(k.startswith("golinear_lambada_openai/") and len(k.split("/")[2]) == 12 for k in clean["per_sample"])
+    assert sum(clean["per_sample"].values()) / 3 == pytest.approx(clean["value"])
 
 
 # ----------------------------------------------------------------------------- bad input and re-runs (slow, real runs)

@@ -117,6 +117,10 @@ def test_a_cell_whose_content_does_not_match_its_name_is_invalid(tmp_path):
     c2 = json.loads(json.dumps(cell()))
     with pytest.raises(ValueError, match="invalid cell"):
         store.put({**c2, "value": "high"})
+    for bad in ({"t/0/abc": "right"}, ["t/0/abc"], {"t/0/abc": "inf"}):  # per-sample scores are numbers by id
+        with pytest.raises(ValueError, match="'per_sample' is not a mapping of sample ids to numbers"):
+            store.put({**c2, "per_sample": bad})
+    assert store.put({**c2, "per_sample": {"t/0/abc": 1.0, "t/1/def": 0}}).is_file()
 
 
 # ----------------------------------------------------------------------------- claims

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from golinear.bench.boards import intervals
 from golinear.bench.boards.families import families
 from golinear.bench.boards.markdown import md_cell
 from golinear.bench.boards.figures import legend_entries, png_bytes, pyplot
@@ -23,9 +24,13 @@ NOTE = ("The budget is the number of KV entries per layer and KV head kept for d
         "the whole prompt with full attention and compresses after it, so its peak memory grows with the prompt where "
         "a linearized model's does not (latency.md). Question-agnostic unless the row says question-aware: the context "
         "is compressed before the question is read, as a linearized model reads it. Points (RULER's 0-100), greedy; "
-        "the mean (bold) only where all three tasks are measured.")
+        "the mean (bold) only where all three tasks are measured. ± is the 95 % interval over samples (1.96 standard "
+        "errors; where every sample scored alike, 0 or 100, the Wilson interval [low, high]). At each budget the best press and the best linearized row are compared on the same samples (the "
+        "paired difference, its 95 % interval): a winner is named only where the interval excludes 0.")
 STREAMING = "streaming_llm (kvpress)"  # the press that keeps what the untrained window + sinks attends to
-COLUMNS = ["context", "n", "budget", "kind", "row", *SNIAH_TASKS, "S-NIAH"]
+PLUS = " ±"  # the column of a value's 95 % half-width
+COLUMNS = ["context", "n", "budget", "kind", "row", *SNIAH_TASKS, "S-NIAH", *(c + PLUS for c in (*SNIAH_TASKS, "S-NIAH")),
+           "samples"]
 
 
 def kind_of(r) -> str:
@@ -52,16 +57,70 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
         vals = g.groupby("column")["value"].mean()
         cells = {t: float(vals[t]) for t in SNIAH_TASKS if t in vals}
         mean = sum(cells.values()) / 3 if len(cells) == 3 else None
+        # each task's standard error (a row of several cells, e.g. seeds: their mean's); the mean's from the three
+        ses = {t: intervals.mean_stderr([intervals.task_stderr(v, se, m) for v, se, m
+                                         in g[g["column"] == t][["value", "stderr", "n"]].values]) for t in cells}
+        widths = {t + PLUS: None if se is None else intervals.Z * se for t, se in ses.items()}
+        widths["S-NIAH" + PLUS] = intervals.half_width(list(ses.values())) if mean is not None else None
         out.append({"context": int(ctx), "n": int(n), "budget": budget,
-                    "kind": KINDS[kind], "row": KINDS["full"] if kind == "full" else row, **cells, "S-NIAH": mean})
+                    "kind": KINDS[kind], "row": KINDS["full"] if kind == "full" else row, **cells, "S-NIAH": mean,
+                    **widths, "samples": row_samples(g)})
     t = pd.DataFrame(out, columns=COLUMNS)
     order = {k: i for i, k in enumerate(KINDS.values())}
     t["_b"], t["_k"] = t["budget"].map(budget_value), t["kind"].map(order)
     return t.sort_values(["context", "n", "_b", "_k", "row"]).drop(columns=["_b", "_k"]).reset_index(drop=True)
 
 
+def row_samples(g: pd.DataFrame) -> dict | None:
+    """The row's per-sample scores over its S-NIAH cells (several cells of one sample, e.g. seeds: their mean);
+    None when a cell holds none."""
+    per = list(g["per_sample"]) if "per_sample" in g else []
+    if not per or any(not isinstance(p, dict) for p in per):
+        return None
+    sums: dict[str, list[float]] = {}
+    for p in per:
+        for k, v in p.items():
+            sums.setdefault(k, []).append(v)
+    return {k: sum(v) / len(v) for k, v in sums.items()}
+
+
+def best_pairs(t: pd.DataFrame):
+    """(context, n, budget, best press row, best linearized row, paired comparison) at each budget of each setting
+    where both families have an S-NIAH mean."""
+    done = t[t["S-NIAH"].notna()]
+    for (ctx, n, budget), g in done.groupby(["context", "n", "budget"], sort=False):
+        press, lin = g[g["kind"] == KINDS["press"]], g[g["kind"] == KINDS["linearized"]]
+        if len(press) and len(lin):
+            a, b = press.loc[press["S-NIAH"].idxmax()], lin.loc[lin["S-NIAH"].idxmax()]
+            both = isinstance(a["samples"], dict) and isinstance(b["samples"], dict)
+            yield ctx, n, budget, a, b, intervals.paired(a["samples"], b["samples"]) if both else None
+
+
+def paired_table(t: pd.DataFrame) -> pd.DataFrame:
+    """kv-compression-paired.csv: each budget's best press against its best linearized row on the same samples."""
+    out = []
+    for ctx, n, budget, a, b, p in best_pairs(t):
+        out.append({"context": int(ctx), "n": int(n), "budget": budget, "press": a["row"], "press S-NIAH": a["S-NIAH"],
+                    "linearized": b["row"], "linearized S-NIAH": b["S-NIAH"],
+                    **({"pairs": p["n"], "difference": p["diff"], "low": p["lo"], "high": p["hi"]} if p else {}),
+                    "verdict": intervals.verdict(p, "press", "linearized").split(":")[0]})
+    return pd.DataFrame(out, columns=["context", "n", "budget", "press", "press S-NIAH", "linearized",
+                                      "linearized S-NIAH", "pairs", "difference", "low", "high", "verdict"])
+
+
 def fmt(v) -> str:
     return "" if v is None or pd.isna(v) else f"{v:.2f}"
+
+
+def fmt_pm(value, width, n=None) -> str:
+    """A value and its 95 % interval: ± its half-width, or, where every sample scored alike (0 or 100 points),
+    the Wilson interval's ends."""
+    if value is None or pd.isna(value) or width is None or pd.isna(width):
+        return fmt(value)
+    if n and value in (0.0, 100.0):
+        lo, hi = intervals.wilson(value / 100, int(n))
+        return f"{fmt(value)} [{100 * lo:.1f}, {100 * hi:.1f}]"
+    return f"{fmt(value)} ±{width:.1f}"
 
 
 def agreement(g: pd.DataFrame, n: int) -> str:
@@ -86,17 +145,25 @@ def to_markdown(t: pd.DataFrame) -> str:
     head = "| budget | family | row | " + " | ".join(SNIAH_TASKS) + " | mean |\n|---|---|---|" + "---:|" * 4
     parts = []
     for (ctx, n), g in t.groupby(["context", "n"], sort=False):
-        lines = [f"| {r['budget']} | {r['kind']} | {md_cell(r['row'])} | " + " | ".join(fmt(r[c]) for c in SNIAH_TASKS)
-                 + (f" | **{fmt(r['S-NIAH'])}** |" if pd.notna(r["S-NIAH"]) else " |  |") for _, r in g.iterrows()]
+        lines = [f"| {r['budget']} | {r['kind']} | {md_cell(r['row'])} | "
+                 + " | ".join(fmt_pm(r[c], r[c + PLUS], n) for c in SNIAH_TASKS)
+                 + (f" | **{fmt_pm(r['S-NIAH'], r['S-NIAH' + PLUS], 3 * n)}** |" if pd.notna(r["S-NIAH"]) else " |  |")
+                 for _, r in g.iterrows()]
         check = agreement(g, n)
+        pairs = [f"- at {budget}: {md_cell(a['row'])} against {md_cell(b['row'])}: "
+                 + intervals.verdict(p, "the press", "the linearized row")
+                 for c, m, budget, a, b, p in best_pairs(t) if (c, m) == (ctx, n)]
+        paired = ("\n\nThe best press against the best linearized row, paired on the same samples (S-NIAH-1/2/3 "
+                  "together):\n\n" + "\n".join(pairs)) if pairs else ""
         parts.append(f"S-NIAH-1/2/3 at {ctx} tokens, {n} samples a task, the same samples for every row:\n\n"
-                     + head + "\n" + "\n".join(lines) + (f"\n\n{check}" if check else ""))
+                     + head + "\n" + "\n".join(lines) + paired + (f"\n\n{check}" if check else ""))
     return "\n\n".join(parts) if parts else "No press has been evaluated on S-NIAH yet (`golinear run --models " \
                                              "press=snapkv --suites sniah --budgets 256,1024`)."
 
 
 def plot(t: pd.DataFrame) -> bytes | None:
-    """S-NIAH mean against the budget: a line per row, solid for linearized, dashed for presses."""
+    """S-NIAH mean against the budget with its 95 % interval: a line per row, solid for linearized, dashed for
+    presses."""
     t = t[t["S-NIAH"].notna()]
     if not len(t):
         return None
@@ -110,10 +177,11 @@ def plot(t: pd.DataFrame) -> bytes | None:
             ax.axhline(full.mean(), color="black", lw=1, label="full attention")
         for (kind, row), r in g[g["kind"] != KINDS["full"]].groupby(["kind", "row"], sort=False):
             r = r.assign(x=r["budget"].map(budget_value)).sort_values("x")
-            ax.plot(r["x"], r["S-NIAH"], style[kind], marker="o", label=f"{row}")
+            ax.errorbar(r["x"], r["S-NIAH"], yerr=r["S-NIAH" + PLUS].astype(float).fillna(0), fmt=style[kind],
+                        marker="o", capsize=3, label=f"{row}")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("cache budget (KV entries per layer and KV head)")
-        ax.set_title(f"S-NIAH mean, {ctx} tokens, {n} samples a task", fontsize=9)
+        ax.set_title(f"S-NIAH mean and 95 % interval, {ctx} tokens, {n} samples a task", fontsize=9)
         ax.set_ylim(-2, 102)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("accuracy (%)")

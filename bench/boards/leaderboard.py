@@ -304,7 +304,8 @@ def render(store, out_dir, reference_dir=REFERENCE_DIR) -> list[Path]:
              + "\n\n![S-NIAH mean against the cache budget](kv-compression.png)\n")
     memory = kv_memory.markdown(out_dir / "kv-memory" / "latency.csv")
     kv_md += f"\n{memory}\n" if memory else ""
-    for path, data in ((out_dir / "kv-compression.md", kv_md), (out_dir / "kv-compression.csv", to_csv(kv)),
+    for path, data in ((out_dir / "kv-compression.md", kv_md), (out_dir / "kv-compression.csv", to_csv(kv.drop(columns="samples"))),
+                       (out_dir / "kv-compression-paired.csv", to_csv(kv_comparison.paired_table(kv))),
                        (out_dir / "kv-compression.png", kv_comparison.plot(kv))):
         if data is not None and write_if_changed(path, data):
             changed.append(path)

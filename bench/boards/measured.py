@@ -77,7 +77,8 @@ def measured_frame(cells: list[dict]) -> pd.DataFrame:
                          "full_attention": bool(model.get("full_attention")),
                          "budget": budget_label(model.get("budget")), "new_params": model.get("new_parameters"),
                          "limit": cfg.get("limit"), "context_length": cfg.get("context_length"),
-                         "num_samples": cfg.get("num_samples"), "digest": c.get("digest")})
+                         "num_samples": cfg.get("num_samples"), "digest": c.get("digest"),
+                         "per_sample": c.get("per_sample") or None})
     return pd.DataFrame(rows)
 
 

@@ -101,11 +101,13 @@ def rows(board: Path) -> list[str]:
             f"default {_retention(ret, budget, 'default', 'S-NIAH')}",
             _retention(ret, budget, "training-free, half as slots, numbers scorer", "S-NIAH"),
             "[retention.md](leaderboards/retention.md)")
-    kv_path = board / "kv-compression.csv"
+    kv_path, paired_path = board / "kv-compression.csv", board / "kv-compression-paired.csv"
     kv = pd.read_csv(kv_path, dtype={"budget": str}) if kv_path.is_file() else pd.DataFrame()
+    paired = pd.read_csv(paired_path, dtype={"budget": str}) if paired_path.is_file() else pd.DataFrame()
     for ctx, n, budgets, press, linearized in _kv_compression(kv):
         add(f"linearize or compress the KV cache at budgets {budgets}, S-NIAH at {ctx // 1024}K, {n} samples a task "
-            "(same samples): best kvpress press against best linearized row, each budget", "S-NIAH mean", press,
+            "(same samples): best kvpress press against best linearized row, each budget"
+            + _kv_verdicts(paired, ctx, n), "S-NIAH mean", press,
             linearized, "[kv-compression.md](leaderboards/kv-compression.md)")
     half = hybrid[(hybrid["share of full layers"] == "50%") & (hybrid.selection == "uniform")]
     add("strict GDN + output norm, half its layers full attention (uniform)", "LAMBADA", full_lambada,
@@ -126,6 +128,16 @@ def rows(board: Path) -> list[str]:
             f"against the {best} full-attention row (`{name}`)", metric, _num(have[name]), _num(lin),
             "[latency.md](leaderboards/latency.md)")
     return out
+
+
+def _kv_verdicts(paired: pd.DataFrame, ctx: int, n: int) -> str:
+    """'; paired on the same samples: <verdict> at <budget>, ...' (kv-compression-paired.csv), or nothing."""
+    if paired.empty:
+        return ""
+    rows = paired[(paired["context"] == ctx) & (paired["n"] == n)]
+    said = [f"{v} at {b}" for b, v in zip(rows["budget"], rows["verdict"]) if not v.startswith("no paired")]
+    return "; paired on the same samples: " + ", ".join(said) if said else \
+        "; no paired comparison yet (cells stored before per-sample scores were kept)"
 
 
 def _kv_compression(kv: pd.DataFrame):

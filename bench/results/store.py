@@ -108,6 +108,10 @@ def cell_problem(cell, path: Path | None = None) -> str | None:
         return "'metrics' is not a mapping of {value, stderr}"
     if not isinstance(cell.get("model"), dict):
         return "'model' is missing"
+    samples = cell.get("per_sample", {})  # absent in cells stored before golinear kept them
+    if not (isinstance(samples, dict) and all(isinstance(k, str) and _is_number_or_none(v) and v not in ("inf", "-inf")
+                                              for k, v in samples.items())):
+        return "'per_sample' is not a mapping of sample ids to numbers"
     return cell_metrics_problem(cell)
 
 

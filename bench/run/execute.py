@@ -161,11 +161,24 @@ def extract_cell(res: dict, entry: TaskEntry) -> dict:
         if "," in k and "_stderr" not in k and _number(v) is not None:
             m, f = k.split(",", 1)
             metrics[k] = {"value": _number(v), "stderr": _number(result.get(f"{m}_stderr,{f}"))}
-    return {"metric": name, "filter": filt, "value": _number(result[mkey]),
+    return {"metric": name, "filter": filt, "value": _number(result[mkey]), "per_sample": per_sample(res, name, filt),
             "stderr": _number(result.get(f"{name}_stderr,{filt}")), "n": _n_docs(res, entry.task),
             "n_task": _n_docs(res, entry.task, "original"),
             "metrics": dict(sorted(metrics.items())), "higher_is_better": entry.higher_is_better,
             "n_shot": res.get("n-shot", {}).get(entry.task), "lm_eval_versions": res.get("versions", {})}
+
+
+def per_sample(res: dict, metric: str, filt: str) -> dict[str, float]:
+    """Each sample's score of the cell's metric, keyed "<task>/<doc id>/<doc hash, 12 hex>" (a group's subtasks
+    each under its name): what a paired comparison of two rows on the same samples reads, and only where the
+    samples are the same documents."""
+    out = {}
+    for task, samples in sorted((res.get("samples") or {}).items()):
+        for s in samples:
+            v = _number(s.get(metric)) if s.get("filter", "none") == filt else None
+            if v is not None:
+                out[f"{task}/{s['doc_id']}/{str(s.get('doc_hash', ''))[:12]}"] = v
+    return out
 
 
 # ----------------------------------------------------------------------------- one cell
@@ -192,7 +205,7 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info: ModelInfo
     try:
         with request_cache.json_values():
             res = lm_eval.simple_evaluate(model=lm, tasks=[e.task], task_manager=tm, num_fewshot=e.num_fewshot,
-                                          limit=cfg.get("limit"), bootstrap_iters=bootstrap_iters, log_samples=False,
+                                          limit=cfg.get("limit"), bootstrap_iters=bootstrap_iters, log_samples=True,
                                           use_cache=str(cache) if cache is not None else None, **LM_EVAL_SEEDS)
     finally:  # CachingLM hooked its sqlite file into the model: close it and unhook
         hook = getattr(lm, "cache_hook", None)
