@@ -34,7 +34,11 @@ LATENCY_CPU_BATCHES = "1,2"
 DEFAULT_LINEAR = "checkpoints/smollm2-135m/gdn-w56-s8-sc"  # the default recipe, trained (10M tokens)
 # timed at a fixed number of new tokens a sample (stop rules off), then the as-evaluated runs (the task's stop
 # rules; the scores)
-GENERATION_ROWS = ("full", "full-static", "linear", "linear-sequential", "full-static-evaluated", "linear-evaluated")
+GENERATION_ROWS = ("full", "full-static", "linear", "linear-sequential", "press", "full-static-evaluated",
+                   "linear-evaluated", "press-evaluated")
+GENERATION_DEFAULT_ROWS = ("full", "full-static", "linear", "linear-sequential", "full-static-evaluated",
+                           "linear-evaluated")
+GENERATION_PRESS = "press=snapkv,kv_budget=1024"
 GENERATION_NEW_TOKENS = 128
 
 
@@ -197,8 +201,12 @@ def generation(p):
                    "4 on CPU")
     p.add_argument("--linear", default=DEFAULT_LINEAR,
                    help="the linearized model: a checkpoint folder or a spec (bench/run/specs.py), e.g. gdn-default")
-    p.add_argument("--rows", default=";".join(GENERATION_ROWS),
-                   help=f"';'-separated rows to run, of {list(GENERATION_ROWS)} (linear = the --linear model)")
+    p.add_argument("--rows", default=";".join(GENERATION_DEFAULT_ROWS),
+                   help=f"';'-separated rows to run, of {list(GENERATION_ROWS)} (linear = the --linear model, press = "
+                        "each --presses spec)")
+    p.add_argument("--presses", default=GENERATION_PRESS,
+                   help="';'-separated KV-cache compression specs the press rows run (golinear-press on the static "
+                        "decoder, batched: each prompt compressed on its own, then decoded together)")
     p.add_argument("--new-tokens", type=int, default=GENERATION_NEW_TOKENS,
                    help="new tokens every timed row generates a sample, stop rules off (equal work in every speed "
                         "ratio); the -evaluated rows keep the task's stop rules and give the scores")

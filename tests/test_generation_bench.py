@@ -108,3 +108,38 @@ def test_committed_tables_are_rendered_from_their_csvs(folder):
     parity = board / "generation_parity.csv"
     par = pd.read_csv(parity) if parity.exists() else pd.DataFrame(columns=generation.PARITY_COLUMNS)
     assert (board / "generation.md").read_text() == generation.render(df, par)
+
+
+def test_press_rows_are_one_per_spec_and_bad_specs_are_one_line(capsys, tmp_path):
+    from golinear.bench.cli import build_parser
+    args = build_parser("generation").parse_args(
+        ["generation", "--device", "cpu", "--rows", "full-static;press;press-evaluated",
+         "--presses", "press=snapkv,kv_budget=1024;press=kvzip,kv_budget=512"])
+    generation._check(args)
+    plan = generation._plan(args)
+    assert [(p[0], p[1], p[4]) for p in plan] == [
+        ("full-static", "golinear-hf", True), ("snapkv (kvpress) @1024", "golinear-press", True),
+        ("kvzip (kvpress) @512", "golinear-press", True),
+        ("snapkv (kvpress) @1024 (as evaluated)", "golinear-press", False),
+        ("kvzip (kvpress) @512 (as evaluated)", "golinear-press", False)]
+    assert [generation.row_kind(p[0]) for p in plan] == ["full-static", "press", "press", "press-evaluated",
+                                                         "press-evaluated"]
+    for presses, needle in (("press=snapkv", "--presses 'press=snapkv': expected press=<name>,kv_budget=<entries>"),
+                            ("press=kvzap,kv_budget=64", "press 'kvzap' is not available")):
+        assert cli(["generation", "--device", "cpu", "--out-dir", str(tmp_path), "--rows", "press",
+                    "--presses", presses]) == 2
+        assert needle in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_press_rows_generate_the_tokens_asked_for_beside_full_static(tmp_path):
+    """A press row times the same prompts, batch and new tokens as full-static (equal work: the speed-up column
+    compares them); its as-evaluated row scores with the task's stop rules."""
+    assert cli(["generation", "--device", "cpu", "--rows", "full-static;press;press-evaluated", "--samples", "2",
+                "--context-length", "1024", "--new-tokens", "6", "--batch-size", "2",
+                "--presses", "press=adakv_snapkv,kv_budget=256", "--out-dir", str(tmp_path)]) == 0
+    df = pd.read_csv(tmp_path / "generation.csv").set_index("config")
+    press = df.loc["adakv_snapkv (kvpress) @256"]
+    assert press.status == "ok" and press.new_tokens == 12 == df.loc["full-static"].new_tokens
+    assert press.generation == "static" and press.stop_rules == "off"
+    assert df.loc["adakv_snapkv (kvpress) @256 (as evaluated)"].score in (0.0, 50.0, 100.0)

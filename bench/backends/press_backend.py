@@ -71,8 +71,12 @@ class PressLM(GolinearHF):
 
                 def stop(tokens, until=until):
                     return any(u in self.tok_decode(tokens, skip_special_tokens=False) for u in until)
-                rows.append((self.split_ids(req.task_name, prompt), kwargs.pop("max_gen_toks"), stop, until))
-            for req, tokens, (_, _, _, until) in zip(batch, self._generate(rows, eos), rows):
+                n = kwargs.pop("max_gen_toks")
+                if kwargs.get("min_new_tokens", 0) >= n:  # stop rules off (exactly n tokens: equal work in a speed row)
+                    stop, until = None, []
+                rows.append((self.split_ids(req.task_name, prompt), n, stop, until))
+            row_eos = [eos if stop is not None else frozenset() for _, _, stop, _ in rows]
+            for req, tokens, (_, _, _, until) in zip(batch, self._generate(rows, row_eos), rows):
                 text = postprocess_generated_text(generation=self.tok_decode(tokens), stop=until, think_end_token=None)
                 self.cache_hook.add_partial("generate_until", req.args, text)
                 out.append(text)
@@ -80,13 +84,14 @@ class PressLM(GolinearHF):
         bar.close()
         return out
 
-    def _generate(self, rows, eos) -> list[list[int]]:
-        """Each row's new tokens: rows of ((ids, question length), max new tokens, stop(tokens) -> bool, _)."""
+    def _generate(self, rows, eos: list[frozenset]) -> list[list[int]]:
+        """Each row's new tokens: rows of ((ids, question length), max new tokens, stop(tokens) -> bool or None, _),
+        `eos` each row's end tokens (none with stop rules off)."""
         s = self.press_spec
         if self.generation == "dynamic":
             from golinear.models.kv_compression.generate import generate
-            return [generate(self.model, ids, q, s.press, s.kv_budget, n, question_aware=s.question_aware, eos=eos,
-                             stop=stop, prefill_chunk=s.prefill_chunk) for (ids, q), n, stop, _ in rows]
+            return [generate(self.model, ids, q, s.press, s.kv_budget, n, question_aware=s.question_aware, eos=e,
+                             stop=stop, prefill_chunk=s.prefill_chunk) for ((ids, q), n, stop, _), e in zip(rows, eos)]
         from golinear.models.kv_compression.static_decode import PressDecoder, cut
         most = max(n for _, n, _, _ in rows)
         shape = (len(rows), s.kv_budget + most + 1)  # one decoder (static buffers, CUDA graph) per batch shape
@@ -97,9 +102,9 @@ class PressLM(GolinearHF):
                                 s.prefill_chunk)
         tokens = first.tolist()
 
-        def ended(t, n, stop):
-            return len(t) >= n or cut(t, eos, stop)[1]
-        while not all(ended(t, n, stop) for t, (_, n, stop, _) in zip(tokens, rows)):  # blocks of steps
+        def ended(t, n, stop, e):
+            return len(t) >= n or cut(t, e, stop)[1]
+        while not all(ended(t, n, stop, e) for t, (_, n, stop, _), e in zip(tokens, rows, eos)):  # blocks of steps
             more = decoder.decode(min(16, most - len(tokens[0]))).tolist()
             tokens = [t + m for t, m in zip(tokens, more)]
-        return [cut(t[:n], eos, stop)[0] for t, (_, n, stop, _) in zip(tokens, rows)]
+        return [cut(t[:n], e, stop)[0] for t, (_, n, stop, _), e in zip(tokens, rows, eos)]

@@ -8,8 +8,10 @@ compare the same prompts and the same number of generated tokens:
   - full:             SmolLM2 full attention, lm-eval's own batched HF generate (left padding);
   - full-static:      the same backbone through the static-cache decoder (models/decoding/fast_decode.py), batched;
   - <linear>:         the linearized model (default: the shipped default recipe), batched on that decoder;
-  - <linear>-sequential: the old path, HF generate one prompt at a time (the first --sequential-samples prompts).
-The as-evaluated rows (`full-static-evaluated`, `linear-evaluated`; labelled "(as evaluated)") run the task's own
+  - <linear>-sequential: the old path, HF generate one prompt at a time (the first --sequential-samples prompts);
+  - <press> (asked for with --rows press): full attention with its KV cache compressed by each --presses spec
+                      (golinear-press: each prompt compressed on its own, the batch decoded on the static decoder).
+The as-evaluated rows (`full-static-evaluated`, `linear-evaluated`, `press-evaluated`; "(as evaluated)") run the task's own
 settings (max_gen_toks 128, stop at EOS): they give the scores, and their speeds are not compared with any row (a
 model that stops early does less work). The rows run linear, linear-sequential, full-static, full, then the
 as-evaluated ones; the files list them full, full-static, linear, linear-sequential, full-static (as evaluated),
@@ -41,7 +43,8 @@ COLUMNS = KEY + ["generation", "stop_rules", "tokens_per_sample", "samples", "sa
 EVALUATED = " (as evaluated)"  # the label suffix of a row run with the task's stop rules
 PARITY_KEY = ["model", "reference", "device", "dtype", "context_length", "batch_size"]
 PARITY_COLUMNS = PARITY_KEY + ["samples", "identical", "fraction", "commit", "date"]
-RUN_ORDER = ("linear", "linear-sequential", "full-static", "full", "linear-evaluated", "full-static-evaluated")
+RUN_ORDER = ("linear", "linear-sequential", "full-static", "full", "press", "linear-evaluated", "full-static-evaluated",
+             "press-evaluated")
 
 
 def _check(args):
@@ -79,6 +82,15 @@ def _check(args):
     args.linear_spec = parse_model_spec(args.linear)
     if args.linear_spec.is_full_attention:
         raise ValueError(f"--linear {args.linear!r} is full attention; give a linearized spec or checkpoint")
+    args.press_specs = []
+    if any(r.startswith("press") for r in args.rows):
+        for text in [t.strip() for t in args.presses.split(";") if t.strip()]:
+            spec = parse_model_spec(text)
+            if spec.press is None or not spec.kv_budget:
+                raise ValueError(f"--presses {text!r}: expected press=<name>,kv_budget=<entries>")
+            args.press_specs.append(spec)
+        if not args.press_specs:
+            raise ValueError(f"--presses {args.presses!r}: no press spec")
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise FileNotFoundError(f"--data-dir {args.data_dir!r} does not exist")
     from golinear.bench.backends.lm_backend import check_model_args
@@ -95,7 +107,8 @@ def _requests(args, tokenizer):
     rows = cached_samples(TASK, tokenizer, max_seq_length=args.context_length, num_samples=args.samples,
                           seed=args.seed, data_dir=args.data_dir)
     reqs = [Instance("generate_until", row, (row["prompt"], {"until": [], "max_gen_toks": row["max_gen_toks"],
-                                                             "do_sample": False, "temperature": 0.0}), i)
+                                                             "do_sample": False, "temperature": 0.0}), i,
+                     metadata=(TASK, i, 1))  # the task's name: a press splits the prompt at its question
             for i, row in enumerate(rows)]
     return rows, reqs
 
@@ -105,7 +118,8 @@ def fixed_length(reqs, new_tokens: int):
     HF generate from stopping at EOS, and the batched decoder then stops at nothing)."""
     from lm_eval.api.instance import Instance
     return [Instance("generate_until", r.doc, (r.args[0], {**r.args[1], "until": [], "max_gen_toks": new_tokens,
-                                                           "min_new_tokens": new_tokens}), r.idx) for r in reqs]
+                                                           "min_new_tokens": new_tokens}), r.idx,
+                     metadata=(r.task_name, r.doc_id, r.repeats)) for r in reqs]
 
 
 def _sync(device: str):
@@ -134,8 +148,8 @@ def _warm(lm, reqs, device):
     bs = lm.batch_size if isinstance(lm.batch_size, int) else 1
     for size in warm_sizes(len(reqs), bs):
         fixed = {"min_new_tokens": 4} if "min_new_tokens" in reqs[0].args[1] else {}
-        warm = [Instance("generate_until", r.doc, (r.args[0], {**r.args[1], "max_gen_toks": 4, **fixed}), r.idx)
-                for r in reqs[:size]]
+        warm = [Instance("generate_until", r.doc, (r.args[0], {**r.args[1], "max_gen_toks": 4, **fixed}), r.idx,
+                         metadata=(r.task_name, r.doc_id, r.repeats)) for r in reqs[:size]]
         _timed(lm, warm, device)
 
 
@@ -154,7 +168,15 @@ def _plan(args):
             "full-static-evaluated": ("full-static" + EVALUATED, "golinear-hf", {"generation": "batched"},
                                       args.samples, False),
             "linear-evaluated": (name + EVALUATED, "linearized", batched, args.samples, False)}
-    return [plan[r] for r in sorted(args.rows, key=RUN_ORDER.index) if plan[r][3] > 0]
+    out = []
+    for r in sorted(args.rows, key=RUN_ORDER.index):
+        if r.startswith("press"):  # one row per press spec
+            out += [(p.label + (EVALUATED if r.endswith("-evaluated") else ""), "golinear-press",
+                     {**p.model_args(), "generation": "static"}, args.samples, not r.endswith("-evaluated"))
+                    for p in args.press_specs]
+        elif plan[r][3] > 0:
+            out.append(plan[r])
+    return out
 
 
 def run(args, publish) -> tuple[list[dict], list[dict]]:
@@ -172,7 +194,11 @@ def run(args, publish) -> tuple[list[dict], list[dict]]:
     rows, parity = [], []
     data_rows = reqs = linear = None
     for label, backend, margs, n, timed in _plan(args):
-        lm = make_lm(backend, **margs, dtype=args.dtype, device=args.device, batch_size=args.batch_size)
+        if backend == "golinear-press":  # extends golinear-hf: its own module builds it
+            from golinear.bench.backends.press_backend import PressLM
+            lm = PressLM(**margs, dtype=args.dtype, device=args.device, batch_size=args.batch_size)
+        else:
+            lm = make_lm(backend, **margs, dtype=args.dtype, device=args.device, batch_size=args.batch_size)
         if reqs is None:
             data_rows, reqs = _requests(args, lm.tokenizer)
         row_reqs = fixed_length(reqs[:n], args.new_tokens) if timed else reqs[:n]
@@ -256,11 +282,15 @@ def _merged(old, rows: list[dict], columns: list[str], key: list[str]):
 
 
 def row_kind(config: str) -> str:
-    """Which of GENERATION_ROWS a row's config label is (the linear rows carry the model's name)."""
+    """Which of GENERATION_ROWS a row's config label is (the linear rows carry the model's name, the press rows the
+    press spec's label, "... (kvpress...) @<budget>")."""
     if config.endswith(EVALUATED):
-        return ("full-static" if config == "full-static" + EVALUATED else "linear") + "-evaluated"
+        base = config.removesuffix(EVALUATED)
+        return ("full-static" if base == "full-static" else "press" if "(kvpress" in base else "linear") + "-evaluated"
     if config in ("full", "full-static"):
         return config
+    if "(kvpress" in config:
+        return "press"
     return "linear-sequential" if config.endswith("-sequential") else "linear"
 
 
@@ -304,7 +334,10 @@ def render(df, parity) -> str:
              "task's stop rules (EOS, 128 new tokens at most) and give the scores, and no ratio is computed from "
              "them. `full`: lm-eval's batched HF generate; `full-static`: the backbone through the static-cache "
              "decoder (models/decoding/fast_decode.py); the linear rows: batched on that decoder, or one prompt at a time "
-             "through HF generate (`-sequential`, the first prompts only). The speed-up is the linear row's tokens/s "
+             "through HF generate (`-sequential`, the first prompts only); the press rows (`... (kvpress) @<budget>`): "
+             "full attention with its KV cache compressed to the budget by a kvpress press, each prompt compressed "
+             "on its own (the press's scoring counted), the batch decoded on that same decoder. The speed-up is the "
+             "linear row's tokens/s "
              "over the row's, at equal new tokens a sample. Produced by `golinear generation`; see "
              "docs/generation.md.", ""]
     num = (lambda v, f: "" if v is None or v != v else format(v, f))  # noqa: E731  (NaN -> blank)
