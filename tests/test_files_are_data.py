@@ -294,7 +294,8 @@ def no_data_folder(monkeypatch, tmp_path):
       "--store", "st"], "needs a local data folder"),
     (["demo"], "Hugging Face Hub"),
     (["train", "--steps", "2", "--out", "o"], "the books corpus needs a local data folder"),
-], ids=["hub-suite", "long-suite", "demo", "train"])
+    (["generation", "--device", "cpu", "--out-dir", "g"], "S-NIAH-1's prompts (paul_graham_essays/) needs a local"),
+], ids=["hub-suite", "long-suite", "demo", "train", "generation"])
 def test_without_data_and_network_each_command_answers_in_one_line(no_data_folder, capsys, argv, needs):
     assert golinear(argv) == 2
     full = capsys.readouterr().err

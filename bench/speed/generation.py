@@ -93,6 +93,8 @@ def _check(args):
             raise ValueError(f"--presses {args.presses!r}: no press spec")
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise FileNotFoundError(f"--data-dir {args.data_dir!r} does not exist")
+    from golinear.models.data_dir import existing_data_dir  # the haystacks, before any model loads
+    existing_data_dir(args.data_dir, needs="S-NIAH-1's prompts (paul_graham_essays/)")
     from golinear.bench.backends.lm_backend import check_model_args
     for label, backend, margs, *_ in _plan(args):
         try:  # e.g. a model with retention slots has no batched row
