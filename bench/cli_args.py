@@ -111,14 +111,18 @@ def leaderboard(p):
     p.add_argument("--reference-dir", default=str(REFERENCE_DIR), help="paper rows (CSV) to show as reported")
 
 
-def claims(p):
-    p.add_argument("--store", default="leaderboards/store", help="result store folder (default: the committed one)")
-    p.add_argument("--checkpoints", default="checkpoints/smollm2-135m",
-                   help="folder of checkpoint folders, each with train_config.json (held-out loss, steps)")
-    p.add_argument("--out", default="leaderboards",
-                   help="output folder for claims.md/.csv, seeds.md/.csv, tables.md/.csv and retention.md/.csv/.png")
-    p.add_argument("--readme", default="README.md",
-                   help="README whose claims table (between its two marker comments) is rewritten; '' for none")
+def claims(p):  # the defaults are this checkout's committed files, from whichever folder the command runs
+    p.add_argument("--store", default=str(REPO_ROOT / "leaderboards" / "store"),
+                   help="result store folder (default: the committed one)")
+    p.add_argument("--checkpoints", default=str(REPO_ROOT / "checkpoints" / "smollm2-135m"),
+                   help="folder of checkpoint folders, each with train_config.json (held-out loss, steps; default: "
+                        "the shipped ones)")
+    p.add_argument("--out", default=str(REPO_ROOT / "leaderboards"),
+                   help="output folder for claims.md/.csv, seeds.md/.csv, tables.md/.csv and retention.md/.csv/.png "
+                        "(default: the committed leaderboards)")
+    p.add_argument("--readme", default=str(REPO_ROOT / "README.md"),
+                   help="README whose claims table (between its two marker comments) is rewritten; '' for none "
+                        "(default: this checkout's)")
     p.add_argument("--reference-dir", default=str(REFERENCE_DIR), help="the paper's rows (CSV)")
 
 
@@ -227,10 +231,10 @@ def lm_eval(p):
 
 
 def cards(p):
-    p.add_argument("--checkpoints", default="checkpoints/smollm2-135m",
-                   help="a checkpoint folder, or a folder of them (default checkpoints/smollm2-135m)")
-    p.add_argument("--store", default="leaderboards/store", help="result store the scores come from (default: the "
-                                                                "committed one)")
+    p.add_argument("--checkpoints", default=str(REPO_ROOT / "checkpoints" / "smollm2-135m"),
+                   help="a checkpoint folder, or a folder of them (default: the shipped ones)")
+    p.add_argument("--store", default=str(REPO_ROOT / "leaderboards" / "store"),
+                   help="result store the scores come from (default: the committed one)")
 
 
 def data(p):
