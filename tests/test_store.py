@@ -72,6 +72,22 @@ def test_merge_from_other_store(tmp_path):
     assert values == {"golinear_piqa": 0.5, "golinear_arc_easy": 0.5}
 
 
+def test_merge_adds_per_sample_scores_only_to_the_same_score_measured_again(tmp_path):
+    """A kept cell without per-sample scores (stored before cells kept them) takes them from the same cell measured
+    again with the same value, n and per-sample mean; a different value leaves it as it was."""
+    a, b = Store(tmp_path / "a"), Store(tmp_path / "b")
+    a.put(cell(task="golinear_piqa"))
+    a.put(cell(task="golinear_arc_easy"))
+    samples = {f"golinear_piqa/{i}/h": v for i, v in enumerate((1.0, 0.0, 1.0, 0.0))}
+    b.put({**cell(task="golinear_piqa"), "per_sample": samples, "provenance": {"git": {"commit": "abc"}}})
+    b.put({**cell(task="golinear_arc_easy", value=0.75), "per_sample": {"x/0/h": 0.75}})  # another score: not taken
+    assert a.merge_from(b) == 0
+    got = {c["task"]: c for c in a.cells()}
+    assert got["golinear_piqa"]["per_sample"] == samples and got["golinear_piqa"]["value"] == 0.5
+    assert got["golinear_piqa"]["per_sample_added"]["git"] == {"commit": "abc"}
+    assert "per_sample" not in got["golinear_arc_easy"] and got["golinear_arc_easy"]["value"] == 0.5
+
+
 def test_unwritable_store_is_a_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -331,13 +331,31 @@ class Store:
         return [cell for _, cell in self.cell_files()]
 
     def merge_from(self, other: "Store") -> int:
-        """Copy the cells of another store that this one lacks; returns how many were added."""
+        """Copy the cells of another store that this one lacks; returns how many were added. A kept cell stays as it
+        is, except that one stored before cells kept per-sample scores takes them from the same cell measured again
+        with the same score (per_sample_added: that run's commit and hardware): the number does not change, a
+        paired comparison can read it."""
         added = 0
         for cell in other.cells():
-            if not self.has(CellKey.from_dict(cell["key"])):
+            kept = self.get(CellKey.from_dict(cell["key"]))
+            if kept is None:
                 self.put(cell)
                 added += 1
+            elif not kept.get("per_sample") and same_score_with_samples(kept, cell):
+                prov = cell.get("provenance") or {}
+                self.put({**kept, "per_sample": cell["per_sample"],
+                          "per_sample_added": {k: prov.get(k) for k in ("git", "hardware", "versions")}})
         return added
+
+
+def same_score_with_samples(kept: dict, new: dict) -> bool:
+    """Whether `new` measured `kept`'s score again (same value and document count) and holds per-sample scores
+    whose mean is that score."""
+    samples, value = new.get("per_sample") or {}, kept.get("value")
+    if not samples or value is None or new.get("value") is None or kept.get("n") != new.get("n"):
+        return False
+    close = (lambda a, b: abs(a - b) <= 1e-6 * max(1.0, abs(a)))  # noqa: E731
+    return close(value, new["value"]) and close(value, sum(samples.values()) / len(samples))
 
 
 def legacy_data_matches(cell: dict, data: dict) -> bool:

@@ -2,7 +2,8 @@
 
 Why: a GPU machine evaluates into a store of its own and returns its new cell files; this is the step that
 adds them to the committed store (bench.results.store.Store.merge_from: a cell DEST already holds is kept as it is,
-never overwritten). Every source cell is validated first, so a damaged file stops the merge (exit 2) before
+never overwritten; one stored before cells kept per-sample scores takes them from the same cell measured again with
+the same score). Every source cell is validated first, so a damaged file stops the merge (exit 2) before
 anything is written.
 """
 from __future__ import annotations

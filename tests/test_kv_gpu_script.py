@@ -1,0 +1,70 @@
+"""scripts/gpu/kv_compression.sh, the GPU run behind the linearize-or-compress table, checked without a GPU: with
+`golinear` replaced by a recorder, every stage's command is one golinear accepts (each model and configuration
+spec parses, each checkpoint is shipped, each press runs) and the press matrix covers every available press."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "gpu" / "kv_compression.sh"
+
+
+def recorded(tmp_path, *stages) -> list[list[str]]:
+    log = tmp_path / "calls"
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "golinear").write_text(f'#!/usr/bin/env bash\nprintf "%s\\0" "$@" >> {log}\nprintf "\\n" >> {log}\n')
+    (stub / "golinear").chmod(0o755)
+    env = dict(os.environ, PATH=f"{stub}:{os.environ['PATH']}")
+    proc = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), *stages], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [line.rstrip("\0").split("\0") for line in log.read_text().splitlines() if line]
+
+
+def option(call, name):
+    return call[call.index(name) + 1]
+
+
+def test_every_stage_is_a_command_golinear_accepts(tmp_path):
+    from golinear.bench.run.specs import parse_models
+    from golinear.models.kv_compression.presses import ALL_PRESSES
+    calls = recorded(tmp_path, "sniah", "sniah512", "ruler", "latency")
+    runs = [c for c in calls if c[0] == "run"]
+    assert [option(c, "--suites") for c in runs] == ["sniah", "sniah", "sniah", "ruler"]
+    budgets = []
+    for c in runs:
+        assert option(c, "--num-samples") == "500" and option(c, "--context-length") == "4096"
+        specs = parse_models(option(c, "--models"))  # every spec parses, every checkpoint resolves
+        budgets.append({s.kv_budget for s in specs if s.press})
+        if c is runs[1]:
+            assert {s.press for s in specs if s.press} == set(ALL_PRESSES)
+    assert budgets == [{256}, {1024}, {512}, {1024}]
+    (latency,) = [c for c in calls if c[0] == "latency"]
+    from golinear.bench.run.specs import parse_model_spec
+    from golinear.bench.speed.latency import STATIC_DECODES
+    from golinear.bench.speed.latency_press import check_press_spec
+    labels = option(latency, "--configs").split(";")
+    assert labels[:2] == ["full-static", "gdn-default"] and "full-static" in STATIC_DECODES
+    configs = [parse_model_spec(t) for t in labels[1:]]
+    for spec in configs:
+        if spec.press:
+            check_press_spec(spec, [4096, 32768])  # what golinear latency checks before any model
+    assert {s.press for s in configs if s.press} == {"snapkv", "kvzip", "adakv_expected_attention"}
+    assert any(s.prefill_chunk for s in configs)  # the memory-matched rows, where a press allows a chunked prefill
+    assert option(latency, "--batch") == "1,8" and option(latency, "--lengths") == "4096,32768"
+
+
+def test_an_unknown_stage_is_one_line(tmp_path):
+    proc = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "bogus"], capture_output=True, text=True,
+                          env=dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}"))
+    assert proc.returncode == 2 and "unknown stage 'bogus'" in proc.stderr
+
+
+def test_the_top_rows_are_the_users_choice(tmp_path, monkeypatch):
+    """The 512 stage runs the three best of each family, read off the 256/1024 table: TOP_PRESSES, TOP_LINEAR_512."""
+    monkeypatch.setenv("TOP_PRESSES", "keydiff")
+    (call,) = recorded(tmp_path, "sniah512")
+    assert "press=keydiff,kv_budget=512" in option(call, "--models") and "snapkv" not in option(call, "--models")
