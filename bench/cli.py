@@ -53,6 +53,7 @@ INTERRUPTED = {  # what a Ctrl-C leaves, per command that keeps work across runs
     "run": "; the finished cells are stored and the cell in progress keeps its scored requests: run the same "
            "command again to resume",
     "train": " before training began; nothing was saved",  # once training runs, Ctrl-C stops it with its state saved
+    "data": "; the files already built are kept and a download resumes where it stopped: run the same command again",
 }
 
 SAYS_DEFAULT = re.compile(r"(?<![\w-])default\b", re.IGNORECASE)  # "(default 8)", not "gdn-default"
