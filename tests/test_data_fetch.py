@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 import unicodedata
 from pathlib import Path
 
@@ -83,7 +84,7 @@ class Server:
     """A file server with HTTP ranges, a request log, and a switch that breaks a response off after N bytes."""
 
     def __init__(self, root: Path):
-        self.root, self.log, self.cut_after = root, [], None
+        self.root, self.log, self.cut_after, self.slow = root, [], None, False
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -106,7 +107,14 @@ class Server:
                 body = data[start:]
                 if owner.cut_after is not None:
                     body, owner.cut_after = body[:owner.cut_after], None
-                self.wfile.write(body)
+                step = 1 << 16 if owner.slow else len(body) or 1
+                for i in range(0, len(body), step):  # slow: 64 KiB every 10 ms (time to press Ctrl-C)
+                    try:
+                        self.wfile.write(body[i:i + step])
+                    except (BrokenPipeError, ConnectionResetError):
+                        return
+                    if owner.slow:
+                        time.sleep(0.01)
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -193,3 +201,29 @@ def test_unreachable_sources_and_bad_values_are_one_line(tmp_path):
     (tmp_path / "file").write_text("")
     bad = fetch(tmp_path / "file", "http://127.0.0.1:9")
     assert bad.returncode == 2 and "is a file" in bad.stderr
+
+
+def test_ctrl_c_keeps_the_partial_download_and_the_next_run_resumes_it(standin, tmp_path):
+    import signal
+    out = tmp_path / "data"
+    standin.slow = True
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "golinear.bench.cli", "data", "fetch", "--out", str(out),
+                                 "--mirror", standin.url, "--quiet", "--folders", "hellaswag"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        part = out / ".downloads"
+        deadline = time.time() + 120
+        while time.time() < deadline and not any(p.stat().st_size > (1 << 20) for p in part.glob("*.part")):
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        standin.slow = False
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert "interrupted (Ctrl-C); the files already built are kept and a download resumes" in err
+    (kept,) = list(part.glob("*.part"))
+    assert kept.stat().st_size > (1 << 20) and not (out / "hellaswag").exists()
+    standin.log.clear()
+    done = fetch(out, standin.url, "--folders", "hellaswag")
+    assert done.returncode == 0 and any(status == 206 for _, status in standin.log)
+    assert sums(out) == {"./hellaswag/hellaswag_validation.jsonl.gz": sums(DATA)["./hellaswag/hellaswag_validation.jsonl.gz"]}
