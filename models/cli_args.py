@@ -59,6 +59,9 @@ def train(p) -> None:
     g.add_argument("--min-lr-ratio", type=float, default=d.min_lr_ratio, help="the cosine decays to lr x this ratio")
     g.add_argument("--grad-clip", type=float, default=d.grad_clip, help="gradient-norm clipping threshold")
     g.add_argument("--seed", type=int, default=d.seed, help="seed of the new parameters' initialisation and the data order")
+    g.add_argument("--distill", type=float, default=d.distill,
+                   help="weight W of the KL to the frozen model's own next-token distribution: loss = (1 - W) x "
+                        "cross-entropy + W x KL (0: cross-entropy only; docs/training.md)")
     g.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="autocast (default: on GPU)")
     g.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
                    help="capture the training step in a CUDA graph, which removes the CPU launch overhead that "

@@ -41,6 +41,7 @@ class LinearizedAttention(nn.Module):
     (whole prompt: HF generate via models.cache.hf_cache; chunk by chunk: models.decoding.prefill, from golinear.models.decoding.fast_decode) and
     `step` decodes one token per row in place; both hand over to the policy.
     """
+    teacher = False  # True: forward runs the frozen softmax attention instead (models.training.distill)
 
     def __init__(self, attn: nn.Module, config, layer_idx: int, mechanism: str, window: int = 0,
                  sinks: int = 0, short_conv: bool = False, conv_size: int = 4, gate_rank: int = 16,
@@ -215,6 +216,8 @@ class LinearizedAttention(nn.Module):
     # ------------------------------------------------------------------ forward
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None,
                 cache=None, **kwargs):
+        if self.teacher:  # the frozen layer's own attention (models.training.distill.frozen_teacher)
+            return self.full_attention(hidden_states, position_embeddings), None
         # transformers < 5.24 passes the cache as `past_key_values`, newer releases as `cache`
         past_key_values = cache if cache is not None else past_key_values
         if past_key_values is None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from golinear.models.training.distill import training_loss
+
 
 def make_capturable(optimizer, device) -> None:
     """Learning rates as device tensors (read by the captured AdamW on every replay), capturable on, and the
@@ -53,9 +55,10 @@ def set_lr(group: dict, value: float) -> None:
 class GraphedTrainStep:
     """`step(ids) -> (loss, grad_norm)`: device tensors, overwritten by the next replay (copy to keep)."""
 
-    def __init__(self, model, optimizer, params: list, grad_clip: float, bf16: bool, example_ids, warmup: int = 2):
+    def __init__(self, model, optimizer, params: list, grad_clip: float, bf16: bool, example_ids, warmup: int = 2,
+                 distill: float = 0.0):
         self.model, self.optimizer, self.params = model, optimizer, list(params)
-        self.grad_clip, self.bf16 = grad_clip, bf16
+        self.grad_clip, self.bf16, self.distill = grad_clip, bf16, distill
         self.ids = example_ids.detach().clone()
         saved = self._snapshot()
         side = torch.cuda.Stream()
@@ -81,7 +84,7 @@ class GraphedTrainStep:
 
     def _step(self):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.bf16, cache_enabled=False):
-            loss = self.model(input_ids=self.ids, labels=self.ids, use_cache=False).loss
+            loss = training_loss(self.model, self.ids, self.distill)
         if loss.requires_grad:
             loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True)

@@ -34,6 +34,7 @@ from golinear.models.training.train_config import TrainConfig  # apart, so that 
 from golinear.models.training.sharding import shard_like
 from golinear.models.training.train_fsdp import full_attention, full_tensor
 from golinear.models.training.resume_state import STATE_FILE
+from golinear.models.training.distill import training_loss
 from golinear.models.training.train_utils import heldout_loss, read_log, rng_state, set_rng_state
 
 LOG_FILE = "train_log.jsonl"
@@ -281,7 +282,7 @@ class Trainer:
                 if self.graphed and self._graph is None:
                     try:
                         self._graph = graph_step.GraphedTrainStep(self.model, self.optimizer, list(self.named.values()),
-                                                                  cfg.grad_clip, self.bf16, ids)
+                                                                  cfg.grad_clip, self.bf16, ids, distill=cfg.distill)
                     except RuntimeError as e:  # e.g. a host sync inside the step: run eagerly, say so
                         warnings.warn(f"--cuda-graph: capturing the step failed ({str(e)[:300]}); training eagerly")
                         self.graphed, self.graph_error = False, str(e)[:1000]
@@ -290,7 +291,7 @@ class Trainer:
                     loss = loss.clone()  # the next replay overwrites it
                 else:
                     with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                        loss = self.model(input_ids=ids, labels=ids, use_cache=False).loss
+                        loss = training_loss(self.model, ids, cfg.distill)
                     graph_step.require_trainable(loss)
                     self.acc.backward(loss)
                     grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(list(self.named.values()), cfg.grad_clip))

@@ -21,7 +21,8 @@ def settings(args, cfg, linearize: dict) -> dict:
     data = {k: getattr(args, k, None) for k in DATA_KEYS}  # the books corpus itself: checked by SHA256SUMS
     if data["tokens"] is not None:
         data["tokens"] = str(Path(data["tokens"]).resolve())
-    return {"base": args.base, "linearize": linearize, **{k: getattr(cfg, k) for k in TRAIN_KEYS}, **data}
+    loss = {"distill": cfg.distill} if getattr(cfg, "distill", 0) else {}  # (absent: cross-entropy, as runs before it)
+    return {"base": args.base, "linearize": linearize, **{k: getattr(cfg, k) for k in TRAIN_KEYS}, **loss, **data}
 
 
 def recorded(out: Path, record: dict | None) -> dict | None:

@@ -1,0 +1,52 @@
+"""The training loss: next-token cross-entropy, or mixed with a KL to the frozen model's own predictions.
+
+Why: the linearized model is trained to replace the backbone, whose next-token distribution at every position is
+known for free; cross-entropy on the text only sees the one token that came next. With `golinear train --distill W`
+the loss is (1 - W) x cross-entropy + W x KL(teacher || student), the KL summed over the vocabulary and averaged
+over every position of the batch. The teacher is the same model with each linearized layer running the frozen
+layer's own causal softmax attention (LinearizedAttention.full_attention: the backbone's q/k/v/o projections, no
+short conv, LoRA adapters off), under no_grad, so no second copy of the weights is held; its logits are the
+backbone's (tests/test_distill.py). The held-out losses a run reports stay cross-entropy, whatever W.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+
+from golinear.models.attention.layers import LinearizedAttention
+from golinear.models.diagnostics import lora_disabled
+
+
+@contextmanager
+def frozen_teacher(model):
+    """Inside the block `model` computes what its backbone computed before linearization."""
+    layers = [m for m in model.modules() if isinstance(m, LinearizedAttention)]
+    for m in layers:
+        m.teacher = True
+    try:
+        with lora_disabled(model):
+            yield model
+    finally:
+        for m in layers:
+            m.teacher = False
+
+
+def kl_to_teacher(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) of the next-token distributions, summed over the vocabulary, mean over positions
+    (in fp32: bf16 log-probabilities of a 49K vocabulary lose the small terms)."""
+    s = F.log_softmax(student_logits.float(), -1)
+    t = F.log_softmax(teacher_logits.float(), -1)
+    return F.kl_div(s.flatten(0, -2), t.flatten(0, -2), log_target=True, reduction="batchmean")
+
+
+def training_loss(model, ids: torch.Tensor, distill: float = 0.0) -> torch.Tensor:
+    """The loss one training step minimises (see the module doc); `distill` = W in 0..1."""
+    if not distill:
+        return model(input_ids=ids, labels=ids, use_cache=False).loss
+    with torch.no_grad(), frozen_teacher(model):
+        teacher = model(input_ids=ids, use_cache=False).logits
+    out = model(input_ids=ids, labels=None if distill == 1 else ids, use_cache=False)
+    kl = kl_to_teacher(out.logits, teacher)
+    return kl if distill == 1 else (1 - distill) * out.loss + distill * kl
