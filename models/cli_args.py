@@ -62,6 +62,9 @@ def train(p) -> None:
     g.add_argument("--distill", type=float, default=d.distill,
                    help="weight W of the KL to the frozen model's own next-token distribution: loss = (1 - W) x "
                         "cross-entropy + W x KL (0: cross-entropy only; docs/training.md)")
+    g.add_argument("--transfer-steps", type=int, default=d.transfer_steps,
+                   help="first steps that train each layer's attention output towards the frozen layer's (attention "
+                        "transfer, LoLCATs' first stage), before the LM loss (docs/training.md)")
     g.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="autocast (default: on GPU)")
     g.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
                    help="capture the training step in a CUDA graph, which removes the CPU launch overhead that "

@@ -17,7 +17,6 @@ full-attention backbone (high residual, low concentration = hard); written as `l
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import shlex
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from golinear.models.attention.layers import lora_disabled
 from golinear.models.attention.ops.key_stats import normalize_keys, running_mean  # noqa: F401  (diagnostics' names for them too)
 
 C_EDGES = np.linspace(-1.0, 1.0, 21)
@@ -91,20 +91,6 @@ def causal_attention(q, k, v, scale: float) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- model hooks
-@contextlib.contextmanager
-def lora_disabled(module):
-    """Temporarily switch off PEFT LoRA adapters inside `module` (frozen projections for the teacher)."""
-    layers = [m for m in module.modules() if hasattr(m, "enable_adapters") and hasattr(m, "lora_A")]
-    states = [getattr(m, "disable_adapters", False) for m in layers]
-    for m in layers:
-        m.enable_adapters(False)
-    try:
-        yield
-    finally:
-        for m, was_disabled in zip(layers, states):
-            m.enable_adapters(not was_disabled)
-
-
 def frozen_qkv(attn, x: torch.Tensor, position_embeddings):
     """q [B,T,H,D], k, v [B,T,Hkv,D] from the frozen projections (+ q/k norm, RoPE), no conv, no LoRA
     (models.attention.projection: a linearized layer's fused form, a full-attention layer's own)."""

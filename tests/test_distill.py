@@ -76,3 +76,28 @@ def test_distilling_moves_the_student_towards_the_teacher(tmp_path):
 def test_distill_outside_0_1_is_refused():
     with pytest.raises(ValueError, match=r"--distill 1.5: allowed: 0..1"):
         train_mod.TrainConfig(distill=1.5).validate()
+
+
+def test_attention_transfer_matches_each_layer_to_the_frozen_one_then_hands_over(tmp_path):
+    """--transfer-steps N: the first N steps' loss is the mean normalised error of each layer's attention output
+    against the frozen layer's on the backbone's stream (which the logits then equal); training on it lowers that
+    error; the steps after it train on cross-entropy (the logged loss changes scale)."""
+    from golinear.models.training.distill import attention_transfer
+    model, tok, ids, backbone = linearized(lora=True)
+    with torch.no_grad(), attention_transfer(model) as errors:
+        logits = model(input_ids=ids).logits
+    torch.testing.assert_close(logits, backbone, atol=2e-5, rtol=2e-5)  # the stream is the backbone's
+    assert len(errors) == 2 and all(0 < float(e) for e in errors)
+    before = float(training_loss(model, ids, transfer=True))
+    assert before == pytest.approx(float(torch.stack(errors).mean()), rel=1e-5)
+    td = data_mod.prepare_books(tok, write_books(tmp_path / "data"), heldout_docs=2)
+    cfg = train_mod.TrainConfig(seq_len=32, batch_size=2, steps=30, lr=1e-2, save_every=10**6, log_every=1,
+                                eval_sequences=2, transfer_steps=20)  # then 10 steps of cross-entropy
+    train_mod.Trainer(model, data_mod.PackedSequences(td.train, 32, seed=0), cfg, tmp_path / "run").train()
+    with torch.no_grad():
+        assert float(training_loss(model, ids, transfer=True)) < 0.9 * before
+    from golinear.models.training import train_utils
+    log = train_utils.read_log(tmp_path / "run" / train_mod.LOG_FILE)
+    assert max(r["loss"] for r in log if r["step"] <= 20) < 2 < min(r["loss"] for r in log if r["step"] > 20)
+    with pytest.raises(ValueError, match=r"--transfer-steps 30: allowed: 0..29"):
+        train_mod.TrainConfig(steps=30, transfer_steps=30).validate()

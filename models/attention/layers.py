@@ -1,6 +1,8 @@
 """LinearizedAttention, the paper's layer: the core every option plugs into (its docstring says how)."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -28,6 +30,21 @@ def _shared_normaliser(swa, num, den, window_logmass):
     return (swa.float() * mass + num) / (mass + den.unsqueeze(-1))
 
 
+@contextlib.contextmanager
+def lora_disabled(module):
+    """Temporarily switch off PEFT LoRA adapters inside `module` (the frozen projections: diagnostics' and the
+    distillation teacher's full attention)."""
+    layers = [m for m in module.modules() if hasattr(m, "enable_adapters") and hasattr(m, "lora_A")]
+    states = [getattr(m, "disable_adapters", False) for m in layers]
+    for m in layers:
+        m.enable_adapters(False)
+    try:
+        yield
+    finally:
+        for m, was_disabled in zip(layers, states):
+            m.enable_adapters(not was_disabled)
+
+
 class LinearizedAttention(nn.Module):
     """A drop-in replacement for a Llama/Mistral/Qwen2/Qwen3 attention module (the paper's layer).
 
@@ -42,6 +59,7 @@ class LinearizedAttention(nn.Module):
     `step` decodes one token per row in place; both hand over to the policy.
     """
     teacher = False  # True: forward runs the frozen softmax attention instead (models.training.distill)
+    transfer = None  # a list: forward returns the frozen attention and appends its own output's error to it
 
     def __init__(self, attn: nn.Module, config, layer_idx: int, mechanism: str, window: int = 0,
                  sinks: int = 0, short_conv: bool = False, conv_size: int = 4, gate_rank: int = 16,
@@ -218,6 +236,12 @@ class LinearizedAttention(nn.Module):
                 cache=None, **kwargs):
         if self.teacher:  # the frozen layer's own attention (models.training.distill.frozen_teacher)
             return self.full_attention(hidden_states, position_embeddings), None
+        if self.transfer is not None:  # attention transfer (models.training.distill.attention_transfer)
+            with torch.no_grad(), lora_disabled(self):
+                y_full = self.full_attention(hidden_states, position_embeddings).float()
+            y = self.prefill(hidden_states, position_embeddings).float()
+            self.transfer.append((y - y_full).pow(2).sum() / y_full.pow(2).sum().clamp_min(1e-12))
+            return y_full.to(hidden_states.dtype), None
         # transformers < 5.24 passes the cache as `past_key_values`, newer releases as `cache`
         past_key_values = cache if cache is not None else past_key_values
         if past_key_values is None:

@@ -1,4 +1,5 @@
-"""The training loss: next-token cross-entropy, or mixed with a KL to the frozen model's own predictions.
+"""The training loss: next-token cross-entropy, or mixed with a KL to the frozen model's own predictions, or (a
+first stage) each layer's attention output matched to the frozen layer's.
 
 Why: the linearized model is trained to replace the backbone, whose next-token distribution at every position is
 known for free; cross-entropy on the text only sees the one token that came next. With `golinear train --distill W`
@@ -7,6 +8,11 @@ over every position of the batch. The teacher is the same model with each linear
 layer's own causal softmax attention (LinearizedAttention.full_attention: the backbone's q/k/v/o projections, no
 short conv, LoRA adapters off), under no_grad, so no second copy of the weights is held; its logits are the
 backbone's (tests/test_distill.py). The held-out losses a run reports stay cross-entropy, whatever W.
+
+Attention transfer (`golinear train --transfer-steps N`, LoLCATs' first stage): for the first N steps the loss is
+the mean over linearized layers of ||y_lin - y_full||^2 / ||y_full||^2, each layer's output against the frozen
+layer's softmax attention on the same input, while the residual stream carries the frozen outputs (each layer
+learns from the inputs the backbone gives it, not from its linearized predecessors' errors).
 """
 from __future__ import annotations
 
@@ -15,8 +21,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
-from golinear.models.attention.layers import LinearizedAttention
-from golinear.models.diagnostics import lora_disabled
+from golinear.models.attention.layers import LinearizedAttention, lora_disabled
 
 
 @contextmanager
@@ -41,8 +46,28 @@ def kl_to_teacher(student_logits: torch.Tensor, teacher_logits: torch.Tensor) ->
     return F.kl_div(s.flatten(0, -2), t.flatten(0, -2), log_target=True, reduction="batchmean")
 
 
-def training_loss(model, ids: torch.Tensor, distill: float = 0.0) -> torch.Tensor:
-    """The loss one training step minimises (see the module doc); `distill` = W in 0..1."""
+@contextmanager
+def attention_transfer(model):
+    """Inside the block each linearized layer returns the frozen attention output and appends its normalised error
+    to the list the block yields."""
+    layers = [m for m in model.modules() if isinstance(m, LinearizedAttention)]
+    errors: list[torch.Tensor] = []
+    for m in layers:
+        m.transfer = errors
+    try:
+        yield errors
+    finally:
+        for m in layers:
+            m.transfer = None
+
+
+def training_loss(model, ids: torch.Tensor, distill: float = 0.0, transfer: bool = False) -> torch.Tensor:
+    """The loss one training step minimises (see the module doc); `distill` = W in 0..1; `transfer`: the attention
+    outputs' error instead."""
+    if transfer:
+        with attention_transfer(model) as errors:
+            model.model(input_ids=ids, use_cache=False)  # the stream: the backbone's (no logits needed)
+        return torch.stack(errors).mean()
     if not distill:
         return model(input_ids=ids, labels=ids, use_cache=False).loss
     with torch.no_grad(), frozen_teacher(model):

@@ -56,9 +56,9 @@ class GraphedTrainStep:
     """`step(ids) -> (loss, grad_norm)`: device tensors, overwritten by the next replay (copy to keep)."""
 
     def __init__(self, model, optimizer, params: list, grad_clip: float, bf16: bool, example_ids, warmup: int = 2,
-                 distill: float = 0.0):
+                 loss_fn=training_loss):
         self.model, self.optimizer, self.params = model, optimizer, list(params)
-        self.grad_clip, self.bf16, self.distill = grad_clip, bf16, distill
+        self.grad_clip, self.bf16, self.loss_fn = grad_clip, bf16, loss_fn
         self.ids = example_ids.detach().clone()
         saved = self._snapshot()
         side = torch.cuda.Stream()
@@ -84,7 +84,7 @@ class GraphedTrainStep:
 
     def _step(self):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.bf16, cache_enabled=False):
-            loss = training_loss(self.model, self.ids, self.distill)
+            loss = self.loss_fn(self.model, self.ids)
         if loss.requires_grad:
             loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True)

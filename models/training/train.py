@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import signal
@@ -197,6 +198,12 @@ class Trainer:
     def _run_elapsed(self) -> float:
         return self.clock() - self._t0 if hasattr(self, "_t0") else 0.0
 
+    def _loss_fn(self):
+        """This step's loss (models.training.distill): attention transfer for the first --transfer-steps steps,
+        then cross-entropy (mixed with --distill's KL)."""
+        transfer = self.step < self.cfg.transfer_steps
+        return functools.partial(training_loss, distill=0.0 if transfer else self.cfg.distill, transfer=transfer)
+
     def _set_lr(self) -> float:
         factor = cosine_lr_factor(self.step, self.total_steps, self.cfg.warmup_steps, self.cfg.min_lr_ratio)
         for g in self.optimizer.param_groups:
@@ -279,10 +286,13 @@ class Trainer:
             while self.step < self.total_steps and self.step < stop_after:
                 lr = self._set_lr()
                 ids = self._batch()
+                loss_fn = self._loss_fn()
+                if self._graph is not None and self._graph.loss_fn.keywords != loss_fn.keywords:  # transfer ended
+                    self._graph = None
                 if self.graphed and self._graph is None:
                     try:
                         self._graph = graph_step.GraphedTrainStep(self.model, self.optimizer, list(self.named.values()),
-                                                                  cfg.grad_clip, self.bf16, ids, distill=cfg.distill)
+                                                                  cfg.grad_clip, self.bf16, ids, loss_fn=loss_fn)
                     except RuntimeError as e:  # e.g. a host sync inside the step: run eagerly, say so
                         warnings.warn(f"--cuda-graph: capturing the step failed ({str(e)[:300]}); training eagerly")
                         self.graphed, self.graph_error = False, str(e)[:1000]
@@ -291,7 +301,7 @@ class Trainer:
                     loss = loss.clone()  # the next replay overwrites it
                 else:
                     with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                        loss = training_loss(self.model, ids, cfg.distill)
+                        loss = loss_fn(self.model, ids)
                     graph_step.require_trainable(loss)
                     self.acc.backward(loss)
                     grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(list(self.named.values()), cfg.grad_clip))

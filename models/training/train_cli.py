@@ -54,7 +54,8 @@ def train_config_from_args(args) -> TrainConfig:
                        save_every=args.save_every, save_every_s=args.save_every_s, log_every=args.log_every,
                        eval_sequences=args.eval_sequences,
                        time_budget_s=args.time_budget_s, stop_after=args.stop_after, stop_at_s=args.stop_at_s,
-                       bf16=args.bf16, cuda_graph=args.cuda_graph, distill=args.distill)
+                       bf16=args.bf16, cuda_graph=args.cuda_graph, distill=args.distill,
+                       transfer_steps=args.transfer_steps)
 
 
 def load_token_data(args, tokenizer, train_tokens: int, heldout_tokens: int) -> data_mod.TokenData:

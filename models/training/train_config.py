@@ -31,6 +31,7 @@ class TrainConfig:
     cuda_graph: bool | None = None    # capture the step in a CUDA graph; None = on for one CUDA process
                                       # without FSDP (4.8x the eager speed on the H200), off otherwise
     distill: float = 0.0              # weight of the KL to the frozen model's predictions (models.training.distill)
+    transfer_steps: int = 0           # first steps that match each layer's attention output to the frozen layer's
 
     def validate(self):
         """Every value checked before any data is prepared or anything is written (one line naming its option)."""
@@ -44,6 +45,8 @@ class TrainConfig:
                 raise bad(name, "a finite number > 0")
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
             raise bad("weight_decay", "a finite number >= 0")
+        if not 0 <= self.transfer_steps < self.steps:
+            raise bad("transfer_steps", f"0..{self.steps - 1} (fewer than --steps: the rest trains on the LM loss)")
         if not 0 <= self.distill <= 1:
             raise bad("distill", "0..1 (0: cross-entropy only, 1: the KL to the frozen model only)")
         if not 0 <= self.min_lr_ratio <= 1:

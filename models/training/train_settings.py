@@ -21,7 +21,7 @@ def settings(args, cfg, linearize: dict) -> dict:
     data = {k: getattr(args, k, None) for k in DATA_KEYS}  # the books corpus itself: checked by SHA256SUMS
     if data["tokens"] is not None:
         data["tokens"] = str(Path(data["tokens"]).resolve())
-    loss = {"distill": cfg.distill} if getattr(cfg, "distill", 0) else {}  # (absent: cross-entropy, as runs before it)
+    loss = {k: getattr(cfg, k) for k in ("distill", "transfer_steps") if getattr(cfg, k, 0)}  # absent: cross-entropy
     return {"base": args.base, "linearize": linearize, **{k: getattr(cfg, k) for k in TRAIN_KEYS}, **loss, **data}
 
 
