@@ -16,6 +16,7 @@ learns from the inputs the backbone gives it, not from its linearized predecesso
 """
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 
 import torch
@@ -75,3 +76,10 @@ def training_loss(model, ids: torch.Tensor, distill: float = 0.0, transfer: bool
     out = model(input_ids=ids, labels=None if distill == 1 else ids, use_cache=False)
     kl = kl_to_teacher(out.logits, teacher)
     return kl if distill == 1 else (1 - distill) * out.loss + distill * kl
+
+
+def step_loss(cfg, step: int):
+    """Step `step`'s loss function (model, ids) -> loss: attention transfer for the first cfg.transfer_steps steps,
+    then cross-entropy mixed with cfg.distill's KL."""
+    transfer = step < cfg.transfer_steps
+    return functools.partial(training_loss, distill=0.0 if transfer else cfg.distill, transfer=transfer)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import math
 import signal
@@ -35,7 +34,7 @@ from golinear.models.training.train_config import TrainConfig  # apart, so that 
 from golinear.models.training.sharding import shard_like
 from golinear.models.training.train_fsdp import full_attention, full_tensor
 from golinear.models.training.resume_state import STATE_FILE
-from golinear.models.training.distill import training_loss
+from golinear.models.training.distill import step_loss
 from golinear.models.training.train_utils import heldout_loss, read_log, rng_state, set_rng_state
 
 LOG_FILE = "train_log.jsonl"
@@ -198,12 +197,6 @@ class Trainer:
     def _run_elapsed(self) -> float:
         return self.clock() - self._t0 if hasattr(self, "_t0") else 0.0
 
-    def _loss_fn(self):
-        """This step's loss (models.training.distill): attention transfer for the first --transfer-steps steps,
-        then cross-entropy (mixed with --distill's KL)."""
-        transfer = self.step < self.cfg.transfer_steps
-        return functools.partial(training_loss, distill=0.0 if transfer else self.cfg.distill, transfer=transfer)
-
     def _set_lr(self) -> float:
         factor = cosine_lr_factor(self.step, self.total_steps, self.cfg.warmup_steps, self.cfg.min_lr_ratio)
         for g in self.optimizer.param_groups:
@@ -286,7 +279,7 @@ class Trainer:
             while self.step < self.total_steps and self.step < stop_after:
                 lr = self._set_lr()
                 ids = self._batch()
-                loss_fn = self._loss_fn()
+                loss_fn = step_loss(cfg, self.step)
                 if self._graph is not None and self._graph.loss_fn.keywords != loss_fn.keywords:  # transfer ended
                     self._graph = None
                 if self.graphed and self._graph is None:
