@@ -175,6 +175,25 @@ def test_a_changed_source_is_refused_and_nothing_is_written(standin, tmp_path):
         served.write_bytes(original)
 
 
+def test_an_unpinned_source_that_builds_a_wrong_file_is_downloaded_again(standin, tmp_path):
+    """SQuAD's official file has no pinned sha256 (it is checked by its questions and answers): a wrong one is
+    refused and deleted, so the next run downloads it again rather than failing on the same bytes for ever."""
+    from golinear.bench.offline import data_fetch as F
+    squad = next(f for f in F.DATA_FILES if f.folder == "squad_v2")
+    served = standin.root / squad.source
+    original = served.read_bytes()
+    out = tmp_path / "data"
+    try:
+        served.write_bytes(original.replace(b'"question": "', b'"question": "edited ', 1))
+        bad = fetch(out, standin.url, "--folders", "squad_v2", "--keep-downloads")
+        assert bad.returncode == 1 and "differs from the recorded sha256" in bad.stderr
+        assert not list((out / ".downloads").glob("*dev-v2.0.json"))
+    finally:
+        served.write_bytes(original)
+    good = fetch(out, standin.url, "--folders", "squad_v2")
+    assert good.returncode == 0 and (out / "squad_v2" / "dev-v2.0.json").is_file()
+
+
 def test_a_changed_book_is_named(tmp_path):
     from golinear.bench.offline import data_build as B
     archive = tmp_path / "books.tar.gz"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tarfile
 import urllib.error
 import urllib.request
 import zipfile
@@ -113,9 +114,15 @@ class Sources:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._wheel = None
 
+    def path(self, url: str) -> Path:
+        return self.dir / url.split("://", 1)[1].replace("/", "_")[-150:]
+
     def get(self, url: str, sha256: str | None = None) -> Path:
-        name = url.split("://", 1)[1].replace("/", "_")
-        return download(url, self.dir / name[-150:], sha256, self.mirror, self.progress)
+        return download(url, self.path(url), sha256, self.mirror, self.progress)
+
+    def forget(self, url: str) -> None:
+        """Delete a downloaded source that built a wrong file, so the next run downloads it again."""
+        self.path(url).unlink(missing_ok=True)
 
     def wheel(self) -> zipfile.ZipFile:
         if self._wheel is None:
@@ -124,7 +131,12 @@ class Sources:
 
     def books(self) -> dict[str, str]:
         wanted = {row[3]: row[1] for row in read_tsv("books_files.tsv")}
-        return B.book_texts(self.get(BOOKS_ARCHIVE), wanted)
+        try:
+            return B.book_texts(self.get(BOOKS_ARCHIVE), wanted)
+        except (ValueError, OSError, EOFError, tarfile.TarError) as e:  # a damaged archive, a short gzip
+            self.forget(BOOKS_ARCHIVE)
+            raise FetchError(f"{source_url(BOOKS_ARCHIVE, self.mirror)}: {e}; it was deleted and nothing was built "
+                             "from it") from None
 
 
 def build(f: DataFile, sources: Sources, books: dict) -> bytes:
@@ -178,6 +190,8 @@ def fetch(out: str | os.PathLike, folders: list[str] | None = None, mirror: str 
             continue
         data = build(f, sources, books)
         if digest(f, data) != f.sha256:
+            if f.how in ("copy", "squad"):  # an unpinned source (SQuAD) is downloaded again next time
+                sources.forget("https://" + f.source)
             raise FetchError(f"{f.path}: built from {f.source} but differs from the recorded sha256 "
                              f"{f.sha256[:12]}... (its source changed?); not written")
         atomic_write(target, data)
