@@ -164,3 +164,18 @@ def test_every_mean_has_its_interval_and_a_winner_only_where_the_paired_interval
     at = {line.split(":")[0]: line for line in md.splitlines() if line.startswith("- at ")}
     assert "the press better: +" in at["- at 1024"] and "over 150 paired samples" in at["- at 1024"]
     assert "no difference: " in at["- at 256"]  # 25 % against 20 % right on 150 samples: the interval holds 0
+
+
+def test_a_row_fitted_to_the_test_format_is_shown_but_never_the_best_linearized():
+    """A retention scorer fitted to 7-digit numbers (the S-NIAH needles' format) is tuned to the test: its row is
+    labelled so and the paired comparison takes the best of the other linearized rows."""
+    label = "gdn-w248-s8-sc,window=124,retain=124,retain_score=fitted,scorer=numbers.safetensors"
+    fitted = [cell(f"base=smollm2-135m,checkpoint=gdn-w248-s8-sc,retain=124,retain_score=fitted,"
+                   f"scorer=numbers.safetensors,window=124", label, task, 99.0, 256,
+                   linearize={"mechanism": "gdn", "window": 124, "sinks": 8, "retain": 124})
+              for task in ("S-NIAH-1", "S-NIAH-2", "S-NIAH-3")]
+    t = K.table(measured_frame(cells() + fitted))
+    assert list(t[t["row"] == label]["kind"]) == [K.KINDS["fitted"]]
+    (_, _, budget, press, lin, _), = [p for p in K.best_pairs(t) if p[2] == "256"]
+    assert lin["row"] != label and lin["S-NIAH"] == pytest.approx(20.0)
+    assert "linearized, scorer fitted to the test's needle format" in K.to_markdown(t)

@@ -115,8 +115,8 @@ def test_rendering_is_deterministic_and_html_self_contained(store, tmp_path):
     out = tmp_path / "out"
     first = L.render(store, out)
     names = sorted(p.name for p in first)
-    assert names == ["hybrid.csv", "hybrid.md", "index.html", "kv-compression.csv", "kv-compression.md", "ruler.csv",
-                     "ruler.md", "sniah.csv", "sniah.md",
+    assert names == ["hybrid.csv", "hybrid.md", "index.html", "kv-compression-paired.csv", "kv-compression.csv",
+                     "kv-compression.md", "ruler.csv", "ruler.md", "sniah.csv", "sniah.md",
                      "sniah_budget.png", "standard.csv", "standard.md"]
     snapshot = {p.name: p.read_bytes() for p in out.iterdir()}
     assert L.render(store, out) == []  # nothing changed

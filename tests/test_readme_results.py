@@ -68,7 +68,7 @@ def test_the_kv_compression_row_names_the_best_of_each_family_at_each_budget(tmp
         "4096,50,inf,full attention,full attention,90,90,90,90.0\n")
     row = [r for r in readme_results.rows(board) if "kv-compression.md" in r]
     assert len(row) == 1  # at 1024 the linearized row has no mean: 256 alone is compared
-    assert "budgets 256, S-NIAH at 4K, 50 samples" in row[0]
+    assert "budget 256, S-NIAH at 4K, 50 samples" in row[0]
     assert "| 5.00 (streaming_llm) | 8.00 (default recipe) |" in row[0]
 
 

@@ -12,18 +12,22 @@ import pandas as pd
 
 from golinear.bench.boards import intervals
 from golinear.bench.boards.families import families
+from golinear.bench.boards.fitted_format import fitted_value_type, needle_value_types
 from golinear.bench.boards.markdown import md_cell
 from golinear.bench.boards.figures import legend_entries, png_bytes, pyplot
 from golinear.bench.boards.measured import SNIAH_TASKS, budget_value
 
 KINDS = {"full": "full attention", "linearized": "linearized", "press": "KV-cache compression (kvpress)",
          "window": "untrained window + sinks",
-         "press_qa": "KV-cache compression, question-aware (kvpress)"}  # reads the question: not the main comparison
+         "press_qa": "KV-cache compression, question-aware (kvpress)",  # reads the question: not the main comparison
+         "fitted": "linearized, scorer fitted to the test's needle format"}  # tuned to the test: shown, never "best"
 NOTE = ("The budget is the number of KV entries per layer and KV head kept for decoding: sinks + window (+ retention "
         "slots) for a linearized model and the untrained window, the press's kv_budget for a press. A press prefills "
         "the whole prompt with full attention and compresses after it, so its peak memory grows with the prompt where "
         "a linearized model's does not (latency.md). Question-agnostic unless the row says question-aware: the context "
-        "is compressed before the question is read, as a linearized model reads it. Points (RULER's 0-100), greedy; "
+        "is compressed before the question is read, as a linearized model reads it. A linearized row whose "
+        "retention scorer was fitted to the test's own needle format is shown as such and never counted as the best "
+        "linearized row. Points (RULER's 0-100), greedy; "
         "the mean (bold) only where all three tasks are measured. ± is the 95 % interval over samples (1.96 standard "
         "errors; where every sample scored alike, 0 or 100, the Wilson interval [low, high]). At each budget the best press and the best linearized row are compared on the same samples (the "
         "paired difference, its 95 % interval): a winner is named only where the interval excludes 0.")
@@ -39,7 +43,10 @@ def kind_of(r) -> str:
         return "press_qa" if "question_aware=true" in key else "press"
     if r["full_attention"]:
         return "full"
-    return "window" if "mechanism=none" in key else "linearized"
+    if "mechanism=none" in key:
+        return "window"
+    fitted = fitted_value_type(r["model"] or "")  # bench.boards.fitted_format's rule: tuned to the test or not
+    return "fitted" if fitted is not None and fitted in needle_value_types(SNIAH_TASKS) else "linearized"
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
@@ -170,7 +177,8 @@ def plot(t: pd.DataFrame) -> bytes | None:
     plt = pyplot()
     settings = list(t.groupby(["context", "n"], sort=False))
     fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 4), squeeze=False)
-    style = {KINDS["linearized"]: "-", KINDS["press"]: "--", KINDS["window"]: ":", KINDS["press_qa"]: "-."}
+    style = {KINDS["linearized"]: "-", KINDS["press"]: "--", KINDS["window"]: ":", KINDS["press_qa"]: "-.",
+             KINDS["fitted"]: "-."}
     for ax, ((ctx, n), g) in zip(axes[0], settings):
         full = g[g["kind"] == KINDS["full"]]["S-NIAH"]
         if len(full):

@@ -105,7 +105,8 @@ def rows(board: Path) -> list[str]:
     kv = pd.read_csv(kv_path, dtype={"budget": str}) if kv_path.is_file() else pd.DataFrame()
     paired = pd.read_csv(paired_path, dtype={"budget": str}) if paired_path.is_file() else pd.DataFrame()
     for ctx, n, budgets, press, linearized in _kv_compression(kv):
-        add(f"linearize or compress the KV cache at budgets {budgets}, S-NIAH at {ctx // 1024}K, {n} samples a task "
+        plural = "s" if " / " in budgets else ""
+        add(f"linearize or compress the KV cache at budget{plural} {budgets}, S-NIAH at {ctx // 1024}K, {n} samples a task "
             "(same samples): best kvpress press against best linearized row, each budget"
             + _kv_verdicts(paired, ctx, n), "S-NIAH mean", press,
             linearized, "[kv-compression.md](leaderboards/kv-compression.md)")
