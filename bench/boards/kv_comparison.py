@@ -179,6 +179,8 @@ def plot(t: pd.DataFrame) -> bytes | None:
     fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 4), squeeze=False)
     style = {KINDS["linearized"]: "-", KINDS["press"]: "--", KINDS["window"]: ":", KINDS["press_qa"]: "-.",
              KINDS["fitted"]: "-."}
+    rows = list(dict.fromkeys(t[t["kind"] != KINDS["full"]]["row"]))  # one colour per row across the panels
+    colour = {r: plt.get_cmap("tab20")(i % 20) for i, r in enumerate(rows)}
     for ax, ((ctx, n), g) in zip(axes[0], settings):
         full = g[g["kind"] == KINDS["full"]]["S-NIAH"]
         if len(full):
@@ -186,7 +188,7 @@ def plot(t: pd.DataFrame) -> bytes | None:
         for (kind, row), r in g[g["kind"] != KINDS["full"]].groupby(["kind", "row"], sort=False):
             r = r.assign(x=r["budget"].map(budget_value)).sort_values("x")
             ax.errorbar(r["x"], r["S-NIAH"], yerr=r["S-NIAH" + PLUS].astype(float).fillna(0), fmt=style[kind],
-                        marker="o", capsize=3, label=f"{row}")
+                        marker="o", capsize=3, color=colour[row], label=f"{row}")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("cache budget (KV entries per layer and KV head)")
         ax.set_title(f"S-NIAH mean and 95 % interval, {ctx} tokens, {n} samples a task", fontsize=9)
