@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # leaderboards/kv-compression.{md,csv,png} and kv-compression-paired.csv: linearize or compress the KV cache, S-NIAH
 # at 4K with 500 samples a task, every press beside the linearized rows, each cell with its per-sample scores.
-#   bash run.sh OUT bash scripts/gpu/kv_compression.sh {out} [STAGE...]     (inside a `golinear bundle`, docs/offline.md)
+#   bash run.sh OUT_DIR bash scripts/gpu/kv_compression.sh {out} [STAGE...]     (inside a `golinear bundle`, docs/offline.md)
 # Stages (default: sniah ruler latency; each resumable: finished cells are skipped):
 #   sniah     every press, the window and the linearized rows at budgets 256 and 1024
 #   sniah512  the three best of each family at 512: TOP_PRESSES and TOP_LINEAR_512 (read them off the 256/1024 table)
 #   ruler     RULER's eight tasks at 1024: TOP_PRESSES and TOP_LINEAR_1024
 #   latency   Llama-3.1-8B dimensions: TOP_PRESSES with and without a chunked prefill beside full-static and
 #             gdn-default, 4K and 32K, batch 1 and LATENCY_BATCH (8 where full attention at 32K fits, else 4)
-# Then: golinear store merge OUT/store --store leaderboards/store (a kept cell without per-sample scores takes them
+# Then: golinear store merge OUT_DIR/store --store leaderboards/store (a kept cell without per-sample scores takes them
 # from the same cell measured again) and golinear leaderboard --store leaderboards/store --out leaderboards.
 # Rows fitted to the test's needle format (the numbers retention scorer) are not in the comparison.
 set -euo pipefail
-OUT=${1:?usage: kv_compression.sh OUT_DIR [sniah|sniah512|ruler|latency ...]}; shift
+OUT_DIR=${1:?usage: kv_compression.sh OUT_DIR [sniah|sniah512|ruler|latency ...]}; shift
 STAGES=${*:-sniah ruler latency}
 TOP_PRESSES=${TOP_PRESSES:-snapkv,kvzip,adakv_expected_attention}
 TOP_LINEAR_512=${TOP_LINEAR_512:-gdn-w504-s8-sc;gdn-w504-s8-sc,window=252,retain=252,retain_score=proj_residual}
@@ -20,7 +20,7 @@ TOP_LINEAR_1024=${TOP_LINEAR_1024:-gdn-w1016-s8-sc;gdn-w508-s8-r508-fit-sc}
 LATENCY_BATCH=${LATENCY_BATCH:-8}
 ALL_PRESSES="streaming_llm knorm snapkv tova expected_attention keydiff lagkv compactor adakv_snapkv
 adakv_expected_attention criticalkv_snapkv criticalkv_expected_attention kvzip"
-COMMON=(--context-length 4096 --num-samples 500 --store "$OUT/store" --device cuda --batch-size 16)
+COMMON=(--context-length 4096 --num-samples 500 --store "$OUT_DIR/store" --device cuda --batch-size 16)
 RUN=(golinear run --suites sniah "${COMMON[@]}")
 RULER=(golinear run --suites ruler "${COMMON[@]}")
 nvidia-smi --query-gpu=name,memory.total --format=csv || true
@@ -50,7 +50,7 @@ gdn-w508-s8-r508-fit-sc;gdn-w1016-s8-sc,window=508,retain=508,retain_score=proj_
             case $p in adakv_*|criticalkv_*|kvzip) ;; *) configs+=";press=$p,kv_budget=1024,prefill_chunk=4096" ;; esac
         done
         golinear latency --device cuda --configs "$configs" --lengths 4096,32768 --batch "1,$LATENCY_BATCH" \
-            --out-dir "$OUT/latency" ;;
+            --out-dir "$OUT_DIR/latency" ;;
     *) echo "kv_compression.sh: unknown stage '$stage'; allowed: sniah sniah512 ruler latency" >&2; exit 2 ;;
     esac
 done
