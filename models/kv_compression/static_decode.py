@@ -61,7 +61,7 @@ class PressDecoder(FastDecoder):
         slots = [n for c, n in zip(caches, counts) for _ in range(c.layers[0].keys.shape[0])]
         pos_ids = [p for c, p in zip(caches, positions) for _ in range(c.layers[0].keys.shape[0])]
         # max_len counts a row's kept entries per head plus its new tokens: an uneven row needs its excess over that
-        excess = max(n - kept_per_head(c, m) for n, c, m in zip(counts, caches, masks))
+        excess = max(n - kept_per_head(c, m, k) for n, c, m, k in zip(counts, caches, masks, kept))
         B, L = len(slots), max(self.max_len or 0, max(slots) + 1) + excess
         uneven = any(m is not None for m in masks)
         changed = False
@@ -118,12 +118,14 @@ def head_entries(cache, masked) -> list[tuple[torch.Tensor | None, torch.Tensor]
     return out
 
 
-def kept_per_head(cache, masked=None) -> int:
+def kept_per_head(cache, masked=None, per_layer=None) -> int:
     """The entries a compressed cache holds per layer and KV head: for a head-adaptive press, the layer's total over
-    its heads (rounded up; the fullest layer), which is what a decode step reads (holes are skipped)."""
+    its heads (rounded up; the fullest layer), which is what a decode step reads (holes are skipped). `per_layer`:
+    head_entries(cache, masked) when already computed."""
     if masked is None:
         return entries(cache)
-    return max(-(-int(n.sum(-1).max()) // n.shape[-1]) for _, n in head_entries(cache, masked))
+    per_layer = per_layer if per_layer is not None else head_entries(cache, masked)
+    return max(-(-int(n.sum(-1).max()) // n.shape[-1]) for _, n in per_layer)
 
 
 def entries(cache) -> int:
