@@ -108,9 +108,13 @@ def test_train_step_cuda_matches_cpu_reference(mech, opts):
 
 
 def test_compile_matches_eager_on_cuda(monkeypatch):
-    """fp32: compiled == eager up to reassociation. bf16 autocast: the compiled step is no further from the
-    fp32 result than the eager bf16 step is (fusion keeps intermediates in fp32, so it may differ from eager
-    bf16 by as much as eager bf16 differs from fp32)."""
+    """fp32: compiled == eager up to rounding. Both run FLA's Triton kernels, whose float32 dot products are TF32 on
+    the GPU (10 mantissa bits): the compiled elementwise regions round differently in the last float32 bit, and
+    where such a difference flips a TF32 rounding the gradient moves by ~2^-11 of its size (seen: 1.4e-3 relative
+    after two layers' backward), so the gradients are held to the fp32-vs-reference tolerance of every other FLA
+    test (_gpu.TOL), not to float32 rounding; a wrong fusion moves them by O(1). bf16 autocast: the compiled step
+    is no further from the fp32 result than the eager bf16 step is (fusion keeps intermediates in fp32, so it may
+    differ from eager bf16 by as much as eager bf16 differs from fp32)."""
     model = _tiny("gdn", window=56, sinks=8, short_conv=True).cuda()
     ids = torch.randint(0, 300, (1, 1000), device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
     runs = {}
@@ -120,7 +124,7 @@ def test_compile_matches_eager_on_cuda(monkeypatch):
             runs[compile_, autocast] = _step(model, ids, autocast=autocast)
     (l32, g32), (l32c, g32c) = runs["0", False], runs["1", False]
     assert abs(l32.item() - l32c.item()) < 1e-5 * abs(l32.item())
-    assert max(rel(g32c[n], g32[n]) for n in g32) < 1e-4
+    assert max(rel(g32c[n], g32[n]) for n in g32) < TOL[torch.float32][1]
     err = {c: max(rel(runs[c, True][1][n], g32[n]) for n in g32) for c in ("0", "1")}
     print(f"bf16 grads vs fp32: eager {err['0']:.2e}, compiled {err['1']:.2e}")
     assert err["1"] < max(1.5 * err["0"], 1e-2), err

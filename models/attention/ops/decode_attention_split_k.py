@@ -19,7 +19,8 @@ BLOCK_N = 64  # keys per inner step
 def _split_k_partials(Q, K, V, LENGTHS, HOLES, MID_O, MID_M, MID_L, scale,
                       stride_qb, stride_qh, stride_kb, stride_kh, stride_kl, stride_vb, stride_vh, stride_vl,
                       HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr, CHUNK: tl.constexpr,
-                      BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK: tl.constexpr, HAS_HOLES: tl.constexpr):
+                      BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK: tl.constexpr, HAS_HOLES: tl.constexpr,
+                      PRECISION: tl.constexpr):
     bh = tl.program_id(0)
     split = tl.program_id(1)
     b = bh // HKV
@@ -45,7 +46,7 @@ def _split_k_partials(Q, K, V, LENGTHS, HOLES, MID_O, MID_M, MID_L, scale,
             inside = inside & ((keys < hole_start) | (keys >= hole_end))
         k = tl.load(K + b * stride_kb + h * stride_kh + keys[:, None] * stride_kl + d[None, :],
                     mask=inside[:, None] & (d[None, :] < D), other=0.0)
-        scores = tl.dot(q, tl.trans(k.to(q.dtype))) * scale
+        scores = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=PRECISION) * scale
         scores = tl.where(inside[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a block wholly in a hole adds nothing (not NaN)
@@ -53,7 +54,7 @@ def _split_k_partials(Q, K, V, LENGTHS, HOLES, MID_O, MID_M, MID_L, scale,
         alpha = tl.exp(m - m_safe)
         v = tl.load(V + b * stride_vb + h * stride_vh + keys[:, None] * stride_vl + d[None, :],
                     mask=inside[:, None] & (d[None, :] < D), other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32))
+        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision=PRECISION)
         s = s * alpha + tl.sum(p, 1)
         m = m_new
     row = (bh * SPLITS + split) * BLOCK_G + g
@@ -69,9 +70,12 @@ def num_splits(rows_heads: int, L: int, device: torch.device) -> int:
     return max(1, min(triton.cdiv(L, BLOCK_N), triton.cdiv(2 * sms, rows_heads)))
 
 
-def decode_attention_split_k(q, k_buf, v_buf, lengths, scale: float, splits: int | None = None, holes=None):
+def decode_attention_split_k(q, k_buf, v_buf, lengths, scale: float, splits: int | None = None, holes=None,
+                             exact: bool = False):
     """models.attention.ops.decode_attention's computation: q [B, Hq, D], k_buf/v_buf [B, Hkv, L, D] (last dim contiguous),
-    lengths [B] (>= 1), holes [B, Hkv, 2] or None -> [B, Hq, D] in q's dtype."""
+    lengths [B] (>= 1), holes [B, Hkv, 2] or None -> [B, Hq, D] in q's dtype. `exact`: float32 dot products in IEEE
+    float32 instead of the matrix units' TF32 (Triton's default on a GPU; the interpreter is exact either way), for
+    tests of the computation itself."""
     B, Hq, D = q.shape
     _, Hkv, L, _ = k_buf.shape
     G = Hq // Hkv
@@ -91,7 +95,7 @@ def decode_attention_split_k(q, k_buf, v_buf, lengths, scale: float, splits: int
         q.stride(0), q.stride(1), k_buf.stride(0), k_buf.stride(1), k_buf.stride(2),
         v_buf.stride(0), v_buf.stride(1), v_buf.stride(2),
         HKV=Hkv, G=G, D=D, SPLITS=splits, CHUNK=chunk, BLOCK_G=block_g, BLOCK_D=block_d, BLOCK=BLOCK_N,
-        HAS_HOLES=holes is not None)
+        HAS_HOLES=holes is not None, PRECISION="ieee" if exact else "tf32")
     # merge: weights exp(m_split - max); a split that read nothing has m = -inf, weight 0
     top = mid_m.amax(1, keepdim=True)
     w = torch.exp(mid_m - top)
