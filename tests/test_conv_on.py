@@ -213,6 +213,7 @@ def test_equals_the_gap_probes_frozen_swa_variant():
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_kernels_graph_and_fused_decode_scope():
     """On CUDA (FLA kernels; WholePromptDecoder's decode captured in a CUDA graph, GOLINEAR_FUSED_DECODE=auto, so the

@@ -566,7 +566,9 @@ def test_trainer_learns_with_slots(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- GPU (skipped on CPU)
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def cuda(test):
+    """A test of the CUDA path: in the GPU test set (`-m gpu`), skipped without CUDA."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")(test))
 
 
 @cuda

@@ -109,6 +109,7 @@ def test_decoder_refuses_a_model_without_slots():
 
 
 # ---------------------------------------------------------------------------------------------- GPU (skipped on CPU)
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("score", SCORES)
 def test_gpu_batched_equals_each_prompt_alone(score):
@@ -121,6 +122,7 @@ def test_gpu_batched_equals_each_prompt_alone(score):
     assert generate_batch(decoder_for(model, max_len=64), ps, n) == want
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("score", SCORES + ("fitted",))
 def test_gpu_graph_step_equals_the_eager_step(score, tmp_path):
