@@ -251,3 +251,13 @@ def test_batched_tokenization_equals_lm_evals_own(manager):
     got = lm.loglikelihood(reqs, disable_tqdm=True)
     want = HFLM.loglikelihood(lm, reqs, disable_tqdm=True)  # lm-eval's own path, one request at a time
     assert lm._encoded == {} and got == want
+
+
+def test_full_attention_generates_on_the_static_decoder_on_cuda(monkeypatch):
+    """golinear-hf's default generation: the static-cache decoder (batched = full-static) on CUDA, HF generate off
+    it; an explicit generation=hf stays the cross-check on CUDA. The device check is stood in for (no GPU here)."""
+    assert B.check_model_args("golinear-hf", {"device": "cpu"})["generation"] == "hf"
+    monkeypatch.setattr(B, "check_device", lambda device: "cuda:0")
+    assert B.check_model_args("golinear-hf", {"device": "cuda"})["generation"] == "batched"
+    assert B.check_model_args("golinear-hf", {"device": "cuda", "generation": "hf"})["generation"] == "hf"
+    assert B.check_model_args("linearized", {"device": "cuda", "mechanism": "gdn"})["generation"] == "batched"

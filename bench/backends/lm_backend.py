@@ -10,7 +10,8 @@ for recurrent layers too. Generation (`generation=` model arg):
     prefill, per-row positions, per-row stop; CUDA graph on CUDA, eager on the CPU), see docs/generation.md;
     a model with retention slots (retain > 0) on models.retention.generate (each prompt prefilled alone, the
     decode steps batched, eager);
-  - `hf` (golinear-hf default): lm-eval's own batched HF generate (left padding is exact for softmax);
+  - `hf` (golinear-hf's default off CUDA; on CUDA its default is `batched`): lm-eval's own batched HF generate
+    (left padding is exact for softmax), the cross-check of full-static;
   - `sequential`: HF generate one sequence at a time without its padding (the old linearized path).
 A prompt longer than max_length - max_gen_toks is an error naming both lengths (HFLM would cut it on the left).
 
@@ -63,6 +64,15 @@ def check_device(device) -> str:
     return str(dev)
 
 
+def default_generation(backend: str, device: str) -> str:
+    """Full attention (`golinear-hf`) generates on the static-cache decoder on CUDA (`batched`, = full-static: CUDA
+    graph, split-K attention over each row's filled prefix; lm-eval's HF generate is the named cross-check,
+    generation=hf), with HF generate elsewhere; every other backend with its first allowed form."""
+    if backend == "golinear-hf":
+        return "batched" if str(device).startswith("cuda") else "hf"
+    return GENERATION[backend][0]
+
+
 def check_model_args(backend: str, args: dict) -> dict:
     """Validate a backend's model args up front (names, dtype, device) and return them normalised."""
     if backend not in BACKENDS:
@@ -90,7 +100,7 @@ def check_model_args(backend: str, args: dict) -> dict:
         raise ValueError(f"press={spec.press} needs kv_budget=<entries kept per layer and KV head>, e.g. kv_budget=256 "
                          f"(or `golinear run --budgets`)")
     allowed = GENERATION[backend]
-    out["generation"] = out.get("generation") or allowed[0]
+    out["generation"] = out.get("generation") or default_generation(backend, out["device"])
     if out["generation"] not in allowed:
         raise ValueError(f"generation={out['generation']!r} for {backend!r}; allowed: {list(allowed)} (left-padded HF "
                          "generate would let padding into a linearized model's state)" if backend == "linearized"

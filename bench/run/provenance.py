@@ -101,6 +101,8 @@ def hardware(lm) -> dict:
     import torch
     device = str(getattr(lm, "device", "cpu"))
     out = {"device": device, "dtype": str(getattr(getattr(lm, "model", None), "dtype", None))}
+    if getattr(lm, "generation", None):  # which decoder generated (hf, batched = the static-cache decoder, ...)
+        out["generation"] = lm.generation
     if device.startswith("cuda") and torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name(torch.device(device))
     try:
