@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,27 +118,8 @@ class ModelSpec:
         return ",".join(f"{k}={_text(v)}" for k, v in sorted(self.given().items()))
 
     def store_key(self) -> str:
-        """The model's identity in the result store: its keys (base always, by name; a checkpoint by its folder's
-        name) plus a hash of the local files it names, so a retrained checkpoint or edited backbone is another model;
-        a scorer file (retain_score=fitted) by its name and a hash of its contents."""
-        a = {**self.given(), "base": self.base_name}
-        parts = [f"{k}={Path(v).name if k in ('checkpoint', 'scorer') else _text(v)}" for k, v in sorted(a.items())]
-        for k in ("base", "checkpoint"):
-            ident = checkpoint_identity(a.get(k)) if k == "checkpoint" else local_files_identity(a.get(k))
-            if k == "checkpoint" and a.get(k) and not ident:  # a key without the files would name another model
-                raise FileNotFoundError(f"checkpoint folder {str(a[k])!r} has no checkpoint files (moved or deleted "
-                                        "during the run?); its cells cannot be keyed")
-            if ident:
-                parts.append(f"{k}_files={ident}")
-        if a.get("scorer"):
-            if file_identity(a["scorer"]) is None:
-                raise FileNotFoundError(f"retention scorer file {str(a['scorer'])!r} does not exist; its cells cannot be "
-                                        "keyed")
-            parts.append(f"scorer_file={file_identity(a['scorer'])}")
-        if a.get("press"):  # a press's scores are kvpress's code: its version is part of the cell's identity
-            from golinear.models.kv_compression.kvpress_adapter import kvpress_version
-            parts.append(f"kvpress={kvpress_version()}")
-        return ",".join(parts)
+        """The model's identity in the result store (`store_key`)."""
+        return store_key(self)
 
     # ------------------------------------------------------------------ lm-eval model_args
     @classmethod
@@ -224,6 +206,46 @@ class ModelSpec:
 
 
 FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelSpec)}
+KEY_ESCAPES = {"%": "%25", ",": "%2C", "=": "%3D", ";": "%3B"}  # the key's own separators (and the escape itself)
+
+
+def store_key(spec: ModelSpec) -> str:
+    """A model's identity in the result store: its keys (base always, by name; a checkpoint by its folder's name)
+    plus a hash of the local files it names, so a retrained checkpoint or edited backbone is another model; a scorer
+    file (retain_score=fitted) by its name and a hash of its contents; a press with kvpress's version.
+
+    Every value is written with `,` `=` `;` `%` escaped (KEY_ESCAPES), so no value can spell other keys: a copy of
+    gdn-w56-s8-sc in a folder named `gdn-w56-s8-sc,window=28` is not the shipped checkpoint run at window 28. Values
+    without those characters are written as they are, so the keys of stored cells do not change."""
+    def text(k, v) -> str:
+        v = Path(v).name if k in ("checkpoint", "scorer") else _text(v)
+        return "".join(KEY_ESCAPES.get(c, c) for c in v)
+
+    a = {**spec.given(), "base": spec.base_name}
+    parts = [f"{k}={text(k, v)}" for k, v in sorted(a.items())]
+    for k in ("base", "checkpoint"):
+        ident = checkpoint_identity(a.get(k)) if k == "checkpoint" else local_files_identity(a.get(k))
+        if k == "checkpoint" and a.get(k) and not ident:  # a key without the files would name another model
+            raise FileNotFoundError(f"checkpoint folder {str(a[k])!r} has no checkpoint files (moved or deleted "
+                                    "during the run?); its cells cannot be keyed")
+        if ident:
+            parts.append(f"{k}_files={ident}")
+    if a.get("scorer"):
+        if file_identity(a["scorer"]) is None:
+            raise FileNotFoundError(f"retention scorer file {str(a['scorer'])!r} does not exist; its cells cannot be "
+                                    "keyed")
+        parts.append(f"scorer_file={file_identity(a['scorer'])}")
+    if a.get("press"):  # a press's scores are kvpress's code: its version is part of the cell's identity
+        from golinear.models.kv_compression.kvpress_adapter import kvpress_version
+        parts.append(f"kvpress={kvpress_version()}")
+    return ",".join(parts)
+
+
+def store_key_parts(key: str) -> dict[str, str]:
+    """A store key's parts by name, each value unescaped (store_key's inverse for the names and hashes)."""
+    unescape = {code: c for c, code in KEY_ESCAPES.items()}
+    pattern = re.compile("|".join(unescape))
+    return {k: pattern.sub(lambda m: unescape[m[0]], v) for k, _, v in (p.partition("=") for p in key.split(","))}
 
 
 def linearize_values(options: dict) -> dict:

@@ -126,6 +126,37 @@ def test_a_checkpoint_is_keyed_by_the_files_it_loads(tmp_path):
     assert ModelSpec.from_string(str(folder)).store_key() == key
 
 
+def test_no_folder_name_spells_another_models_store_key(tmp_path, monkeypatch):
+    """A copy of gdn-w56-s8-sc in a folder named `gdn-w56-s8-sc,window=28` runs at window 56: its cells are not those
+    of the shipped checkpoint at window 28 (one key would serve one model's score for the other). Names with `,` `=`
+    `;` `%` key apart from every spec their text spells; ordinary names keep the keys stored cells have."""
+    import shutil
+
+    from golinear.bench.results.store import CellKey, Store
+    monkeypatch.chdir(tmp_path)  # from_string looks for a folder of the whole text here: none, so shipped + override
+    names = ["gdn-w56-s8-sc,window=28", "gdn-w56-s8-sc;window=28", "gdn-w56-s8-sc%2Cwindow%3D28", "a=b", "a%3Db"]
+    copies = {}
+    for name in names:
+        folder = tmp_path / "copies" / name
+        shutil.copytree(CKPT, folder)
+        copies[name] = ModelSpec(checkpoint=str(folder)).store_key()
+    override = ModelSpec.from_string("gdn-w56-s8-sc,window=28")
+    assert override.checkpoint == str(CKPT.resolve()) and override.window == 28
+    keys = [*copies.values(), override.store_key(), ModelSpec(checkpoint=str(CKPT)).store_key()]
+    assert len(set(keys)) == len(keys), keys
+    assert copies["gdn-w56-s8-sc,window=28"].startswith("base=smollm2-135m,checkpoint=gdn-w56-s8-sc%2Cwindow%3D28,")
+    assert override.store_key().startswith("base=smollm2-135m,checkpoint=gdn-w56-s8-sc,window=28,checkpoint_files=")
+    assert all(M.store_key_parts(key)["checkpoint"] == name for name, key in copies.items())  # what store stale reads
+
+    store, task = Store(tmp_path / "store"), "golinear_sniah_1"  # the copy's cell is not the override's
+    cell = {"key": CellKey(copies["gdn-w56-s8-sc,window=28"], task).as_dict(), "task": task, "metric": "score",
+            "value": 50.0, "stderr": 1.0, "n": 10, "metrics": {"score,none": {"value": 50.0, "stderr": 1.0}},
+            "model": {"label": "gdn-w56-s8-sc,window=28"}}
+    store.put(cell)
+    assert store.has(CellKey(copies["gdn-w56-s8-sc,window=28"], task))
+    assert not store.has(CellKey(override.store_key(), task))
+
+
 ALLOWED = "['gla', 'kgla', 'gdn', 'hedgehog', 'none']"
 BAD = [  # (key, value, the whole message)
     ("mechanism", "mamba", f"unknown mechanism 'mamba'; allowed: {ALLOWED} (or 'full')"),
