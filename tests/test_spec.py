@@ -262,15 +262,16 @@ def test_retention_options_flow_through_every_front_end():
     ("gdn-default,retain_score=proj_residual", "retain_score='proj_residual' needs retain > 0 (retention slots)"),
 ])
 def test_retention_combinations_have_one_message(text, message):
-    from golinear.models.attention.linearize import LinearizeConfig, validate
+    from golinear.models.attention.linearize import LinearizeConfig
+    from golinear.models.spec.backbone_checks import full_attention_layers
     with pytest.raises(ValueError) as err:
         ModelSpec.from_string(text)
     assert str(err.value) == message
     options = dict(M.PRESETS[text.split(",")[0]]) if "=" not in text.split(",")[0] else {}
     options.update(tok.split("=") for tok in text.split(",") if "=" in tok)
     with pytest.raises(ValueError) as err:  # the model side refuses the same configuration, same message
-        validate(LinearizeConfig.from_dict(options), argparse.Namespace(num_hidden_layers=2,
-                                                                      max_position_embeddings=1024))
+        full_attention_layers(LinearizeConfig.from_dict(options), argparse.Namespace(num_hidden_layers=2,
+                                                                                   max_position_embeddings=1024))
     assert str(err.value) == message
 
 
