@@ -10,7 +10,7 @@ from golinear.models.cache.hf_cache import LinearCache
 from golinear.models.checkpoint.weights import load_checkpoint, save_checkpoint, apply_checkpoint
 from golinear.models.attention.layers import LinearizedAttention
 from golinear.models.attention.linearize import LinearizeConfig, count_for_config, linearize, new_parameters
-from golinear.models.spec.backbone_checks import full_attention_layers
+from golinear.models.spec.linearize_checks import full_attention_layers
 from _tiny import token_by_token_and_parallel
 
 MECHS = ["gla", "kgla", "gdn", "hedgehog", "none"]

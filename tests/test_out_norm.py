@@ -16,7 +16,7 @@ from golinear.models.decoding.fast_decode import FastDecoder
 from golinear.models.attention.linearize import LinearizeConfig, linearize, new_parameters
 from golinear.models.training.out_norm_calibration import calibrate_out_norm
 from golinear.models.spec import ModelSpec
-from golinear.models.spec.backbone_checks import full_attention_layers
+from golinear.models.spec.linearize_checks import full_attention_layers
 
 VOCAB = 97
 

@@ -263,7 +263,7 @@ def test_retention_options_flow_through_every_front_end():
 ])
 def test_retention_combinations_have_one_message(text, message):
     from golinear.models.attention.linearize import LinearizeConfig
-    from golinear.models.spec.backbone_checks import full_attention_layers
+    from golinear.models.spec.linearize_checks import full_attention_layers
     with pytest.raises(ValueError) as err:
         ModelSpec.from_string(text)
     assert str(err.value) == message

@@ -18,7 +18,7 @@ from golinear.models.attention.layers import LinearizedAttention
 from golinear.models.retention.scorer import scorer_for_model
 from golinear.models.attention.projection import decoder_layers
 from golinear.models.spec import CONV_ON, RETAIN_SCORES, linearize_values, without_unused_retention
-from golinear.models.spec.backbone_checks import full_attention_layers  # every check of the options: there
+from golinear.models.spec.linearize_checks import full_attention_layers  # every check of the options: there
 
 
 @dataclasses.dataclass

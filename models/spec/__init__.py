@@ -6,8 +6,8 @@ flags, a checkpoint's config.json, the result store's key), read top to bottom:
 - checkpoint_files.py  a checkpoint folder's files: its config.json, complete weights, the hashes of its identity
 - schema.py            ModelSpec and its conversions to and from every front end
 - store_key.py         the model's key in the result store, escaped so no name spells another spec
-- backbone_checks.py   the checks against the backbone's config.json, before any weights load (imported on its own:
-                       it reads models.attention.linearize, which reads this package)
+- linearize_checks.py  LinearizeConfig's checks against a backbone's config, and the layers kept as full attention
+- backbone_checks.py   the same checks on the backbone's config.json, before any weights load
 
 The names below are the package's surface; `from golinear.models.spec import ModelSpec` is the usual import.
 """
