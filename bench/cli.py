@@ -40,7 +40,7 @@ COMMANDS = {  # name: (module that runs it, module of its options, help)
              "data fetch --out DIR: build the data folder (suites, haystacks, books corpus) from its public sources"),
     "train": ("golinear.models.training.train_cli", "golinear.models.cli_args",
               "train the new parameters of a linearized model (frozen backbone)"),
-    "diagnose": ("golinear.models.diagnostics", "golinear.models.cli_args",
+    "diagnose": ("golinear.models.training.diagnostics", "golinear.models.cli_args",
                  "approximation diagnostics: nMSE, key concentration, residuals"),
     "lm-eval": ("golinear.bench.backends.lm_eval_cli", "golinear.bench.cli_args",
                 "lm-eval's own command line (every option) with golinear's backends and tasks known to it"),

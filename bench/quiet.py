@@ -9,12 +9,17 @@
   lets git's complaint reach the terminal outside a repository (`lm_eval_git_probe` asks quietly; the answer, a
   commit or none, is the same).
 - transformers' "Loading weights" progress bar, once per model load: golinear's own bars say what is loading.
+- kvpress's notices, logged each time a press is built (KVzipPress: "requires multiple forward passes ..."; a
+  golinear press is built per prompt or batch): each said once per run (`SayOnce`), on every logger of the
+  libraries in SAY_ONCE.
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import subprocess
 import warnings
+from pathlib import Path
 
 FEWSHOT_MESSAGE = "Overwriting default num_fewshot of %s from %s to %s"
 
@@ -28,8 +33,39 @@ class DropUnchangedFewshot(logging.Filter):
         return before != after
 
 
+class SayOnce(logging.Filter):
+    """Pass a message the first time this process logs it; drop it after (the notice is about the method, not
+    the batch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.said: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if text in self.said:
+            return False
+        self.said.add(text)
+        return True
+
+
 FILTERS = {"lm_eval.evaluator": DropUnchangedFewshot}
+SAY_ONCE = ("kvpress",)
 DEPRECATED_KWARG = r"`past_key_values` is deprecated"
+
+
+def module_loggers(package: str) -> list[str]:
+    """The logger names `logging.getLogger(__name__)` gives in each module of an installed package, found without
+    importing it (a logger's filter sees only its own records, not its children's); none when not installed."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    names = []
+    for root in spec.submodule_search_locations:
+        for file in Path(root).rglob("*.py"):
+            parts = file.relative_to(root).with_suffix("").parts
+            names.append(".".join((package, *parts[:-1 if parts[-1] == "__init__" else None])))
+    return sorted(set(names))
 
 
 def quiet_git_commit_hash() -> str | None:
@@ -56,3 +92,8 @@ def install() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, kind) for f in logger.filters):
             logger.addFilter(kind())
+    for package in SAY_ONCE:
+        for name in module_loggers(package):
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, SayOnce) for f in logger.filters):
+                logger.addFilter(SayOnce())

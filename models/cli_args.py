@@ -1,5 +1,5 @@
 """The options of `golinear train` and `golinear diagnose`, apart from the commands (models.training.train_cli,
-models.diagnostics) so that `golinear train --help` builds its parser without torch; bench.cli imports
+models.training.diagnostics) so that `golinear train --help` builds its parser without torch; bench.cli imports
 a command's module only to run it. One function per command, taking the subparser.
 """
 from __future__ import annotations

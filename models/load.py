@@ -1,6 +1,6 @@
 """`load_model`: the one entry point from a spec to (model, tokenizer, info).
 
-It sits above models.attention.linearize (a fresh conversion) and models.checkpoint (a saved one, which itself builds
+It sits above models.attention.linearize (a fresh conversion) and models.checkpoint.weights (a saved one, which itself builds
 on linearize), so neither of those two has to import the other's caller.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 import torch
 
 from golinear.models.backbones.backbone import DEFAULT_BACKBONE, load_backbone, stored_fingerprint
-from golinear.models.checkpoint import load_checkpoint
+from golinear.models.checkpoint.weights import load_checkpoint
 from golinear.models.attention.linearize import LinearizeConfig, count_new_parameters, linearize, match_new_parameters_to_backbone
 from golinear.models.spec import MECHANISMS
 
@@ -18,7 +18,7 @@ from golinear.models.spec import MECHANISMS
 def load_model(base: str | None = None, checkpoint: str | None = None, mechanism: str | None = None,
                dtype: str = "float32", device: str = "cpu", seed: int = 0, **options):
     """(model, tokenizer, info): full attention (no mechanism, no checkpoint), a fresh linearization
-    (new parameters initialised from `seed`), or a saved checkpoint (models.checkpoint) on its own base
+    (new parameters initialised from `seed`), or a saved checkpoint (models.checkpoint.weights) on its own base
     (`base`, when given, must be the one it was trained on). `options` are LinearizeConfig fields; with a
     checkpoint only its cache options (models.spec.CACHE_KEYS), which replace the checkpoint's own."""
     if checkpoint is not None:

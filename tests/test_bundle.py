@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 def main():
-    from golinear.models.checkpoint_paths import resolve_checkpoint  # from the bundle's repo/, found through PYTHONPATH
+    from golinear.models.spec.checkpoint_paths import resolve_checkpoint  # from the bundle's repo/, found through PYTHONPATH
     data = Path(os.environ["GOLINEAR_DATA"])
     files = sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.is_file())
     out = {"python": sys.executable, "checkpoint": str(resolve_checkpoint("gdn-w56-s8-sc")), "data": files,

@@ -8,7 +8,7 @@ import torch
 
 from golinear.bench.backends import lm_backend as B
 from golinear.bench.run.specs import label_of, parse_model_spec
-from golinear.models.checkpoint import save_checkpoint
+from golinear.models.checkpoint.weights import save_checkpoint
 from golinear.models.attention.linearize import new_parameters
 from golinear.models.load import load_model
 from golinear.models.attention.projection import decoder_layers

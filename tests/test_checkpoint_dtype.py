@@ -12,7 +12,7 @@ CKPT = Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" /
 
 
 def test_bf16_load_of_a_checkpoint_names_the_same_base():
-    from golinear.models.checkpoint import load_checkpoint, read_config
+    from golinear.models.checkpoint.weights import load_checkpoint, read_config
     from golinear.models.load import load_model
     expected = read_config(CKPT)["base_fingerprint"]
     model, _, info = load_checkpoint(CKPT, dtype="bfloat16")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from golinear.models.checkpoint_paths import SHIPPED, resolve_checkpoint
+from golinear.models.spec.checkpoint_paths import SHIPPED, resolve_checkpoint
 from golinear.models.spec import ModelSpec
 
 ROOT = Path(__file__).resolve().parent.parent

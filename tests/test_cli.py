@@ -82,6 +82,26 @@ def test_the_filtered_messages_are_lm_evals_own():
     assert f'"{quiet.FEWSHOT_MESSAGE}"' in inspect.getsource(lm_eval.evaluator)
 
 
+def test_a_press_notice_is_said_once_per_run_not_per_batch(caplog):
+    """kvpress's KVzipPress logs its prefill-overhead notice each time one is built (golinear builds one per prompt,
+    models/kv_compression/kvzip.py): with the filters installed a run says it once; another message still shows."""
+    quiet.install()
+    import kvpress
+
+    def said(text):
+        return sum(text in r.getMessage() for r in caplog.records)
+
+    with caplog.at_level(logging.WARNING):
+        for ratio in (0.25, 0.5, 0.25):
+            kvpress.KVzipPress(compression_ratio=ratio, layerwise=True)
+        logging.getLogger("kvpress.presses.kvzip_press").warning("a different notice")
+        quiet.install()  # idempotent: no second filter, and what was said stays said
+        kvpress.KVzipPress(compression_ratio=0.5, layerwise=True)
+    assert said("KVzipPress requires multiple forward passes") == 1
+    assert said("a different notice") == 1
+    assert sum(isinstance(f, quiet.SayOnce) for f in logging.getLogger("kvpress.presses.kvzip_press").filters) == 1
+
+
 def test_every_option_of_every_command_has_a_help_text():
     missing = {}
     for name in COMMANDS:

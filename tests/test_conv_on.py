@@ -12,7 +12,7 @@ import torch
 from golinear.models import cli_args
 from golinear.models.attention import ops
 from golinear.models.decoding.batch_generate import WholePromptDecoder, decoder_for, generate_batch
-from golinear.models.checkpoint import apply_checkpoint, save_checkpoint
+from golinear.models.checkpoint.weights import apply_checkpoint, save_checkpoint
 from golinear.models.decoding.fast_decode import FastDecoder
 from golinear.models.attention.layers import LinearizedAttention
 from golinear.models.attention.linearize import LinearizeConfig, linearize

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from golinear.models import diagnostics as diag
+from golinear.models.training import diagnostics as diag
 from _tiny import tiny_llama, tiny_tokenizer, write_books, write_tiny_backbone
 
 
@@ -147,7 +147,7 @@ def test_cli_diagnose_then_hybrid_training(tmp_path):
                 "hardness", "--layer-scores", str(out / "layer_scores.json"), "--out", str(hybrid)]) == 0
     cfg = json.loads((hybrid / "config.json").read_text())
     assert cfg["linearize"]["keep_full"] == 0.5
-    from golinear.models.checkpoint import load_checkpoint
+    from golinear.models.checkpoint.weights import load_checkpoint
     model, _, _ = load_checkpoint(hybrid, base=str(base))
     assert model.config.golinear["full_layers"] == [hard]
     assert cli(["diagnose", *common, "--fresh", "gdn:bad", "--out", str(tmp_path / "bad")]) == 2  # one line, exit 2

@@ -179,3 +179,28 @@ def test_a_row_fitted_to_the_test_format_is_shown_but_never_the_best_linearized(
     (_, _, budget, press, lin, _), = [p for p in K.best_pairs(t) if p[2] == "256"]
     assert lin["row"] != label and lin["S-NIAH"] == pytest.approx(20.0)
     assert "linearized, scorer fitted to the test's needle format" in K.to_markdown(t)
+
+
+def test_each_panel_spans_its_own_budgets_names_its_own_rows_and_shows_every_interval():
+    """A panel's x axis has ticks at the budgets it holds and no other; its legend names the rows it draws (no
+    shared legend of every panel's rows); the rows at one budget sit side by side, so no interval hides another."""
+    short = [cell("base=smollm2-135m,press=kvzip,kv_budget=256", "kvzip (kvpress) @256", task, 60.0 + i, 256,
+                  family="kvzip (kvpress)", ctx=1024) for i, task in enumerate(["S-NIAH-1", "S-NIAH-2", "S-NIAH-3"])]
+    short += [cell("base=smollm2-135m,mechanism=none,sinks=8,window=248", "swa-sink @256", task, 20.0, 256,
+                   family="swa-sink", ctx=1024) for task in ["S-NIAH-1", "S-NIAH-2", "S-NIAH-3"]]
+    t = K.table(measured_frame(cells() + short))
+    fig = K.figure(t)
+    panels = {ax.get_title(): ax for ax in fig.axes}
+    assert len(panels) == 2 and not fig.legends
+    for (ctx, n), g in t[t["S-NIAH"].notna()].groupby(["context", "n"]):
+        ax = next(a for title, a in panels.items() if f"{ctx} tokens" in title)
+        drawn = g[g["kind"] != K.KINDS["full"]]
+        budgets = sorted({int(b) for b in drawn["budget"]})
+        assert [t.get_text() for t in ax.get_xticklabels()] == [str(b) for b in budgets]
+        lo, hi = ax.get_xlim()
+        assert lo < budgets[0] and hi > budgets[-1] and hi / lo < 4 * budgets[-1] / budgets[0]
+        names = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert sorted(names) == sorted(set(g["row"]))  # full attention's line among them where it ran
+        xs = [x for line in ax.get_lines() if line.get_marker() == "o" for x in line.get_xdata()]
+        assert len(xs) == len(drawn) and len(set(xs)) == len(xs)  # no two points (and their bars) at one x
+    K.pyplot().close(fig)

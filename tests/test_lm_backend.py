@@ -185,7 +185,7 @@ def test_retention_slots_generate_batched_as_one_at_a_time(tmp_path):
     """A model with retain > 0, given as a spec or as a checkpoint, defaults to generation=batched
     (models.retention.generate); lm-eval's generate_until on prompts of different lengths (one shorter than
     sinks + window) gives the same continuations batched and one at a time."""
-    from golinear.models.checkpoint import save_checkpoint
+    from golinear.models.checkpoint.weights import save_checkpoint
     from golinear.models.load import load_model
     from tests._tiny import write_tiny_backbone
 
@@ -214,7 +214,7 @@ def test_unknown_mechanism_and_registry_name():
 
 @pytest.mark.slow
 def test_checkpoint_for_another_base_is_refused(tmp_path):
-    from golinear.models.checkpoint import save_checkpoint
+    from golinear.models.checkpoint.weights import save_checkpoint
     from golinear.models.load import load_model
     from tests._tiny import write_tiny_backbone
 

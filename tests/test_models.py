@@ -7,9 +7,10 @@ import torch
 import transformers
 
 from golinear.models.cache.hf_cache import LinearCache
-from golinear.models.checkpoint import load_checkpoint, save_checkpoint, apply_checkpoint
+from golinear.models.checkpoint.weights import load_checkpoint, save_checkpoint, apply_checkpoint
 from golinear.models.attention.layers import LinearizedAttention
-from golinear.models.attention.linearize import (LinearizeConfig, count_for_config, linearize, new_parameters, validate)
+from golinear.models.attention.linearize import LinearizeConfig, count_for_config, linearize, new_parameters
+from golinear.models.spec.linearize_checks import full_attention_layers
 from _tiny import token_by_token_and_parallel
 
 MECHS = ["gla", "kgla", "gdn", "hedgehog", "none"]
@@ -204,9 +205,9 @@ def test_unknown_option_and_architecture():
 
 def test_hybrid_layer_selection():
     cfg = transformers.LlamaConfig(num_hidden_layers=10)
-    assert validate(LinearizeConfig(keep_full=0.2), cfg) == [2, 7]
+    assert full_attention_layers(LinearizeConfig(keep_full=0.2), cfg) == [2, 7]
     scores = [0.1, 0.9, 0.2, 0.8, 0, 0, 0, 0, 0, 0.5]
-    assert validate(LinearizeConfig(keep_full=0.3, select="hardness", layer_scores=scores), cfg) == [1, 3, 9]
+    assert full_attention_layers(LinearizeConfig(keep_full=0.3, select="hardness", layer_scores=scores), cfg) == [1, 3, 9]
     model = linearize(tiny("llama"), LinearizeConfig(full_layers=[0, 2]))
     kinds = [type(layer.self_attn).__name__ for layer in model.model.layers]
     assert kinds == ["LlamaAttention", "LinearizedAttention", "LlamaAttention"]

@@ -11,11 +11,12 @@ import transformers
 from _tiny import write_books, write_tiny_backbone
 from golinear.models.attention import ops
 from golinear.models.cache.hf_cache import LinearCache
-from golinear.models.checkpoint import apply_checkpoint, save_checkpoint
+from golinear.models.checkpoint.weights import apply_checkpoint, save_checkpoint
 from golinear.models.decoding.fast_decode import FastDecoder
-from golinear.models.attention.linearize import LinearizeConfig, linearize, new_parameters, validate
+from golinear.models.attention.linearize import LinearizeConfig, linearize, new_parameters
 from golinear.models.training.out_norm_calibration import calibrate_out_norm
 from golinear.models.spec import ModelSpec
+from golinear.models.spec.linearize_checks import full_attention_layers
 
 VOCAB = 97
 
@@ -180,7 +181,7 @@ def test_refused_where_it_has_no_meaning(text, message):
     assert str(err.value) == message
     opts = ModelSpec.from_string(text.replace(",out_norm=true", "")).linearize_options()
     with pytest.raises(ValueError) as err:  # the model side: the same message
-        validate(LinearizeConfig.from_dict({**opts, "out_norm": True}), tiny().config)
+        full_attention_layers(LinearizeConfig.from_dict({**opts, "out_norm": True}), tiny().config)
     assert str(err.value) == message
 
 

@@ -106,3 +106,18 @@ def test_headline_figures_read_at_page_width_and_tables_scroll_in_their_box(brow
                            ".filter(t => parseFloat(t.replace(/,/g, '')) >= 10000)")
     assert big and all("," in t for t in big), big[:5]
     (tmp_path / "figures.png").write_bytes(browser.screenshot())  # for a look (pytest --basetemp)
+
+
+def test_linearize_or_compress_figure_is_drawn_at_its_own_size(browser, tmp_path):
+    """At 1400 px the linearize-or-compress figure takes a row of its own at its drawn size (its intervals, drawn
+    side by side at each budget, are not shrunk together), with each panel's legend under it (the image is no
+    wider than its panels: at most 6.5 inches of 100 px a panel)."""
+    browser.evaluate("window.scrollTo(0, 0)")
+    fig = browser.evaluate("(function(){var i=[...document.querySelectorAll('.figs figure img')]"
+                           ".find(i => i.alt === 'Linearize or compress'); i.scrollIntoView();"
+                           "return [i.clientWidth, i.naturalWidth, i.parentElement.className];})()")
+    shown, drawn, cls = fig
+    assert cls == "wide" and shown >= 0.95 * drawn, fig
+    panels = len(pd.read_csv(ROOT / "leaderboards" / "kv-compression.csv").groupby(["context", "n"]))
+    assert drawn <= 650 * panels, (drawn, panels)
+    save(browser.screenshot(), "kv-compression-page.png", tmp_path)

@@ -56,7 +56,7 @@ def _loss(model, ids) -> float:
 
 
 def _check_files_and_record(folder):
-    from golinear.models.checkpoint import read_config
+    from golinear.models.checkpoint.weights import read_config
     for f in ("new_params.safetensors", "config.json", "train_log.jsonl", "train_config.json", "loss.png"):
         assert (folder / f).exists(), f"{folder.name}/{f}"
     config = read_config(folder)
@@ -82,7 +82,7 @@ def test_seed_replica_is_complete_and_differs_from_its_recipe(folder):
 
 @pytest.mark.parametrize("folder", RECIPES, ids=[p.name for p in RECIPES])
 def test_loads_on_cpu_and_beats_its_initialisation(folder, base_and_text):
-    from golinear.models.checkpoint import apply_checkpoint
+    from golinear.models.checkpoint.weights import apply_checkpoint
     from golinear.models.attention.linearize import LinearizeConfig, count_new_parameters, linearize
     base, ids = base_and_text
     config = _check_files_and_record(folder)
@@ -100,7 +100,7 @@ def test_loads_on_cpu_and_beats_its_initialisation(folder, base_and_text):
 
 
 def test_one_call_loader_agrees(base_and_text):
-    from golinear.models.checkpoint import apply_checkpoint, read_config
+    from golinear.models.checkpoint.weights import apply_checkpoint, read_config
     from golinear.models.load import load_model
     base, ids = base_and_text
     folder = CKPT_ROOT / "gdn-w56-s8-sc"

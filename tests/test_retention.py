@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import transformers
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
 
-from golinear.models.diagnostics import projection_residual
+from golinear.models.training.diagnostics import projection_residual
 from golinear.models.attention.layers import LinearizedAttention
 from golinear.models.attention.ops import _one_thread
 from golinear.models.attention.ops import reference as R
@@ -502,7 +502,7 @@ def test_training_gradients_reach_the_new_parameters():
 
 def test_checkpoint_keeps_the_option(tmp_path):
     import json
-    from golinear.models.checkpoint import apply_checkpoint, save_checkpoint
+    from golinear.models.checkpoint.weights import apply_checkpoint, save_checkpoint
     model = tiny_model(**RECIPE, retain=3, retain_score="proj_residual")
     save_checkpoint(model, tmp_path / "ck")
     lin = json.loads((tmp_path / "ck" / "config.json").read_text())["linearize"]

@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from golinear.models.checkpoint import apply_checkpoint, save_checkpoint
+from golinear.models.checkpoint.weights import apply_checkpoint, save_checkpoint
 from golinear.models.attention.linearize import LinearizeConfig, linearize
 from golinear.models.retention.ops import retention_recurrent
 from golinear.models.retention.scorer import arrival_scores, load_scorer, pair_magnitudes, save_scorer, scorer_for_model

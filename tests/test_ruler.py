@@ -343,7 +343,7 @@ def test_metadata_options_reach_the_builder():
 
 def test_tokenizer_choice_from_metadata(tmp_path):
     import json
-    from golinear.models import checkpoint
+    from golinear.models.checkpoint import weights as checkpoint
     from golinear.tasks.ruler.hooks import tokenizer_from_metadata
     assert tokenizer_from_metadata({"pretrained": "a/b", "base": "c"}) == "a/b"
     assert tokenizer_from_metadata({"base": "qwen-x", "window": 64}) == "qwen-x"

@@ -126,6 +126,37 @@ def test_a_checkpoint_is_keyed_by_the_files_it_loads(tmp_path):
     assert ModelSpec.from_string(str(folder)).store_key() == key
 
 
+def test_no_folder_name_spells_another_models_store_key(tmp_path, monkeypatch):
+    """A copy of gdn-w56-s8-sc in a folder named `gdn-w56-s8-sc,window=28` runs at window 56: its cells are not those
+    of the shipped checkpoint at window 28 (one key would serve one model's score for the other). Names with `,` `=`
+    `;` `%` key apart from every spec their text spells; ordinary names keep the keys stored cells have."""
+    import shutil
+
+    from golinear.bench.results.store import CellKey, Store
+    monkeypatch.chdir(tmp_path)  # from_string looks for a folder of the whole text here: none, so shipped + override
+    names = ["gdn-w56-s8-sc,window=28", "gdn-w56-s8-sc;window=28", "gdn-w56-s8-sc%2Cwindow%3D28", "a=b", "a%3Db"]
+    copies = {}
+    for name in names:
+        folder = tmp_path / "copies" / name
+        shutil.copytree(CKPT, folder)
+        copies[name] = ModelSpec(checkpoint=str(folder)).store_key()
+    override = ModelSpec.from_string("gdn-w56-s8-sc,window=28")
+    assert override.checkpoint == str(CKPT.resolve()) and override.window == 28
+    keys = [*copies.values(), override.store_key(), ModelSpec(checkpoint=str(CKPT)).store_key()]
+    assert len(set(keys)) == len(keys), keys
+    assert copies["gdn-w56-s8-sc,window=28"].startswith("base=smollm2-135m,checkpoint=gdn-w56-s8-sc%2Cwindow%3D28,")
+    assert override.store_key().startswith("base=smollm2-135m,checkpoint=gdn-w56-s8-sc,window=28,checkpoint_files=")
+    assert all(M.store_key_parts(key)["checkpoint"] == name for name, key in copies.items())  # what store stale reads
+
+    store, task = Store(tmp_path / "store"), "golinear_sniah_1"  # the copy's cell is not the override's
+    cell = {"key": CellKey(copies["gdn-w56-s8-sc,window=28"], task).as_dict(), "task": task, "metric": "score",
+            "value": 50.0, "stderr": 1.0, "n": 10, "metrics": {"score,none": {"value": 50.0, "stderr": 1.0}},
+            "model": {"label": "gdn-w56-s8-sc,window=28"}}
+    store.put(cell)
+    assert store.has(CellKey(copies["gdn-w56-s8-sc,window=28"], task))
+    assert not store.has(CellKey(override.store_key(), task))
+
+
 ALLOWED = "['gla', 'kgla', 'gdn', 'hedgehog', 'none']"
 BAD = [  # (key, value, the whole message)
     ("mechanism", "mamba", f"unknown mechanism 'mamba'; allowed: {ALLOWED} (or 'full')"),
@@ -231,15 +262,16 @@ def test_retention_options_flow_through_every_front_end():
     ("gdn-default,retain_score=proj_residual", "retain_score='proj_residual' needs retain > 0 (retention slots)"),
 ])
 def test_retention_combinations_have_one_message(text, message):
-    from golinear.models.attention.linearize import LinearizeConfig, validate
+    from golinear.models.attention.linearize import LinearizeConfig
+    from golinear.models.spec.linearize_checks import full_attention_layers
     with pytest.raises(ValueError) as err:
         ModelSpec.from_string(text)
     assert str(err.value) == message
     options = dict(M.PRESETS[text.split(",")[0]]) if "=" not in text.split(",")[0] else {}
     options.update(tok.split("=") for tok in text.split(",") if "=" in tok)
     with pytest.raises(ValueError) as err:  # the model side refuses the same configuration, same message
-        validate(LinearizeConfig.from_dict(options), argparse.Namespace(num_hidden_layers=2,
-                                                                      max_position_embeddings=1024))
+        full_attention_layers(LinearizeConfig.from_dict(options), argparse.Namespace(num_hidden_layers=2,
+                                                                                   max_position_embeddings=1024))
     assert str(err.value) == message
 
 

@@ -193,7 +193,7 @@ class GolinearHF(HFLM):
 
     def _get_config(self, pretrained, **kwargs):
         """The backbone's config, read without weights (the golinear loader resolves the embedded GGUF)."""
-        from golinear.models.spec_checks import backbone_config
+        from golinear.models.spec.backbone_checks import backbone_config
         self._config = backbone_config(self._base())
 
     def _create_tokenizer(self, pretrained, tokenizer, **kwargs):

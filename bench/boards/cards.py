@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from golinear.bench.results.store import Store
-from golinear.models.model_card import write_card
+from golinear.models.checkpoint.model_card import write_card
 from golinear.models.spec import checkpoint_identity
 
 OWN_KEYS = {"base", "checkpoint", "checkpoint_files"}

@@ -14,7 +14,7 @@ from golinear.bench.boards import intervals
 from golinear.bench.boards.families import families
 from golinear.bench.boards.fitted_format import fitted_value_type, needle_value_types
 from golinear.bench.boards.markdown import md_cell
-from golinear.bench.boards.figures import legend_entries, png_bytes, pyplot
+from golinear.bench.boards.figures import png_bytes, pyplot
 from golinear.bench.boards.measured import SNIAH_TASKS, budget_value
 
 KINDS = {"full": "full attention", "linearized": "linearized", "press": "KV-cache compression (kvpress)",
@@ -168,9 +168,14 @@ def to_markdown(t: pd.DataFrame) -> str:
                                              "press=snapkv --suites sniah --budgets 256,1024`)."
 
 
-def plot(t: pd.DataFrame) -> bytes | None:
+SPREAD = 0.6  # the rows at one budget spread over this many octaves, so no row's interval hides another's
+MARGIN = 0.5  # octaves of axis beside the outermost budgets
+
+
+def figure(t: pd.DataFrame):
     """S-NIAH mean against the budget with its 95 % interval: a line per row, solid for linearized, dashed for
-    presses."""
+    presses. Each panel spans the budgets it holds (ticks at them) and has its own legend of the rows it draws; the
+    rows at one budget sit side by side around it. None when no row has a mean."""
     t = t[t["S-NIAH"].notna()]
     if not len(t):
         return None
@@ -185,15 +190,27 @@ def plot(t: pd.DataFrame) -> bytes | None:
         full = g[g["kind"] == KINDS["full"]]["S-NIAH"]
         if len(full):
             ax.axhline(full.mean(), color="black", lw=1, label="full attention")
-        for (kind, row), r in g[g["kind"] != KINDS["full"]].groupby(["kind", "row"], sort=False):
-            r = r.assign(x=r["budget"].map(budget_value)).sort_values("x")
+        drawn = list(g[g["kind"] != KINDS["full"]].groupby(["kind", "row"], sort=False))
+        for i, ((kind, row), r) in enumerate(drawn):
+            shift = SPREAD * (i / (len(drawn) - 1) - 0.5) if len(drawn) > 1 else 0.0
+            r = r.assign(x=r["budget"].map(budget_value) * 2 ** shift).sort_values("x")
             ax.errorbar(r["x"], r["S-NIAH"], yerr=r["S-NIAH" + PLUS].astype(float).fillna(0), fmt=style[kind],
-                        marker="o", capsize=3, color=colour[row], label=f"{row}")
+                        marker="o", markersize=4, elinewidth=1.5, capsize=3, color=colour[row], label=f"{row}")
+        budgets = sorted({budget_value(b) for b in g[g["kind"] != KINDS["full"]]["budget"]})
         ax.set_xscale("log", base=2)
+        ax.set_xlim(budgets[0] / 2 ** MARGIN, budgets[-1] * 2 ** MARGIN)
+        ax.set_xticks(budgets, [f"{b:g}" for b in budgets])
+        ax.minorticks_off()
         ax.set_xlabel("cache budget (KV entries per layer and KV head)")
         ax.set_title(f"S-NIAH mean and 95 % interval, {ctx} tokens, {n} samples a task", fontsize=9)
         ax.set_ylim(-2, 102)
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     axes[0][0].set_ylabel("accuracy (%)")
-    fig.legend(*legend_entries(axes[0]), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    return png_bytes(fig)
+    return fig
+
+
+def plot(t: pd.DataFrame) -> bytes | None:
+    """kv-compression.png: the figure's PNG bytes, None when no row has a mean."""
+    fig = figure(t)
+    return None if fig is None else png_bytes(fig)

@@ -25,7 +25,8 @@ HEADLINE_SCORES = ("CR", "Avg", "MMLU", "LAMBADA")  # averages and headline task
 EXTRA_FIGURES = {  # figures other commands write into the same folder, shown when present
     "kv-compression.png": ("Linearize or compress",
                            "S-NIAH mean against the cache budget: the linearized rows beside KV-cache compression "
-                           "(kvpress presses) of the same full-attention model at the same budgets "
+                           "(kvpress presses) of the same full-attention model at the same budgets; at each budget "
+                           "the rows sit side by side around it, bars their 95 % intervals "
                            "(leaderboards/kv-compression.md)."),
     "latency.png": ("Speed against prompt length",
                     "Decode latency and memory against prompt length, full attention against the linearized "

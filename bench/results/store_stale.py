@@ -9,16 +9,12 @@ Exit 1 while any are left, so it can guard a committed store.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from golinear.tasks.standard.local_data import default_data_dir
 from golinear.bench.results.store import Store
 from golinear.bench.results.store_conflicts import other_data_cells
-from golinear.models.spec import checkpoint_identity
-
-CHECKPOINT = re.compile(r"(?:^|,)checkpoint=([^,]+)")
-FILES = re.compile(r"(?:^|,)checkpoint_files=([0-9a-f]+)")
+from golinear.models.spec import checkpoint_identity, store_key_parts
 
 
 def stale_cells(store: Store, checkpoints: Path) -> list[tuple[Path, str, str, str]]:
@@ -27,15 +23,14 @@ def stale_cells(store: Store, checkpoints: Path) -> list[tuple[Path, str, str, s
     there (evaluated from elsewhere) are not judged."""
     current, out = {}, []
     for path, cell in store.cell_files():
-        key = cell["key"]["model"]
-        name, files = CHECKPOINT.search(key), FILES.search(key)
+        parts = store_key_parts(cell["key"]["model"])
+        name, files = parts.get("checkpoint"), parts.get("checkpoint_files")
         if not (name and files):
             continue
-        name = name[1]
         if name not in current:
             current[name] = checkpoint_identity(checkpoints / name) if (checkpoints / name).is_dir() else None
-        if current[name] and current[name] != files[1]:
-            out.append((path, name, files[1], current[name]))
+        if current[name] and current[name] != files:
+            out.append((path, name, files, current[name]))
     return out
 
 

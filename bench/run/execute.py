@@ -71,16 +71,11 @@ def validate_model(spec: S.ModelSpec, device: str) -> None:
     """Every check that needs no weights: the backend's argument check (names, dtype, device, checkpoint
     folder), the backbone's config (base) and the linearize options against it (models.spec)."""
     from golinear.bench.backends.lm_backend import check_model_args
-    from golinear.models.spec_checks import backbone_config, check_linearize
+    from golinear.models.spec.backbone_checks import check_against_backbone
     try:
         backend, args = backend_and_args(spec)
         check_model_args(backend, {**args, "device": device})
-        if spec.mechanism is not None and not spec.checkpoint:
-            check_linearize(spec.linearize_options(), spec.base_name)
-        elif spec.checkpoint and set(spec.given()) & set(S.schema.CACHE_KEYS):  # a checkpoint under other cache options
-            check_linearize(spec.checkpoint_linearize(), spec.base_name)
-        else:
-            backbone_config(spec.base_name)
+        check_against_backbone(spec)
     except ValueError as e:
         raise ValueError(f"model {spec.label!r}: {e}") from None
 

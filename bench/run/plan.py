@@ -133,7 +133,7 @@ def check_long_context_fits(cells, data_dir) -> None:
     """Each long-context task's prompts (sized to --context-length, the tokens to generate included) fit the
     model's max_position_embeddings, and RULER's QA tasks have room for whole documents (one sample per QA
     task and tokenizer is built now), so either fails before any model loads or file is written."""
-    from golinear.models.spec_checks import backbone_config
+    from golinear.models.spec.backbone_checks import backbone_config
     seen, limits = set(), {}
     for c in cells:
         if not c.entry.long:

@@ -3,7 +3,7 @@
 `linearize(model, LinearizeConfig(...))` replaces `self_attn` of every layer not kept as full attention
 by `LinearizedAttention`, adds short convs / LoRA when asked, and makes only the new parameters
 trainable. The model keeps its class (plus a generation mixin that builds `LinearCache`), so
-`model.generate`, `save_pretrained`-free checkpoints (models.checkpoint) and lm-eval's HFLM work.
+`model.generate`, `save_pretrained`-free checkpoints (models.checkpoint.weights) and lm-eval's HFLM work.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from golinear.models.cache.hf_cache import LinearCache
 from golinear.models.attention.layers import LinearizedAttention
 from golinear.models.retention.scorer import scorer_for_model
 from golinear.models.attention.projection import decoder_layers
-from golinear.models.spec import (CONV_ON, RETAIN_SCORES, check_conv_on, check_out_norm, check_retention,  # checked there
-                         check_window_only, linearize_values, without_unused_retention)
+from golinear.models.spec import CONV_ON, RETAIN_SCORES, linearize_values, without_unused_retention
+from golinear.models.spec.linearize_checks import full_attention_layers  # every check of the options: there
 
 
 @dataclasses.dataclass
@@ -61,41 +61,6 @@ class LinearizeConfig:
 DEFAULT_RECIPE = LinearizeConfig(mechanism="gdn", window=56, sinks=8, short_conv=True)
 
 
-def validate(cfg: LinearizeConfig, config) -> list[int]:
-    """Check options against the backbone's config; return the sorted full-attention layer indices."""
-    n = config.num_hidden_layers
-    linearize_values(dataclasses.asdict(cfg))  # each value against its allowed set (models.spec)
-    max_len = getattr(config, "max_position_embeddings", None) or 1 << 20
-    for name in ("window", "sinks"):
-        if getattr(cfg, name) > max_len:
-            raise ValueError(f"{name}={getattr(cfg, name)} exceeds the model's max_position_embeddings={max_len}")
-    if cfg.cache_budget > max_len:
-        raise ValueError(f"cache budget sinks+window+retain={cfg.cache_budget} exceeds max_position_embeddings={max_len}")
-    check_window_only(cfg.mechanism, cfg.window, cfg.sinks)
-    check_retention(cfg.mechanism, cfg.window, cfg.retain, cfg.retain_score, cfg.scorer)
-    check_out_norm(cfg.mechanism, cfg.out_norm, cfg.retain)
-    check_conv_on(cfg.mechanism, cfg.short_conv, cfg.conv_on, cfg.retain)
-    if cfg.full_layers is not None:
-        if cfg.keep_full:
-            raise ValueError("give either full_layers or keep_full, not both")
-        bad = [i for i in cfg.full_layers if not isinstance(i, int) or not 0 <= i < n]
-        if bad:
-            raise ValueError(f"full-attention layer indices {bad} out of range; allowed: 0..{n - 1}")
-        if len(set(cfg.full_layers)) == n:
-            raise ValueError("every layer is kept as full attention: nothing to linearize")
-        return sorted(set(cfg.full_layers))
-    k = round(cfg.keep_full * n)
-    if k == 0:
-        return []
-    if cfg.select == "uniform":
-        return sorted({min(n - 1, int((i + 0.5) * n / k)) for i in range(k)})
-    scores = cfg.layer_scores
-    if scores is None or len(scores) != n:
-        raise ValueError(f"select='hardness' needs layer_scores with one score per layer ({n}), "
-                         f"got {None if scores is None else len(scores)}")
-    return sorted(sorted(range(n), key=lambda i: (-scores[i], i))[:k])
-
-
 class LinearGenerationMixin:
     """Makes `generate` build a LinearCache instead of a DynamicCache."""
 
@@ -115,7 +80,7 @@ def linearize(model, cfg: LinearizeConfig, base_name: str | None = None, stored_
     With out_norm the norm's weight starts at 1 here (no data); `golinear train` calibrates it to the attention
     output's per-head rms on its first batch before step 0 (models.training.out_norm_calibration)."""
     check_architecture(model.config)
-    full = validate(cfg, model.config)
+    full = full_attention_layers(cfg, model.config)
     if any(isinstance(layer.self_attn, LinearizedAttention) for layer in decoder_layers(model)):
         raise ValueError("model is already linearized")
     base_fp = None if model.device.type == "meta" else fingerprint(model)

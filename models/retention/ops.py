@@ -37,7 +37,7 @@ from golinear.models.attention.ops.key_stats import normalize_keys, running_mean
 from golinear.models.attention.ops.reference import compute_dtype, masked_softmax
 
 SCORES = ("delta_error", "proj_residual", "given")
-EPS = 1e-6  # models.diagnostics' eps
+EPS = 1e-6  # models.training.diagnostics' eps
 KV_KEYS = ("k", "v", "score")  # a cached token's per-KV-head fields
 Q_KEYS = ("lk", "lv", "log_a", "beta")  # its per-query-head linear inputs (what it folds with)
 LIN = {"lk": "k", "lv": "v", "log_a": "log_a", "beta": "beta"}  # Q_KEYS -> keys of the layer's lin dict
@@ -45,7 +45,7 @@ LIN = {"lk": "k", "lv": "v", "log_a": "log_a", "beta": "beta"}  # Q_KEYS -> keys
 
 # ---------------------------------------------------------------------------------------------- scores
 def residual(kt: torch.Tensor, kbar: torch.Tensor) -> torch.Tensor:
-    """models.diagnostics.projection_residual's R = |P k~ - kbar| from normalised keys and their running
+    """models.training.diagnostics.projection_residual's R = |P k~ - kbar| from normalised keys and their running
     mean (kept in the input dtype; diagnostics casts to fp32)."""
     coef = (kt * kbar).sum(-1, keepdim=True) / (kbar.pow(2).sum(-1, keepdim=True) + EPS)
     return (coef * kbar - kbar).norm(dim=-1)

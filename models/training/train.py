@@ -2,7 +2,7 @@
 
 Paper defaults: packed 4096-token sequences, batch 1, 2,500 steps (~10M tokens), AdamW lr 2e-3 (5e-4 for
 LoRA parameters), cosine schedule, gradient clipping at 1, bf16 autocast on GPU. The run folder gets the
-new parameters (models.checkpoint), `train_log.jsonl`, `train_config.json` (every setting, seeds, data
+new parameters (models.checkpoint.weights), `train_log.jsonl`, `train_config.json` (every setting, seeds, data
 provenance, timings, held-out losses next to the full-attention model's) and `loss.png`.
 `state.safetensors` in the same folder is the resume point (optimizer, schedule, RNG, data position = step), saved
 as data (models.training.resume_state): re-running the same command continues exactly where an interrupted run stopped.

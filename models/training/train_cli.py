@@ -113,9 +113,9 @@ def main(args) -> int:
         print(json.dumps({k: v for k, v in td.meta.items() if k != "heldout_ids"}))
         return 0
 
-    from golinear.models.checkpoint import save_checkpoint
+    from golinear.models.checkpoint.weights import save_checkpoint
     from golinear.models.attention.linearize import LinearizeConfig, linearize
-    from golinear.models.model_card import write_card
+    from golinear.models.checkpoint.model_card import write_card
 
     out.mkdir(parents=True, exist_ok=True)
     lin_cfg = LinearizeConfig.from_dict(opts)
@@ -213,7 +213,7 @@ def check_inputs(args, opts: dict) -> None:
     """Everything checkable without weights: linearize options against the backbone's config, the token
     file or the books corpus (present, matching the data folder's SHA256SUMS, gzip complete)."""
     from golinear.models.training.data_hashes import verify_files
-    from golinear.models.spec_checks import check_linearize
+    from golinear.models.spec.backbone_checks import check_linearize
     check_linearize(opts, args.base)
     if args.tokens and Path(args.tokens).exists():
         return

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from golinear.bench.results.store import Store  # noqa: E402
-from golinear.models.checkpoint import checkpoint_fingerprint  # noqa: E402
+from golinear.models.checkpoint.weights import checkpoint_fingerprint  # noqa: E402
 from golinear.models.spec import CONFIG, WEIGHTS, checkpoint_identity, local_files_identity  # noqa: E402
 
 FILES = re.compile(r"(?<=,)checkpoint_files=([0-9a-f]+)")

@@ -30,7 +30,7 @@ def recipes(path: Path = RECIPES) -> list[tuple[str, list[str]]]:
 
 def check(name: str, opts: list[str]) -> str:
     from golinear.bench.cli import build_parser
-    from golinear.models.spec_checks import check_linearize
+    from golinear.models.spec.backbone_checks import check_linearize
     from golinear.models.training.train_cli import linearize_options, train_config_from_args
     args = build_parser("train").parse_args(["train", "--base", "smollm2-135m", *opts])
     cfg = train_config_from_args(args)

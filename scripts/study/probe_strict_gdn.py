@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from golinear.models.training import data as data_mod  # noqa: E402
-from golinear.models.diagnostics import causal_attention  # noqa: E402
+from golinear.models.training.diagnostics import causal_attention  # noqa: E402
 from golinear.models.attention.layers import LinearizedAttention  # noqa: E402
 from golinear.models.load import load_model  # noqa: E402
 from golinear.models.attention.projection import decoder_layers  # noqa: E402

@@ -39,7 +39,7 @@ def tokenizer_from_metadata(metadata: dict):
         if value is not None and value != "":
             return value
     if metadata.get("checkpoint"):
-        from golinear.models.checkpoint import read_config
+        from golinear.models.checkpoint.weights import read_config
         base = read_config(metadata["checkpoint"]).get("base")
         if base:
             return base

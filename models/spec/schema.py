@@ -1,12 +1,10 @@
-"""One schema for a model configuration: `ModelSpec` (backbone + checkpoint + linearize options + dtype).
+"""The schema of a model configuration: `ModelSpec` (backbone + checkpoint + linearize options + dtype).
 
 Every front end converts through it: the CLI/store string (`from_string`, `to_string`, `store_key`), lm-eval
 model_args (`from_model_args`, `to_model_args`), `golinear train` flags (`from_train_args`) and a checkpoint's
-config.json (`from_checkpoint_config`, `to_checkpoint_config`). Each value is checked once, in `parse_value`,
-against one allowed set, with one message. models.attention.linearize.LinearizeConfig (the model side) takes its
-values from here too. The allowed values and their checks are in models.spec_values, a checkpoint folder's files
-in models.spec_files (both re-exported here); the weight-free checks of whole configurations in models.spec_checks.
-This module imports no torch at import time (the CLI builds its parser from it).
+config.json (`from_checkpoint_config`, `to_checkpoint_config`). Each value is checked on construction by
+models.spec.values (one allowed set, one message); a checkpoint's files are read by models.spec.checkpoint_files.
+No torch at import time (the CLI builds its parser from it).
 """
 from __future__ import annotations
 
@@ -15,16 +13,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from golinear.models.checkpoint_paths import candidates, find_checkpoint
-from golinear.models.spec_files import (CONFIG, CONTENT_HASH_LIMIT, SCORER, WEIGHTS, checkpoint_identity,  # noqa: F401
-                               check_checkpoint_files, file_identity, local_files_identity,
-                               read_checkpoint_config, read_layer_scores)
-from golinear.models.spec_values import (CACHE_KEYS, CONV_ON, DEFAULT_BASE, DTYPES, FALSE, LINEAR_KEYS,  # noqa: F401
-                                LINEARIZE_KEYS, MECHANISMS, MINIMUM, OUT_NORM_MECHANISMS, PARSERS, PRESETS,
-                                PRESS_KEYS, RETAIN_SCORES, RETENTION_KEYS, SELECTIONS, STRING_KEYS, TRUE,
-                                check_conv_on, check_press_options,
-                                check_out_norm, check_retention, check_window_only, parse_full_layers, parse_value,
-                                with_cache_options, without_unused_retention)
+from golinear.models.spec.checkpoint_files import CONFIG, read_checkpoint_config, read_layer_scores
+from golinear.models.spec.checkpoint_paths import candidates, find_checkpoint
+from golinear.models.spec.store_key import store_key
+from golinear.models.spec.values import (CONV_ON, DEFAULT_BASE, LINEARIZE_KEYS, MECHANISMS, PARSERS, PRESETS,
+                                         RETAIN_SCORES, STRING_KEYS, check_conv_on, check_out_norm,
+                                         check_press_options, check_retention, check_window_only, linearize_values,
+                                         parse_value, value_text, with_cache_options, without_unused_retention)
 
 
 @dataclass(frozen=True)
@@ -81,7 +76,7 @@ class ModelSpec:
         if "=" not in tokens[0] and Path(tokens[0]).expanduser().is_dir():
             args["checkpoint"] = tokens.pop(0)  # a checkpoint folder, then cache options (CACHE_KEYS)
         elif "=" not in tokens[0] and tokens[0] not in PRESETS and find_checkpoint(tokens[0]):
-            args["checkpoint"] = tokens.pop(0)  # a shipped checkpoint by name (models.checkpoint_paths)
+            args["checkpoint"] = tokens.pop(0)  # a shipped checkpoint by name (models.spec.checkpoint_paths)
         elif "=" not in tokens[0]:
             preset = tokens.pop(0)
             if preset not in PRESETS:
@@ -114,30 +109,11 @@ class ModelSpec:
 
     def to_string(self) -> str:
         """The canonical string: non-default keys sorted; from_string(to_string()) == self."""
-        return ",".join(f"{k}={_text(v)}" for k, v in sorted(self.given().items()))
+        return ",".join(f"{k}={value_text(v)}" for k, v in sorted(self.given().items()))
 
     def store_key(self) -> str:
-        """The model's identity in the result store: its keys (base always, by name; a checkpoint by its folder's
-        name) plus a hash of the local files it names, so a retrained checkpoint or edited backbone is another model;
-        a scorer file (retain_score=fitted) by its name and a hash of its contents."""
-        a = {**self.given(), "base": self.base_name}
-        parts = [f"{k}={Path(v).name if k in ('checkpoint', 'scorer') else _text(v)}" for k, v in sorted(a.items())]
-        for k in ("base", "checkpoint"):
-            ident = checkpoint_identity(a.get(k)) if k == "checkpoint" else local_files_identity(a.get(k))
-            if k == "checkpoint" and a.get(k) and not ident:  # a key without the files would name another model
-                raise FileNotFoundError(f"checkpoint folder {str(a[k])!r} has no checkpoint files (moved or deleted "
-                                        "during the run?); its cells cannot be keyed")
-            if ident:
-                parts.append(f"{k}_files={ident}")
-        if a.get("scorer"):
-            if file_identity(a["scorer"]) is None:
-                raise FileNotFoundError(f"retention scorer file {str(a['scorer'])!r} does not exist; its cells cannot be "
-                                        "keyed")
-            parts.append(f"scorer_file={file_identity(a['scorer'])}")
-        if a.get("press"):  # a press's scores are kvpress's code: its version is part of the cell's identity
-            from golinear.models.kv_compression.kvpress_adapter import kvpress_version
-            parts.append(f"kvpress={kvpress_version()}")
-        return ",".join(parts)
+        """The model's identity in the result store (models.spec.store_key)."""
+        return store_key(self)
 
     # ------------------------------------------------------------------ lm-eval model_args
     @classmethod
@@ -224,22 +200,3 @@ class ModelSpec:
 
 
 FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelSpec)}
-
-
-def linearize_values(options: dict) -> dict:
-    """LinearizeConfig options checked and normalised (tuples as lists); unknown names are one error."""
-    unknown = set(options) - set(LINEARIZE_KEYS)
-    if unknown:
-        raise ValueError(f"unknown linearize options {sorted(unknown)}; allowed: {sorted(LINEARIZE_KEYS)}")
-    out = {k: parse_value(k, v) for k, v in options.items()}
-    if "mechanism" in out and out["mechanism"] is None:
-        raise ValueError(f"a linearized model needs a mechanism; allowed: {list(MECHANISMS)}")
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
-
-
-def _text(v) -> str:
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, tuple):
-        return "+".join(map(str, v))
-    return str(v)

@@ -1,4 +1,4 @@
-"""The allowed values of a model configuration and the one check of each (models.spec re-exports these names):
+"""The allowed values of a model configuration and the one check of each (re-exported by models.spec):
 the allowed sets, `parse_value`, and the checks of option pairs (retention slots need GDN with a window, ...).
 No torch at import time (the CLI builds its parser from it)."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 from golinear.models.cache.policies import retention_scores
-from golinear.models.checkpoint_paths import resolve_checkpoint
-from golinear.models.spec_files import check_checkpoint_files
+from golinear.models.spec.checkpoint_paths import resolve_checkpoint
+from golinear.models.spec.checkpoint_files import check_checkpoint_files
 
 DEFAULT_BASE = "smollm2-135m"  # models.backbones.backbone.DEFAULT_BACKBONE (that module imports torch)
 MECHANISMS = ("gla", "kgla", "gdn", "hedgehog", "none")  # "none": window+sink softmax alone, no linear state
@@ -237,13 +237,20 @@ def with_cache_options(lin: dict, cache: dict, where: str) -> dict:
     out = {**lin, **{k: parse_value(k, v) for k, v in cache.items()}}
     if out.get("retain_score") != "fitted" and "scorer" not in cache:  # another score replaces the fitted one
         out.pop("scorer", None)
-    mech = out.get("mechanism", "gdn")
-    check_window_only(mech, out.get("window", 0), out.get("sinks", 0))
-    check_retention(mech, out.get("window", 0), out.get("retain", 0), out.get("retain_score", RETAIN_SCORES[0]),
-                    out.get("scorer"))
-    check_out_norm(mech, out.get("out_norm", False), out.get("retain", 0))
-    check_conv_on(mech, out.get("short_conv", False), out.get("conv_on", CONV_ON[0]), out.get("retain", 0))
+    check_option_pairs(out)
     return without_unused_retention(out)
+
+
+def check_option_pairs(options: dict) -> None:
+    """The rules between linearize options (a window-only model needs a window or sinks, retention slots need GDN
+    with a window, ...), for options as a checkpoint's config.json or LinearizeConfig holds them; a missing option
+    has its default."""
+    mech = options.get("mechanism", "gdn")
+    check_window_only(mech, options.get("window", 0), options.get("sinks", 0))
+    check_retention(mech, options.get("window", 0), options.get("retain", 0),
+                    options.get("retain_score", RETAIN_SCORES[0]), options.get("scorer"))
+    check_out_norm(mech, options.get("out_norm", False), options.get("retain", 0))
+    check_conv_on(mech, options.get("short_conv", False), options.get("conv_on", CONV_ON[0]), options.get("retain", 0))
 
 
 def without_unused_retention(options: dict) -> dict:
@@ -253,3 +260,23 @@ def without_unused_retention(options: dict) -> dict:
     drop += ("scorer",) if options.get("scorer") is None else ()
     drop += ("conv_on",) if options.get("conv_on", CONV_ON[0]) == CONV_ON[0] else ()
     return {k: v for k, v in options.items() if k not in drop}
+
+
+def linearize_values(options: dict) -> dict:
+    """LinearizeConfig options checked and normalised (tuples as lists); unknown names are one error."""
+    unknown = set(options) - set(LINEARIZE_KEYS)
+    if unknown:
+        raise ValueError(f"unknown linearize options {sorted(unknown)}; allowed: {sorted(LINEARIZE_KEYS)}")
+    out = {k: parse_value(k, v) for k, v in options.items()}
+    if "mechanism" in out and out["mechanism"] is None:
+        raise ValueError(f"a linearized model needs a mechanism; allowed: {list(MECHANISMS)}")
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
+
+
+def value_text(v) -> str:
+    """A value as a spec string (and a store key) writes it: booleans lower case, layer lists joined by '+'."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, tuple):
+        return "+".join(map(str, v))
+    return str(v)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
+SHIPPED = Path(__file__).resolve().parents[2] / "checkpoints"
 ENV = "GOLINEAR_CHECKPOINTS"
 CONFIG = "config.json"
 

@@ -1,4 +1,4 @@
-"""A checkpoint folder's files as the model schema reads them (models.spec re-exports these names): its
+"""A checkpoint folder's files as the model schema reads them (re-exported by models.spec): its
 config.json, a completeness check of its weights, and the short hashes that key store cells by what a model
 computes from. No torch at import time."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
-WEIGHTS, CONFIG = "new_params.safetensors", "config.json"  # a checkpoint's two files (models.checkpoint)
+WEIGHTS, CONFIG = "new_params.safetensors", "config.json"  # a checkpoint's two files (models.checkpoint.weights)
 SCORER = "scorer.safetensors"  # and, with retain_score=fitted, its copy of the scorer file (config.json names it)
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from golinear.models.spec.linearize_checks import full_attention_layers
+from golinear.models.spec.schema import ModelSpec
+from golinear.models.spec.values import CACHE_KEYS, linearize_values
 
 
 def backbone_config(base: str):
@@ -28,7 +31,18 @@ def backbone_config(base: str):
     return config
 
 
+def check_against_backbone(spec: ModelSpec) -> None:
+    """A spec's checks against its backbone before loading: a fresh linearization's options, or a checkpoint's
+    under other cache options; else the backbone's config alone (it exists, its architecture is supported)."""
+    if spec.mechanism is not None and not spec.checkpoint:
+        check_linearize(spec.linearize_options(), spec.base_name)
+    elif spec.checkpoint and set(spec.given()) & set(CACHE_KEYS):  # a checkpoint under other cache options
+        check_linearize(spec.checkpoint_linearize(), spec.base_name)
+    else:
+        backbone_config(spec.base_name)
+
+
 def check_linearize(options: dict, base: str) -> None:
-    """Every LinearizeConfig check (models.attention.linearize.validate) against the backbone's config, before loading."""
-    from golinear.models.attention.linearize import LinearizeConfig, validate
-    validate(LinearizeConfig.from_dict(options), backbone_config(base))
+    """Every check of linearize options (LinearizeConfig's fields; missing ones at their defaults) against the
+    backbone `base`'s config, before loading."""
+    full_attention_layers(ModelSpec(**{"mechanism": "gdn", **linearize_values(options)}), backbone_config(base))

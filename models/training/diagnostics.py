@@ -291,12 +291,12 @@ def _parse_fresh(spec: str) -> dict:
 
 def main(args) -> int:
     from golinear.models.backbones.backbone import fingerprint, load_backbone
-    from golinear.models.checkpoint import apply_checkpoint, read_config
+    from golinear.models.checkpoint.weights import apply_checkpoint, read_config
     from golinear.models.attention.linearize import LinearizeConfig, linearize
     from golinear.models.training.train_utils import atomic_write_json, seed_everything
 
     from golinear.models.spec import check_checkpoint_files
-    from golinear.models.spec_checks import check_linearize
+    from golinear.models.spec.backbone_checks import check_linearize
     # every value is checked before any model loads or any file is written
     if args.sequences < 1 or args.seq_len < 2:
         raise ValueError(f"--sequences {args.sequences} / --seq-len {args.seq_len}: need >= 1 and >= 2")
