@@ -2,6 +2,7 @@
 data: nothing in them is unpickled or executed, and a damaged or foreign one is set aside or refused in one line."""
 from __future__ import annotations
 
+import json
 import os
 import pickle
 from pathlib import Path
@@ -188,8 +189,9 @@ def test_a_foreign_or_damaged_request_cache_is_set_aside_unopened(tmp_path, tiny
 
 
 @needs_data
-def test_a_resumed_cell_reads_its_own_json_cache(tmp_path, tiny_base, monkeypatch):
-    """The cache a killed attempt left is read back (JSON) and the cell equals a clean run."""
+def test_a_resumed_cell_reads_its_own_json_cache(tmp_path, tiny_base, monkeypatch, capsys):
+    """The cache a killed attempt left is read back (JSON) and the cell equals a clean run; the same cache with a
+    row edited (its signature kept) is set aside and the cell evaluated from its start."""
     from golinear.bench.backends import lm_backend
     clean = only_cell(tiny_run(tiny_base, tmp_path / "clean") or tmp_path / "clean")
     real, calls = lm_backend.GolinearHF._model_call, []
@@ -207,10 +209,56 @@ def test_a_resumed_cell_reads_its_own_json_cache(tmp_path, tiny_base, monkeypatc
     assert len(dbs) == 1
     import sqlite3
     rows = sqlite3.connect(dbs[0]).execute("SELECT value FROM unnamed").fetchall()
-    assert len(rows) == 1 and rows[0][0].startswith('{"ll": [')  # JSON text, not a pickle
+    assert len(rows) == 1 and rows[0][0].startswith('{"v": {"ll": [')  # JSON text, not a pickle
     monkeypatch.undo()
+    import shutil
+    shutil.copytree(tmp_path / "store", tmp_path / "edited")
+    edited = next((tmp_path / "edited").glob("partial/*/*_rank0.db"))
+    con = sqlite3.connect(edited)  # the row's result made perfect, its signature kept
+    (stored,) = con.execute("SELECT value FROM unnamed").fetchone()
+    row = json.loads(stored)
+    row["v"] = {"ll": [0.0, True]}
+    con.execute("UPDATE unnamed SET value = ?", (json.dumps(row),))
+    con.commit()
+    con.close()
     resumed = only_cell(tiny_run(tiny_base, tmp_path / "store") or tmp_path / "store")
     assert resumed["provenance"]["resumed_requests"] == 1 and resumed["value"] == clean["value"]
+    err = tiny_run(tiny_base, tmp_path / "edited", capsys)
+    assert "signature does not match" in err and "Traceback" not in err, err[-2000:]
+    redone = only_cell(tmp_path / "edited")
+    assert "resumed_requests" not in redone["provenance"] and redone["value"] == clean["value"]
+
+
+def test_lm_eval_use_cache_checks_header_and_rows(tmp_path):
+    """`golinear lm-eval --use_cache` reads a cache as `golinear run` does: one handed over without golinear's
+    header, or with an edited row, is set aside beside itself; its own rows are read back."""
+    import sqlite3
+
+    from golinear.bench.results import request_cache
+    prefix = tmp_path / "mycache"
+    db = request_cache.db_path(prefix, 0)
+    with request_cache.open_db(db) as d:  # rows without a header: a cache made elsewhere
+        d["a" * 64] = (0.0, True)
+    assert request_cache.check_or_start(db) == 0
+    assert len(list(tmp_path.glob("mycache_rank0.db.invalid-*"))) == 1
+    with request_cache.open_db(db) as d:
+        d["a" * 64] = (-3.25, False)
+    assert request_cache.check_or_start(db) == 1
+    with request_cache.open_db(db, flag="r") as d:
+        assert d["a" * 64] == (-3.25, False)
+    con = sqlite3.connect(db)
+    con.execute("UPDATE unnamed SET value = replace(value, '-3.25, false', '0.0, true')")
+    con.commit()
+    con.close()
+    with request_cache.open_db(db, flag="r") as d, pytest.raises(ValueError, match="signature"):
+        d["a" * 64]
+    with request_cache.json_values():  # what `golinear lm-eval` wraps lm-eval's CachingLM in
+        from lm_eval.api.model import CachingLM
+        from lm_eval.models.dummy import DummyLM
+        caching = CachingLM(DummyLM(), str(prefix) + "_rank0.db")
+    caching.dbdict.close()
+    assert len(list(tmp_path.glob("mycache_rank0.db.invalid-*"))) == 2
+    assert request_cache.read(db, "mycache") == (0, None)
 
 
 # ------------------------------------------------------------------------------------------------ the converted backbone
