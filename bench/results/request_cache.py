@@ -65,32 +65,9 @@ def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
 
 
-def _key() -> bytes:
-    """This machine's request-cache key (32 random bytes, made 0600 on first use in golinear's cache folder)."""
-    import secrets
-
-    from golinear.models.backbones.backbone import cache_dir
-    import tempfile
-    path = cache_dir() / "request-cache.key"
-    if not path.exists():  # written beside (mkstemp: 0600), then linked into place whole
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".request-cache.key-")
-        try:
-            os.write(fd, secrets.token_bytes(32))
-            os.close(fd)
-            try:
-                os.link(tmp, path)
-            except FileExistsError:  # another run made it first: that key is the one
-                pass
-        finally:
-            os.unlink(tmp)
-    return path.read_bytes()
-
-
-def signed(cell: str) -> str:
-    import hashlib
-    import hmac
-    return hmac.new(_key(), cell.encode(), hashlib.sha256).hexdigest()
+def signed(text: str) -> str:
+    from golinear.models.signing import sign
+    return sign(text)
 
 
 def signed_row(cell: str, key: str, value) -> str:
@@ -101,12 +78,12 @@ def signed_row(cell: str, key: str, value) -> str:
 
 def checked_row(cell: str, key: str, stored) -> object:
     """The result a row holds, or a ValueError when its signature does not match (an edited or moved row)."""
-    import hmac
+    from golinear.models.signing import verify
     row = json.loads(stored)
     if not (isinstance(row, dict) and set(row) == {"v", "mac"}):
         raise ValueError("an entry is not a signed result")
     text = json.dumps(row["v"])
-    if not hmac.compare_digest(str(row["mac"]), signed(f"{cell}\n{key}\n{text}")):
+    if not verify(f"{cell}\n{key}\n{text}", row["mac"]):
         raise ValueError("an entry's signature does not match its result (edited after it was written)")
     return decode(text)
 
