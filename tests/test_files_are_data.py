@@ -262,12 +262,24 @@ def test_lm_eval_use_cache_checks_header_and_rows(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ the converted backbone
+def real_conversion() -> Path:
+    """This machine's genuine conversion of the packaged GGUF (made once, about a minute, where there is none)."""
+    from golinear.models.backbones import backbone
+    return backbone.smollm2_path()
+
+
+def link_conversion(src: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.name != "golinear_content.json":
+            os.link(f, dest / f.name)
+
+
 def test_a_converted_backbone_without_its_record_is_converted_again(tmp_path, monkeypatch, capsys):
     """A cache folder without the conversion's content record (an older golinear's, or copied from elsewhere) is not
     taken at first sight: the packaged GGUF is converted again in its place; one with its record is verified."""
-    import json
-
     from golinear.models.backbones import backbone, backbone_content
+    genuine = real_conversion()
     monkeypatch.setenv("GOLINEAR_CACHE", str(tmp_path))
     target = tmp_path / "smollm2-135m-instruct"
     target.mkdir()
@@ -275,9 +287,11 @@ def test_a_converted_backbone_without_its_record_is_converted_again(tmp_path, mo
     (target / "tokenizer.json").write_text("{}")
     converted = []
 
-    def convert(t):  # stands in for the minute-long dequantization; writes what it writes
+    def convert(t):  # stands in for the minute-long dequantization: the genuine conversion's files, linked
         converted.append(t)
-        (t / "model.safetensors").write_bytes(b"converted weights")
+        for f in t.iterdir():
+            f.unlink()
+        link_conversion(genuine, t)
         backbone_content.write_record(t, backbone_content.GGUF_SHA256)
     monkeypatch.setattr(backbone, "convert_smollm2", convert)
     assert backbone.smollm2_path() == target and converted == [target]
@@ -287,8 +301,29 @@ def test_a_converted_backbone_without_its_record_is_converted_again(tmp_path, mo
     record["gguf_sha256"] = None  # what an older golinear recorded at first sight
     (target / backbone_content.RECORD).write_text(json.dumps(record))
     assert backbone.smollm2_path() == target and len(converted) == 2
-    (target / "model.safetensors").write_bytes(b"edited")
-    with pytest.raises(ValueError, match="is damaged: model.safetensors"):
+    (target / "generation_config.json").unlink()  # a link to the genuine file: replaced, not edited in place
+    (target / "generation_config.json").write_text("{}")
+    with pytest.raises(ValueError, match="is damaged: generation_config.json"):
+        backbone.smollm2_path()
+
+
+def test_converted_weights_edited_with_their_record_are_refused(tmp_path, monkeypatch):
+    """The converted content is pinned in the code: weights edited and a record rewritten to match them are refused
+    in one line naming the file (the genuine conversion passes)."""
+    from golinear.models.backbones import backbone, backbone_content
+    genuine = real_conversion()
+    assert backbone_content.content(genuine) == backbone_content.CONTENT_SHA256
+    monkeypatch.setenv("GOLINEAR_CACHE", str(tmp_path))
+    target = tmp_path / "smollm2-135m-instruct"
+    link_conversion(genuine, target)
+    backbone_content.write_record(target, backbone_content.GGUF_SHA256)
+    assert backbone.smollm2_path() == target
+    weights = bytearray((genuine / "model.safetensors").read_bytes())
+    weights[-4:] = b"\x00\x00\x80\x3f"  # one weight set to 1.0
+    (target / "model.safetensors").unlink()
+    (target / "model.safetensors").write_bytes(bytes(weights))
+    backbone_content.write_record(target, backbone_content.GGUF_SHA256)  # the record rewritten to match
+    with pytest.raises(ValueError, match="model.safetensors has sha256 .* golinear pins"):
         backbone.smollm2_path()
 
 
