@@ -107,8 +107,8 @@ def checkpoint_identity(folder) -> str | None:
     or a copy of the folder without them (the two files alone, on another machine) keys the same cells; a retrained
     checkpoint (new weights or config) keys new ones."""
     ident = local_files_identity(folder, (CONFIG, WEIGHTS, SCORER))
-    outside = _scorer_elsewhere(folder)  # a scorer config.json names outside the folder: its content keys too
-    return f"{ident}+{file_identity(outside) or 'missing'}" if ident and outside else ident
+    outside = ident and _scorer_elsewhere(folder)  # a scorer config.json names outside the folder: it keys too
+    return f"{ident}+{file_identity(outside) or 'missing'}" if outside else ident
 
 
 def _scorer_elsewhere(folder) -> str | None:
