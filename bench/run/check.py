@@ -51,7 +51,9 @@ def temp_store():
 
 
 def evaluate_subset(model: str, suites: str, limit: int, store_dir=None, **run_kwargs) -> list[dict]:
-    """One row per (task, metric) reported by the suites, evaluated on `model` in a store of its own."""
+    """One row per (task, metric) reported by the suites, evaluated on `model` in a store of its own (or the given
+    one, whose cells are then recomputed from their per-sample scores: a value edited by hand is a row's problem)."""
+    from golinear.bench.results.store import samples_problem
     from golinear.bench.run.runner import resolve_suites, run_matrix
     with (temp_store() if store_dir is None else contextlib.nullcontext(store_dir)) as store:
         summary = run_matrix([model], suites, store, limit=limit, **run_kwargs)
@@ -62,7 +64,8 @@ def evaluate_subset(model: str, suites: str, limit: int, store_dir=None, **run_k
         m = None if cell is None else next((v for k, v in cell["metrics"].items() if k.split(",")[0] == e.metric), None)
         rows.append({"task": e.task, "metric": e.metric, "display": e.display, "higher_is_better": e.higher_is_better,
                      "value": None if m is None else m["value"], "stderr": None if m is None else m["stderr"],
-                     "n": None if cell is None else cell["n"]})
+                     "n": None if cell is None else cell["n"],
+                     "problem": None if cell is None else samples_problem(cell)})
     return rows
 
 
@@ -182,6 +185,10 @@ def run_check(model: str, baseline_path, update=False, suites=None, limit=None, 
             return 1, "\n".join([head, *changes, f"FAILED: the new parameters differ from the baseline's in "
                                                    f"{len(changes)} statistic(s); scores not evaluated"])
     current = evaluate_subset(model, suites, int(limit), store_dir, **run_kwargs)
+    edited = [r["problem"] for r in current if r.get("problem")]
+    if edited:
+        return 1, "\n".join([head, *edited, f"FAILED: {len(edited)} cell(s) of {store_dir} hold a value their own "
+                                               "per-sample scores do not give (edited by hand?); nothing compared"])
     if update:
         missing = [r["task"] for r in current if r["value"] is None]
         if missing:
