@@ -86,3 +86,25 @@ def test_merge_refuses_a_link_out_of_the_store(store, tmp_path, capsys):
     (dest / "cells").symlink_to(outside, target_is_directory=True)
     assert golinear(["store", "merge", str(store), "--store", str(dest)]) == 2
     assert not list(outside.iterdir())
+
+
+def test_a_claim_from_another_host_is_one_line_before_any_model_loads(store, tiny_base, tmp_path, capsys):
+    """A run finds a cell claimed on another host (whose process it cannot see): it says so in one line, naming the
+    host and the file to delete, instead of waiting forever after loading the model."""
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    (path,) = copy.glob("cells/*/*.json")
+    digest = json.loads(path.read_text())["digest"]
+    path.unlink()
+    (copy / "claims").mkdir()
+    claim = copy / "claims" / f"{digest}.claim"
+    claim.write_text(json.dumps({"pid": 4242, "host": "gpu-node-7"}))
+    capsys.readouterr()
+    argv = ["run", "--models", f"full,base={tiny_base}", "--suites", "lambada", "--limit", "2", "--store", str(copy)]
+    assert golinear(argv) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert "'gpu-node-7'" in lines[-1] and str(claim) in lines[-1] and "delete" in lines[-1], err
+    assert "Traceback" not in err and "Loading weights" not in err, err
+    claim.unlink()
+    assert golinear(argv) == 0
