@@ -365,22 +365,6 @@ def same_score_with_samples(kept: dict, new: dict) -> bool:
     return close(value, new["value"]) and close(value, sum(samples.values()) / len(samples))
 
 
-NOT_A_MEAN = ("perplexity", "bits_per_byte")  # metrics lm-eval aggregates otherwise than as a mean of samples
-
-
-def samples_problem(cell: dict) -> str | None:
-    """Why a cell's value is not the mean of its own per-sample scores (a value edited by hand), or None when it is,
-    or when the cell holds none or its metric is not a mean."""
-    samples, value = cell.get("per_sample") or {}, cell.get("value")
-    if not samples or value is None or any(w in str(cell.get("metric")) for w in NOT_A_MEAN):
-        return None
-    mean = sum(samples.values()) / len(samples)
-    if abs(mean - value) <= 1e-6 * max(1.0, abs(value)) and cell.get("n") in (None, len(samples)):
-        return None
-    return (f"{cell.get('task')} {cell.get('metric')} = {value:g} with n = {cell.get('n')}, but its {len(samples)} "
-            f"per-sample scores give {mean:g}")
-
-
 def legacy_data_matches(cell: dict, data: dict) -> bool:
     """Whether a cell keyed without data hashes was measured on these files: every file its provenance
     lists has the same sha256 now, and it lists every data file (configs it did not list, such as an
