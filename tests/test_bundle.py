@@ -143,3 +143,89 @@ def test_run_sh_keeps_an_out_path_with_an_ampersand(tmp_path):
     r = subprocess.run(["bash", str(bundle / "run.sh"), str(out), "echo", "{out}/x"], env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == f"{out}/x", r.stdout + r.stderr
+
+
+def small_bundle(tmp_path, where: Path) -> subprocess.CompletedProcess:
+    r = golinear("bundle", "--out", str(where), "--no-download", "--wheel", str(probe_wheel(tmp_path)),
+                 "--no-backbone", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+def run_sh(bundle: Path, out: Path, *argv, **env):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(out.parent), "PYTHON": sys.executable, **NO_NETWORK, **env}
+    return subprocess.run(["bash", str(bundle / "run.sh"), str(out), *argv], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_run_sh_writes_no_path_a_shell_reads(tmp_path):
+    """A bundle's path with quotes, `$()`, backticks, `&`, spaces or newlines runs nothing of that path: the
+    `golinear` launcher holds no path, and an environment path a pip launcher would hand to a shell is refused."""
+    payload = tmp_path / "P"
+    hostile = tmp_path / f'x"$(touch {payload})"`touch {payload}` y'
+    small_bundle(tmp_path, hostile)
+    r = run_sh(hostile, tmp_path / "out", "golinear", "bundle", "--help")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "GOLINEAR_VENV" in r.stderr, r.stderr
+    assert not payload.exists() and not (hostile / "venv").exists()
+    r = run_sh(hostile, tmp_path / "out", "golinear", "bundle", "--help", GOLINEAR_VENV=str(tmp_path / "v"))
+    assert r.returncode == 0 and "usage: golinear bundle" in r.stdout, r.stdout + r.stderr
+    assert not payload.exists()
+    plain = tmp_path / "a b'c&d\ne"  # only characters a shell keeps as they are inside double quotes
+    small_bundle(tmp_path, plain)
+    r = run_sh(plain, tmp_path / "out 2", "golinear", "bundle", "--help")
+    assert r.returncode == 2 and "newline" in r.stderr
+    plain = plain.rename(tmp_path / "a b'c&d")
+    r = run_sh(plain, tmp_path / "out 2", "golinear", "bundle", "--help")
+    assert r.returncode == 0 and "usage: golinear bundle" in r.stdout, r.stdout + r.stderr
+    assert "${0%/*}" in (plain / "venv" / "bin" / "golinear").read_text()
+    copy = tmp_path / "copy"  # an environment copied along with a bundle was not made here: refused
+    subprocess.run(["cp", "-a", str(plain), str(copy)], check=True)
+    r = run_sh(copy, tmp_path / "out", "echo", "ran")
+    assert r.returncode == 1 and "was not made on this machine" in r.stderr and "ran" not in r.stdout, r.stderr
+
+
+def test_the_whole_bundle_is_pinned_by_one_sha256(tmp_path):
+    """`golinear bundle` prints the sha256 of a manifest of every file; run.sh checks every file against it (run.sh
+    and repo/ too) and refuses one added, changed or missing, even when the wheels' own sums were changed with them."""
+    bundle = tmp_path / "b"
+    r = small_bundle(tmp_path, bundle)
+    manifest = bundle / "BUNDLE-SHA256SUMS"
+    assert f"sha256 of BUNDLE-SHA256SUMS: {hashlib.sha256(manifest.read_bytes()).hexdigest()}" in r.stdout
+    listed = {line.split("  ", 1)[1] for line in manifest.read_text().splitlines()}
+    on_disk = {"./" + str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file()} - {"./BUNDLE-SHA256SUMS"}
+    assert listed == on_disk and {"./run.sh", "./repo/bench/cli.py", "./MANIFEST.json"} <= listed
+    assert subprocess.run(["sha256sum", "--quiet", "-c", "BUNDLE-SHA256SUMS"], cwd=bundle).returncode == 0
+    out = tmp_path / "out"
+
+    def refused(what: str):
+        r = run_sh(bundle, out, "echo", "ran")
+        err = r.stderr.strip().splitlines()
+        assert r.returncode == 1 and len(err) == 1 and what in err[0] and "ran" not in r.stdout, r.stderr
+        assert not (bundle / "venv" / "bin" / "python").exists()  # nothing installed
+
+    wheel = next((bundle / "wheels").glob("*.whl"))  # a new wheel with its sums changed to match
+    wheel.write_bytes(wheel.read_bytes() + b"\0")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (bundle / "wheels" / "SHA256SUMS").write_text(f"{digest}  {wheel.name}\n")
+    (bundle / "requirements-hashed.txt").write_text(f"golinear-probe==0.1 --hash=sha256:{digest}\n")
+    refused("differs from the sha256 recorded")
+    subprocess.run(["rm", "-rf", str(bundle)], check=True)
+    small_bundle(tmp_path, bundle)
+    (bundle / "repo" / "sitecustomize.py").write_text(f"open({str(tmp_path / 'P')!r}, 'w')\n")
+    refused("repo/sitecustomize.py is not one of the bundle's files")
+    (bundle / "repo" / "sitecustomize.py").unlink()
+    cli = bundle / "repo" / "bench" / "cli.py"
+    cli.write_text(cli.read_text() + "\n")
+    refused("repo/bench/cli.py differs")
+    cli.write_text(cli.read_text()[:-1])
+    (bundle / "repo" / "bench" / "__pycache__").mkdir()
+    (bundle / "repo" / "bench" / "__pycache__" / "cli.cpython-311.pyc").write_bytes(b"x")
+    refused("__pycache__/cli.cpython-311.pyc is not one of")
+    subprocess.run(["rm", "-rf", str(bundle / "repo" / "bench" / "__pycache__")], check=True)
+    (bundle / "venv" / "bin").mkdir(parents=True)  # an environment shipped inside the bundle
+    (bundle / "venv" / ".golinear-installed").write_text("x")
+    refused("was not made on this machine")
+    subprocess.run(["rm", "-rf", str(bundle / "venv")], check=True)
+    (bundle / "repo" / "README.md").unlink()
+    refused("README.md is missing")
+    assert not (tmp_path / "P").exists()

@@ -2,6 +2,7 @@
 data: nothing in them is unpickled or executed, and a damaged or foreign one is set aside or refused in one line."""
 from __future__ import annotations
 
+import json
 import os
 import pickle
 from pathlib import Path
@@ -188,8 +189,9 @@ def test_a_foreign_or_damaged_request_cache_is_set_aside_unopened(tmp_path, tiny
 
 
 @needs_data
-def test_a_resumed_cell_reads_its_own_json_cache(tmp_path, tiny_base, monkeypatch):
-    """The cache a killed attempt left is read back (JSON) and the cell equals a clean run."""
+def test_a_resumed_cell_reads_its_own_json_cache(tmp_path, tiny_base, monkeypatch, capsys):
+    """The cache a killed attempt left is read back (JSON) and the cell equals a clean run; the same cache with a
+    row edited (its signature kept) is set aside and the cell evaluated from its start."""
     from golinear.bench.backends import lm_backend
     clean = only_cell(tiny_run(tiny_base, tmp_path / "clean") or tmp_path / "clean")
     real, calls = lm_backend.GolinearHF._model_call, []
@@ -207,19 +209,77 @@ def test_a_resumed_cell_reads_its_own_json_cache(tmp_path, tiny_base, monkeypatc
     assert len(dbs) == 1
     import sqlite3
     rows = sqlite3.connect(dbs[0]).execute("SELECT value FROM unnamed").fetchall()
-    assert len(rows) == 1 and rows[0][0].startswith('{"ll": [')  # JSON text, not a pickle
+    assert len(rows) == 1 and rows[0][0].startswith('{"v": {"ll": [')  # JSON text, not a pickle
     monkeypatch.undo()
+    import shutil
+    shutil.copytree(tmp_path / "store", tmp_path / "edited")
+    edited = next((tmp_path / "edited").glob("partial/*/*_rank0.db"))
+    con = sqlite3.connect(edited)  # the row's result made perfect, its signature kept
+    (stored,) = con.execute("SELECT value FROM unnamed").fetchone()
+    row = json.loads(stored)
+    row["v"] = {"ll": [0.0, True]}
+    con.execute("UPDATE unnamed SET value = ?", (json.dumps(row),))
+    con.commit()
+    con.close()
     resumed = only_cell(tiny_run(tiny_base, tmp_path / "store") or tmp_path / "store")
     assert resumed["provenance"]["resumed_requests"] == 1 and resumed["value"] == clean["value"]
+    err = tiny_run(tiny_base, tmp_path / "edited", capsys)
+    assert "signature does not match" in err and "Traceback" not in err, err[-2000:]
+    redone = only_cell(tmp_path / "edited")
+    assert "resumed_requests" not in redone["provenance"] and redone["value"] == clean["value"]
+
+
+def test_lm_eval_use_cache_checks_header_and_rows(tmp_path):
+    """`golinear lm-eval --use_cache` reads a cache as `golinear run` does: one handed over without golinear's
+    header, or with an edited row, is set aside beside itself; its own rows are read back."""
+    import sqlite3
+
+    from golinear.bench.results import request_cache
+    prefix = tmp_path / "mycache"
+    db = request_cache.db_path(prefix, 0)
+    with request_cache.open_db(db) as d:  # rows without a header: a cache made elsewhere
+        d["a" * 64] = (0.0, True)
+    assert request_cache.check_or_start(db) == 0
+    assert len(list(tmp_path.glob("mycache_rank0.db.invalid-*"))) == 1
+    with request_cache.open_db(db) as d:
+        d["a" * 64] = (-3.25, False)
+    assert request_cache.check_or_start(db) == 1
+    with request_cache.open_db(db, flag="r") as d:
+        assert d["a" * 64] == (-3.25, False)
+    con = sqlite3.connect(db)
+    con.execute("UPDATE unnamed SET value = replace(value, '-3.25, false', '0.0, true')")
+    con.commit()
+    con.close()
+    with request_cache.open_db(db, flag="r") as d, pytest.raises(ValueError, match="signature"):
+        d["a" * 64]
+    with request_cache.json_values():  # what `golinear lm-eval` wraps lm-eval's CachingLM in
+        from lm_eval.api.model import CachingLM
+        from lm_eval.models.dummy import DummyLM
+        caching = CachingLM(DummyLM(), str(prefix) + "_rank0.db")
+    caching.dbdict.close()
+    assert len(list(tmp_path.glob("mycache_rank0.db.invalid-*"))) == 2
+    assert request_cache.read(db, "mycache") == (0, None)
 
 
 # ------------------------------------------------------------------------------------------------ the converted backbone
+def real_conversion() -> Path:
+    """This machine's genuine conversion of the packaged GGUF (made once, about a minute, where there is none)."""
+    from golinear.models.backbones import backbone
+    return backbone.smollm2_path()
+
+
+def link_conversion(src: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.name != "golinear_content.json":
+            os.link(f, dest / f.name)
+
+
 def test_a_converted_backbone_without_its_record_is_converted_again(tmp_path, monkeypatch, capsys):
     """A cache folder without the conversion's content record (an older golinear's, or copied from elsewhere) is not
     taken at first sight: the packaged GGUF is converted again in its place; one with its record is verified."""
-    import json
-
     from golinear.models.backbones import backbone, backbone_content
+    genuine = real_conversion()
     monkeypatch.setenv("GOLINEAR_CACHE", str(tmp_path))
     target = tmp_path / "smollm2-135m-instruct"
     target.mkdir()
@@ -227,9 +287,11 @@ def test_a_converted_backbone_without_its_record_is_converted_again(tmp_path, mo
     (target / "tokenizer.json").write_text("{}")
     converted = []
 
-    def convert(t):  # stands in for the minute-long dequantization; writes what it writes
+    def convert(t):  # stands in for the minute-long dequantization: the genuine conversion's files, linked
         converted.append(t)
-        (t / "model.safetensors").write_bytes(b"converted weights")
+        for f in t.iterdir():
+            f.unlink()
+        link_conversion(genuine, t)
         backbone_content.write_record(t, backbone_content.GGUF_SHA256)
     monkeypatch.setattr(backbone, "convert_smollm2", convert)
     assert backbone.smollm2_path() == target and converted == [target]
@@ -239,8 +301,29 @@ def test_a_converted_backbone_without_its_record_is_converted_again(tmp_path, mo
     record["gguf_sha256"] = None  # what an older golinear recorded at first sight
     (target / backbone_content.RECORD).write_text(json.dumps(record))
     assert backbone.smollm2_path() == target and len(converted) == 2
-    (target / "model.safetensors").write_bytes(b"edited")
-    with pytest.raises(ValueError, match="is damaged: model.safetensors"):
+    (target / "generation_config.json").unlink()  # a link to the genuine file: replaced, not edited in place
+    (target / "generation_config.json").write_text("{}")
+    with pytest.raises(ValueError, match="is damaged: generation_config.json"):
+        backbone.smollm2_path()
+
+
+def test_converted_weights_edited_with_their_record_are_refused(tmp_path, monkeypatch):
+    """The converted content is pinned in the code: weights edited and a record rewritten to match them are refused
+    in one line naming the file (the genuine conversion passes)."""
+    from golinear.models.backbones import backbone, backbone_content
+    genuine = real_conversion()
+    assert backbone_content.content(genuine) == backbone_content.CONTENT_SHA256
+    monkeypatch.setenv("GOLINEAR_CACHE", str(tmp_path))
+    target = tmp_path / "smollm2-135m-instruct"
+    link_conversion(genuine, target)
+    backbone_content.write_record(target, backbone_content.GGUF_SHA256)
+    assert backbone.smollm2_path() == target
+    weights = bytearray((genuine / "model.safetensors").read_bytes())
+    weights[-4:] = b"\x00\x00\x80\x3f"  # one weight set to 1.0
+    (target / "model.safetensors").unlink()
+    (target / "model.safetensors").write_bytes(bytes(weights))
+    backbone_content.write_record(target, backbone_content.GGUF_SHA256)  # the record rewritten to match
+    with pytest.raises(ValueError, match="model.safetensors has sha256 .* golinear pins"):
         backbone.smollm2_path()
 
 

@@ -54,3 +54,35 @@ def test_cards_bad_folders_are_one_line_errors(tmp_path, capsys):
     (tmp_path / "store" / "cells").mkdir(parents=True)
     assert golinear(["cards", "--checkpoints", str(tmp_path), "--store", str(tmp_path / "store")]) == 2
     assert "no checkpoint folders" in capsys.readouterr().err
+
+
+HOSTILE = "=ev`il<img src=x onerror=alert(1)>|x"
+
+
+def test_a_hostile_checkpoint_name_is_text_in_its_card(tmp_path):
+    """A folder named with a backtick, an HTML tag, a `|` and a leading `=`: the card's heading shows it as text (no
+    tag, no table cell, no broken code span), and its lm-eval line keeps it inside one code span."""
+    import re
+
+    from golinear.models.checkpoint.model_card import card_text
+    ckpt = tmp_path / HOSTILE
+    shutil.copytree(SHIPPED, ckpt)
+    text = card_text(ckpt)
+    heading = next(line for line in text.splitlines() if line.startswith("# "))
+    assert "<img" not in heading and "&lt;img" in heading and "\\`" in heading and "\\|" in heading
+    raw = [line for line in text.splitlines() if "<img" in line]  # only in the code block and the code span
+    assert len(raw) == 2 and raw[0].startswith("model, tokenizer, info = load_model(") and "``" in raw[1]
+    span = re.search(r"(`+)golinear lm-eval (.*?)\1", text)
+    assert span and f"/{HOSTILE} --tasks golinear_piqa" in span.group(2) and len(span.group(1)) == 2
+
+
+def test_csv_cells_that_would_run_as_formulas_are_text():
+    """A leaderboard CSV opened in a spreadsheet: a label starting with = + - @ is prefixed with an apostrophe;
+    numbers, negative numbers and the "-" of a missing value stay as they are."""
+    import pandas as pd
+
+    from golinear.bench.boards.leaderboard import to_csv
+    table = pd.DataFrame({"model": [HOSTILE, "+1+cmd", "@SUM(A1)", "-2+3", "gdn", "-"], "acc": [0.5, -0.25, 1, 2, 3, 4]})
+    rows = to_csv(table).splitlines()[1:]
+    assert [r.rsplit(",", 1)[0] for r in rows] == ["'" + HOSTILE, "'+1+cmd", "'@SUM(A1)", "'-2+3", "gdn", "-"]
+    assert rows[1].endswith(",-0.2500")

@@ -6,6 +6,7 @@ Uses the real SmolLM2 tokenizer and the shared data folder; small sample counts 
 from __future__ import annotations
 
 import collections
+import json
 import re
 from pathlib import Path
 
@@ -411,3 +412,26 @@ def test_disk_cache_round_trip(tok, tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "_MEMO", {})
     assert cache.cached_samples("golinear_ruler_fwe", tok, 1024, 2, 42) == first
     assert cache.cached_samples("golinear_ruler_fwe", tok, 1024, 2, 43) != first
+
+
+def test_an_edited_or_foreign_disk_cache_is_generated_again(tok, tmp_path, monkeypatch, capsys):
+    """A cache file is signed with this machine's key where it is made: one whose samples were edited (a needle's
+    answers emptied), one copied from another machine and one from before signatures are generated again."""
+    from golinear.tasks.ruler import cache
+    monkeypatch.setenv("GOLINEAR_CACHE", str(tmp_path))
+    monkeypatch.setenv("GOLINEAR_RULER_CACHE", "1")
+    monkeypatch.setattr(cache, "_MEMO", {})
+    first = cache.cached_samples("golinear_sniah_1", tok, 1024, 2, 42)
+    (path,) = (tmp_path / "ruler").glob("*.jsonl")
+    head, body = path.read_text().split("\n", 1)
+    rows = [json.loads(line) for line in body.splitlines()]
+    assert rows == first and first[0]["outputs"]
+    forged = [{**r, "outputs": ["nothing"]} for r in rows]
+    other_key = json.dumps({**json.loads(head), "mac": "0" * 64})
+    for text in (head + "\n" + "".join(json.dumps(r) + "\n" for r in forged), other_key + "\n" + body, body):
+        path.write_text(text)
+        monkeypatch.setattr(cache, "_MEMO", {})
+        capsys.readouterr()
+        assert cache.cached_samples("golinear_sniah_1", tok, 1024, 2, 42) == first
+        assert "generating its samples again" in capsys.readouterr().err
+        assert path.read_text().split("\n", 1)[1] == body  # written again, signed

@@ -238,3 +238,33 @@ def test_a_cell_that_breaks_the_parser_is_set_aside(tmp_path, capsys, damage):
     assert store.get(key) is None and not path.exists()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "invalid cell file" in err[0] and "moved to" in err[0], err
+
+
+def test_a_scorer_a_checkpoint_names_elsewhere_keys_its_cells(tmp_path):
+    """A checkpoint's config.json may name its scorer file by an absolute path outside the folder: that file's
+    content is part of the key, so changing it keys other cells (a scorer inside the folder keys as before)."""
+    import shutil
+
+    from golinear.models.spec import ModelSpec, checkpoint_identity
+    shipped = ROOT / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    for name in ("config.json", "new_params.safetensors"):
+        shutil.copy(shipped / name, folder / name)
+    plain = checkpoint_identity(folder)
+    scorer = tmp_path / "elsewhere" / "scorer.safetensors"
+    scorer.parent.mkdir()
+    scorer.write_bytes(b"scorer one")
+    config = json.loads((folder / "config.json").read_text())
+    config["linearize"]["scorer"] = str(scorer)
+    (folder / "config.json").write_text(json.dumps(config))
+    spec = ModelSpec(checkpoint=str(folder))
+    first = spec.store_key()
+    scorer.write_bytes(b"scorer two")
+    assert spec.store_key() != first and checkpoint_identity(folder) != plain
+    scorer.unlink()
+    assert checkpoint_identity(folder).endswith("+missing")
+    config["linearize"]["scorer"] = "scorer.safetensors"  # beside the weights, as golinear saves it
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "scorer.safetensors").write_bytes(b"scorer one")
+    assert "+" not in checkpoint_identity(folder)

@@ -20,7 +20,7 @@ import pandas as pd
 from golinear.bench.cli_args import REFERENCE_DIR
 from golinear.bench.boards.families import families, family_of
 from golinear.bench.boards.fitted_format import row_label
-from golinear.bench.boards.markdown import md_cell
+from golinear.bench.boards.markdown import csv_cell, md_cell
 from golinear.bench.boards.figures import legend_entries, png_bytes, pyplot
 from golinear.bench.boards import kv_comparison, kv_memory
 from golinear.bench.boards.hybrid import hybrid_plot, hybrid_table
@@ -190,7 +190,7 @@ def to_markdown(table: pd.DataFrame) -> str:
 
 
 def to_csv(table: pd.DataFrame) -> str:
-    return table.to_csv(index=False, float_format="%.4f", lineterminator="\n")
+    return table.map(csv_cell).to_csv(index=False, float_format="%.4f", lineterminator="\n")
 
 
 def sniah_plot(table: pd.DataFrame) -> bytes | None:

@@ -15,6 +15,14 @@ def md_cell(value) -> str:
     return re.sub(r"<(?=[A-Za-z/!?])", "&lt;", text)
 
 
+FORMULA = re.compile(r"^[=+@\t\r]|^-(?!\d*\.?\d*$)")  # what a spreadsheet would run as a formula (not "-", "-0.5")
+
+
+def csv_cell(value):
+    """A CSV cell a spreadsheet shows as text: one that would start a formula gets a leading apostrophe."""
+    return "'" + value if isinstance(value, str) and FORMULA.search(value) else value
+
+
 def md_table(table: pd.DataFrame) -> str:
     """A plain pipe table (no padding: the cells are long sentences)."""
     lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]

@@ -13,6 +13,8 @@ import io
 
 from tabulate import tabulate
 
+from golinear.bench.boards.markdown import csv_cell
+
 SINKS = 8
 COLUMNS = ("task", "samples", "press_score", "window_score", "same_answer", "both_right", "only_press_right",
            "only_window_right", "both_wrong")
@@ -88,7 +90,7 @@ def to_csv(rows: list[dict]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
     w.writeheader()
-    w.writerows(rows)
+    w.writerows({k: csv_cell(v) for k, v in r.items()} for r in rows)
     return buf.getvalue()
 
 

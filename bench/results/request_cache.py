@@ -4,8 +4,10 @@ unpickles what it reads), the cell it belongs to, how many requests it holds, se
 removing it, and what a full disk means for it.
 
 Each file carries a header table naming the cell (its store prefix: task, key digest, model fingerprint), signed with
-a key that never leaves this machine's golinear cache folder (HMAC-SHA256, `request-cache.key`), so a cache resumes
-only where it was made: a store handed over brings no scored requests anyone could have edited. Before a cell runs,
+a key that never leaves this machine's golinear cache folder (HMAC-SHA256, `request-cache.key`), and every row is
+signed too (the cell, the request's hash and its result), so a cache resumes only where it was made and only as it
+was written: a store handed over, or a row edited after an interrupted run, brings no scored request into a cell.
+`golinear lm-eval --use_cache` writes and checks the same header and signatures. Before a cell runs,
 an earlier attempt's file is read whole: one without the header (an older golinear's pickles, another program's
 file), made for another cell or elsewhere (its header not signed with this machine's key), with another table layout, or with an entry that is not a result of the
 shape lm-eval returns ((log-likelihood, is-greedy), a rolling log-likelihood or a generated text) is moved to
@@ -26,7 +28,7 @@ from pathlib import Path
 
 TABLE = "unnamed"        # the table lm-eval's CachingLM keeps its results in (SqliteDict's default)
 HEADER_TABLE = "golinear"  # {"cell": <the prefix's name>, "format": FORMAT, "mac": signed(cell)}
-FORMAT = "json-1"
+FORMAT = "json-2"  # every row signed
 
 
 def db_path(prefix: Path, rank: int) -> Path:
@@ -63,32 +65,32 @@ def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
 
 
-def _key() -> bytes:
-    """This machine's request-cache key (32 random bytes, made 0600 on first use in golinear's cache folder)."""
-    import secrets
-
-    from golinear.models.backbones.backbone import cache_dir
-    import tempfile
-    path = cache_dir() / "request-cache.key"
-    if not path.exists():  # written beside (mkstemp: 0600), then linked into place whole
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".request-cache.key-")
-        try:
-            os.write(fd, secrets.token_bytes(32))
-            os.close(fd)
-            try:
-                os.link(tmp, path)
-            except FileExistsError:  # another run made it first: that key is the one
-                pass
-        finally:
-            os.unlink(tmp)
-    return path.read_bytes()
+def signed(text: str) -> str:
+    from golinear.models.signing import sign
+    return sign(text)
 
 
-def signed(cell: str) -> str:
-    import hashlib
-    import hmac
-    return hmac.new(_key(), cell.encode(), hashlib.sha256).hexdigest()
+def signed_row(cell: str, key: str, value) -> str:
+    """A row as stored: the result's JSON and its signature over (cell, request hash, result)."""
+    text = encode(value)
+    return json.dumps({"v": json.loads(text), "mac": signed(f"{cell}\n{key}\n{text}")})
+
+
+def checked_row(cell: str, key: str, stored) -> object:
+    """The result a row holds, or a ValueError when its signature does not match (an edited or moved row)."""
+    from golinear.models.signing import verify
+    row = json.loads(stored)
+    if not (isinstance(row, dict) and set(row) == {"v", "mac"}):
+        raise ValueError("an entry is not a signed result")
+    text = json.dumps(row["v"])
+    if not verify(f"{cell}\n{key}\n{text}", row["mac"]):
+        raise ValueError("an entry's signature does not match its result (edited after it was written)")
+    return decode(text)
+
+
+def cell_of(db: Path) -> str:
+    """The cell a cache file belongs to: its name less `_rank<r>.db`."""
+    return db.name.rsplit("_rank", 1)[0]
 
 
 def open_db(db: Path, flag: str = "c", table: str = TABLE, autocommit: bool = True):
@@ -96,7 +98,33 @@ def open_db(db: Path, flag: str = "c", table: str = TABLE, autocommit: bool = Tr
     if table == HEADER_TABLE:
         return SqliteDict(str(db), tablename=table, flag=flag, autocommit=autocommit, encode=json.dumps,
                           decode=json.loads)
-    return SqliteDict(str(db), tablename=table, flag=flag, autocommit=autocommit, encode=encode, decode=decode)
+    cell = cell_of(db)
+
+    class SignedRows(SqliteDict):
+        """Rows signed with their request's hash: read back only under the key they were written for."""
+
+        def __setitem__(self, key, value):
+            super().__setitem__(key, signed_row(cell, key, value))
+
+        def __getitem__(self, key):
+            return checked_row(cell, key, super().__getitem__(key))
+
+        def iteritems(self):
+            for key, stored in super().iteritems():
+                yield key, checked_row(cell, key, stored)
+
+        def itervalues(self):
+            for _key, value in self.iteritems():
+                yield value
+
+        def update(self, items=(), **kwds):
+            raise TypeError("request cache rows are written one by one (each signed)")
+
+    return SignedRows(str(db), tablename=table, flag=flag, autocommit=autocommit, encode=str, decode=_text)
+
+
+def _text(stored) -> str:
+    return stored.decode() if isinstance(stored, bytes) else stored  # undecodable bytes: a UnicodeDecodeError
 
 
 def _caching_lm():
@@ -108,6 +136,7 @@ def _caching_lm():
         def __init__(self, lm, cache_db: str) -> None:
             self.lm, self.cache_db = lm, cache_db
             Path(cache_db).parent.mkdir(parents=True, exist_ok=True)  # as lm-eval's own makes its folder
+            check_or_start(Path(cache_db))  # `golinear lm-eval --use_cache` too: header and rows checked
             self.dbdict = open_db(Path(cache_db))
             lm.set_cache_hook(self.get_cache_hook())
     return JsonCachingLM
@@ -127,9 +156,13 @@ def json_values():
 
 # ----------------------------------------------------------------------------------------------- one cell's file
 def set_aside(db: Path, problem: str) -> Path:
-    """Move a damaged cache file to <store>/invalid/partial/<model>/ (kept for inspection, never read again)."""
-    store_root = db.parent.parent.parent
-    dest = store_root / "invalid" / "partial" / db.parent.name / f"{db.name}.{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    """Move a damaged cache file to <store>/invalid/partial/<model>/ (kept for inspection, never read again); one
+    outside a store (`golinear lm-eval --use_cache`) to `<file>.invalid-<time>` beside it."""
+    stamp = f"{time.strftime('%Y%m%dT%H%M%S')}.{time.time_ns() % 10**9:09d}-{os.getpid()}"
+    if db.parent.parent.name == "partial":
+        dest = db.parent.parent.parent / "invalid" / "partial" / db.parent.name / f"{db.name}.{stamp}"
+    else:
+        dest = db.with_name(f"{db.name}.invalid-{stamp}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.replace(db, dest)
@@ -170,15 +203,21 @@ def read(db: Path, cell: str) -> tuple[int, str | None]:
 def prepare(prefix: Path, rank: int) -> int:
     """Before a cell runs: the requests an earlier, killed attempt left in rank `rank`'s cache (0 when none, or
     when the file was damaged or foreign and has been set aside); a new file gets its header."""
-    db = db_path(prefix, rank)
+    return check_or_start(db_path(prefix, rank))
+
+
+def check_or_start(db: Path) -> int:
+    """The requests a cache file holds when its header and every row check out; otherwise it is set aside and a
+    new file, with its header, is started (0)."""
+    cell = cell_of(db)
     if db.exists():
-        n, problem = read(db, prefix.name)
+        n, problem = read(db, cell)
         if problem is None:
             return n
         set_aside(db, problem)
     db.parent.mkdir(parents=True, exist_ok=True)
     with open_db(db, table=HEADER_TABLE, autocommit=False) as h:
-        h["cell"], h["format"], h["mac"] = prefix.name, FORMAT, signed(prefix.name)
+        h["cell"], h["format"], h["mac"] = cell, FORMAT, signed(cell)
         h.commit()
     return 0
 

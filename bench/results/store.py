@@ -238,6 +238,13 @@ class Store:
         return not (owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int)
                     and not pid_alive(owner["pid"]))
 
+    def other_host_claim(self, key: CellKey) -> tuple[Path, dict] | None:
+        """(claim file, owner) when a process on another host holds this cell: whether it is alive cannot be seen
+        from here, so a run asks its user instead of waiting on it."""
+        path = self.claims_dir / f"{key.digest}.claim"
+        owner = self._claim_owner(path)
+        return (path, owner) if owner and owner.get("host") != socket.gethostname() else None
+
     def release(self, key: CellKey) -> None:
         (self.claims_dir / f"{key.digest}.claim").unlink(missing_ok=True)
         try:

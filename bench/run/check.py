@@ -50,8 +50,25 @@ def temp_store():
             signal.signal(signal.SIGTERM, previous)
 
 
+NOT_A_MEAN = ("perplexity", "bits_per_byte")  # metrics lm-eval aggregates otherwise than as a mean of samples
+
+
+def samples_problem(cell: dict) -> str | None:
+    """Why a cell's value is not the mean of its own per-sample scores (a value edited by hand), or None when it is,
+    or when the cell holds none or its metric is not a mean."""
+    samples, value = cell.get("per_sample") or {}, cell.get("value")
+    if not samples or value is None or any(w in str(cell.get("metric")) for w in NOT_A_MEAN):
+        return None
+    mean = sum(samples.values()) / len(samples)
+    if abs(mean - value) <= 1e-6 * max(1.0, abs(value)) and cell.get("n") in (None, len(samples)):
+        return None
+    return (f"{cell.get('task')} {cell.get('metric')} = {value:g} with n = {cell.get('n')}, but its {len(samples)} "
+            f"per-sample scores give {mean:g}")
+
+
 def evaluate_subset(model: str, suites: str, limit: int, store_dir=None, **run_kwargs) -> list[dict]:
-    """One row per (task, metric) reported by the suites, evaluated on `model` in a store of its own."""
+    """One row per (task, metric) reported by the suites, evaluated on `model` in a store of its own (or the given
+    one, whose cells are then recomputed from their per-sample scores: a value edited by hand is a row's problem)."""
     from golinear.bench.run.runner import resolve_suites, run_matrix
     with (temp_store() if store_dir is None else contextlib.nullcontext(store_dir)) as store:
         summary = run_matrix([model], suites, store, limit=limit, **run_kwargs)
@@ -62,7 +79,8 @@ def evaluate_subset(model: str, suites: str, limit: int, store_dir=None, **run_k
         m = None if cell is None else next((v for k, v in cell["metrics"].items() if k.split(",")[0] == e.metric), None)
         rows.append({"task": e.task, "metric": e.metric, "display": e.display, "higher_is_better": e.higher_is_better,
                      "value": None if m is None else m["value"], "stderr": None if m is None else m["stderr"],
-                     "n": None if cell is None else cell["n"]})
+                     "n": None if cell is None else cell["n"],
+                     "problem": None if cell is None else samples_problem(cell)})
     return rows
 
 
@@ -182,6 +200,10 @@ def run_check(model: str, baseline_path, update=False, suites=None, limit=None, 
             return 1, "\n".join([head, *changes, f"FAILED: the new parameters differ from the baseline's in "
                                                    f"{len(changes)} statistic(s); scores not evaluated"])
     current = evaluate_subset(model, suites, int(limit), store_dir, **run_kwargs)
+    edited = [r["problem"] for r in current if r.get("problem")]
+    if edited:
+        return 1, "\n".join([head, *edited, f"FAILED: {len(edited)} cell(s) of {store_dir} hold a value their own "
+                                               "per-sample scores do not give (edited by hand?); nothing compared"])
     if update:
         missing = [r["task"] for r in current if r["value"] is None]
         if missing:

@@ -125,6 +125,13 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
         done = set(box[0])
     todo = [c for c in cells if c.key.digest not in done]
     summary = RunSummary(planned=len(cells), skipped=len(cells) - len(todo))
+    for c in todo if world == 1 else []:  # before any model loads: a claim from another host is never waited on
+        held = store.other_host_claim(c.key)
+        if held:
+            path, owner = held
+            raise ValueError(f"{c.entry.task} of {c.model.label!r} is claimed by host {owner.get('host')!r} (pid "
+                             f"{owner.get('pid')!r}): {path}; let that run finish, or, if none runs there, delete "
+                             "that file to take the claim over")
 
     if todo:
         tm = task_manager or build_task_manager(data_dir, include_path, {c.entry.task for c in todo})

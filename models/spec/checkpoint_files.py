@@ -106,7 +106,18 @@ def checkpoint_identity(folder) -> str | None:
     log, plot and train_config.json beside them change nothing the model computes, so a log line appended
     or a copy of the folder without them (the two files alone, on another machine) keys the same cells; a retrained
     checkpoint (new weights or config) keys new ones."""
-    return local_files_identity(folder, (CONFIG, WEIGHTS, SCORER))
+    ident = local_files_identity(folder, (CONFIG, WEIGHTS, SCORER))
+    outside = ident and _scorer_elsewhere(folder)  # a scorer config.json names outside the folder: it keys too
+    return f"{ident}+{file_identity(outside) or 'missing'}" if outside else ident
+
+
+def _scorer_elsewhere(folder) -> str | None:
+    try:
+        scorer = read_checkpoint_config(folder).get("linearize", {}).get("scorer")
+    except (OSError, ValueError, AttributeError):  # a broken config is named where it is loaded
+        return None
+    inside = (Path(str(folder)).expanduser() / SCORER).resolve()
+    return scorer if isinstance(scorer, str) and Path(scorer).resolve() != inside else None
 
 
 def file_identity(path) -> str | None:

@@ -2,17 +2,20 @@
 
 The key covers everything the samples depend on: task, tokenizer (vocabulary hash), length, count,
 seed, the data files used, the generator source and the package versions behind word lists,
-sentence splitting and RNGs; so a stale entry cannot be served. Set
-GOLINEAR_RULER_CACHE=0 to turn the disk cache off.
+sentence splitting and RNGs; so a stale entry cannot be served. A file's first line signs its key and rows with this
+machine's key (models.signing): a file edited after it was written, or copied from elsewhere, is generated again
+(one line says so), never served. Set GOLINEAR_RULER_CACHE=0 to turn the disk cache off.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 from golinear.models.atomic import atomic_write
+from golinear.models.signing import sign, verify
 
 from .api import build_samples, data_files, resolve_task
 from .resources import resolve_data_dir
@@ -61,6 +64,20 @@ def cache_dir() -> Path:
     return Path(base) / "ruler"
 
 
+def _read_signed(path: Path, key: str) -> list[dict] | None:
+    """The rows of a cache file whose first line signs them under `key`; None (generate again) for any other."""
+    try:
+        head, _, body = path.read_text(encoding="utf-8").partition("\n")
+        header = json.loads(head)
+        if isinstance(header, dict) and header.get("key") == key and verify(key + "\n" + body, header.get("mac")):
+            return [json.loads(line) for line in body.splitlines()]
+    except (OSError, ValueError):
+        pass
+    print(f"golinear: RULER sample cache {path} is not as this machine wrote it (edited or copied from elsewhere); "
+          "generating its samples again", file=sys.stderr, flush=True)
+    return None
+
+
 def cached_samples(task: str, tokenizer, max_seq_length, num_samples, seed, data_dir=None) -> list[dict]:
     spec = resolve_task(task)
     tok = _load_tokenizer(tokenizer)
@@ -72,12 +89,12 @@ def cached_samples(task: str, tokenizer, max_seq_length, num_samples, seed, data
         return _MEMO[key]
     use_disk = os.environ.get("GOLINEAR_RULER_CACHE", "1") != "0"
     path = cache_dir() / f"{spec.name}-{max_seq_length}-{key}.jsonl"
-    if use_disk and path.exists():
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    else:
+    rows = _read_signed(path, key) if use_disk and path.exists() else None
+    if rows is None:
         rows = build_samples(spec.name, tok, max_seq_length=max_seq_length, num_samples=num_samples,
                              seed=seed, data_dir=data_path)
         if use_disk:
-            atomic_write(path, "".join(json.dumps(row) + "\n" for row in rows))
+            body = "".join(json.dumps(row) + "\n" for row in rows)
+            atomic_write(path, json.dumps({"key": key, "mac": sign(key + "\n" + body)}) + "\n" + body)
     _MEMO[key] = rows
     return rows
