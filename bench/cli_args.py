@@ -101,6 +101,11 @@ def run(p):
     p.add_argument("--include-path", default=None, help="extra lm-eval task folder")
     p.add_argument("--batch-size", default="1", help="batch size (int or 'auto')")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0, ...")
+    p.add_argument("--generation", default="fast", choices=("fast", "reference"),
+                   help="fast: each row's batched decoder (default); reference: each one's one-at-a-time definition "
+                        "(HF generate for full attention, one prompt at a time for linearized rows, kvpress's "
+                        "DynamicCache for presses), the parity cross-check; cells are keyed alike, so give it a "
+                        "--store of its own (scripts/gpu/parity.py compares the two)")
 
 
 def leaderboard(p):

@@ -261,3 +261,20 @@ def test_full_attention_generates_on_the_static_decoder_on_cuda(monkeypatch):
     assert B.check_model_args("golinear-hf", {"device": "cuda"})["generation"] == "batched"
     assert B.check_model_args("golinear-hf", {"device": "cuda", "generation": "hf"})["generation"] == "hf"
     assert B.check_model_args("linearized", {"device": "cuda", "mechanism": "gdn"})["generation"] == "batched"
+
+
+def test_reference_generation_picks_each_backends_definition():
+    """`golinear run --generation reference`: HF generate for full attention, one prompt at a time for a linearized
+    model, kvpress's DynamicCache for a press (the parity cross-check); fast leaves each backend its default."""
+    from golinear.bench.run import specs as S
+    from golinear.bench.run.execute import backend_and_args
+    rows = {"full": ("golinear-hf", "hf"), "gdn-default": ("linearized", "sequential"),
+            "press=snapkv,kv_budget=256": ("golinear-press", "dynamic")}
+    for text, (backend, reference) in rows.items():
+        spec = S.parse_model_spec(text)
+        assert backend_and_args(spec)[0] == backend and "generation" not in backend_and_args(spec)[1]
+        got_backend, args = backend_and_args(spec, "reference")
+        assert (got_backend, args["generation"]) == (backend, reference)
+        assert B.check_model_args(backend, args)["generation"] == reference  # each one a form the backend allows
+    with pytest.raises(ValueError, match="--generation 'slow'; allowed: fast, reference"):
+        backend_and_args(S.parse_model_spec("full"), "slow")

@@ -59,10 +59,22 @@ def with_metadata(tm, metadata: dict):
 
 
 # ----------------------------------------------------------------------------- models
-def backend_and_args(spec: S.ModelSpec) -> tuple[str, dict]:
-    if spec.press is not None:
-        return "golinear-press", spec.model_args()
-    return ("golinear-hf" if spec.is_full_attention else "linearized"), spec.model_args()
+# `golinear run --generation reference`: each backend's one-at-a-time definition of its batched decoder (HF generate
+# for full attention, one prompt at a time for a linearized model, kvpress's DynamicCache for a press): the parity
+# cross-check of the fast paths, never the default
+GENERATIONS = ("fast", "reference")
+REFERENCE_GENERATION = {"golinear-hf": "hf", "linearized": "sequential", "golinear-press": "dynamic"}
+
+
+def backend_and_args(spec: S.ModelSpec, generation: str = "fast") -> tuple[str, dict]:
+    if generation not in GENERATIONS:
+        raise ValueError(f"--generation {generation!r}; allowed: {', '.join(GENERATIONS)}")
+    backend = "golinear-press" if spec.press is not None else (
+        "golinear-hf" if spec.is_full_attention else "linearized")
+    args = spec.model_args()
+    if generation == "reference":
+        args["generation"] = REFERENCE_GENERATION[backend]
+    return backend, args
 
 
 
@@ -80,15 +92,15 @@ def validate_model(spec: S.ModelSpec, device: str) -> None:
         raise ValueError(f"model {spec.label!r}: {e}") from None
 
 
-def build_lm(spec: S.ModelSpec, batch_size=1, device="cpu"):
+def build_lm(spec: S.ModelSpec, batch_size=1, device="cpu", generation: str = "fast"):
     """An lm-eval LM for a spec: `golinear-hf` for full attention, `golinear-press` for a compressed cache,
-    `linearized` otherwise."""
+    `linearized` otherwise; `generation` "reference" generates on each one's one-at-a-time definition."""
     import lm_eval.models  # noqa: F401 - registers the built-ins first (registry pitfall)
     from lm_eval.api.registry import get_model
 
     import golinear.bench.backends.lm_backend  # noqa: F401 - registers golinear-hf and linearized
     import golinear.bench.backends.press_backend  # noqa: F401 - registers golinear-press
-    backend, args = backend_and_args(spec)
+    backend, args = backend_and_args(spec, generation)
     return get_model(backend).create_from_arg_obj(args, {"batch_size": batch_size, "device": device})
 
 

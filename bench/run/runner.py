@@ -75,7 +75,7 @@ def check_run_values(*, limit, budgets, sinks, context_length, num_samples, seed
 def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, context_length=4096,
                num_samples=None, data_dir=None, batch_size=1, device="cpu", seed=42,
                bootstrap_iters=1000, include_path=None, extra_suites=None, task_manager=None,
-               progress=True, wait_s: float = 2.0, tasks=None) -> RunSummary:
+               progress=True, wait_s: float = 2.0, tasks=None, generation: str = "fast") -> RunSummary:
     """Evaluate every missing cell of models x suites (x budgets) into `store`; returns a summary.
 
     `models`: spec strings or ModelSpecs; `suites`: names (cr, mmlu, lambada, sniah, ruler) or a
@@ -85,6 +85,9 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     """
     from tqdm.auto import tqdm
     logging.getLogger("sqlitedict").setLevel(logging.CRITICAL)  # its thread's errors reach us; said in one line
+    from golinear.bench.run.execute import GENERATIONS
+    if generation not in GENERATIONS:
+        raise ValueError(f"--generation {generation!r}; allowed: {', '.join(GENERATIONS)}")
     data_dir = check_data_dir(data_dir if data_dir is not None else default_data_dir())
     if data_dir:  # local data: never wait on Hub retries (lm-eval pitfall); set before `datasets` loads
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -160,7 +163,7 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
                         queue.append(group)
                         continue
                 spec = group[0].model
-                lm = build_lm(spec, batch_size, device)  # under a launcher HFLM puts each rank on its own device
+                lm = build_lm(spec, batch_size, device, generation)  # under a launcher HFLM puts each rank on its own device
                 info = ModelInfo.from_lm(lm)
                 for c in claimed_in_turn(store, group, world, wait_s, summary):
                     bar.set_postfix_str(f"{spec.label} / {c.entry.task}")
@@ -250,7 +253,7 @@ def main(args) -> int:
                    context_length=args.context_length, num_samples=args.num_samples,
                    data_dir=args.data_dir,
                    batch_size=bs, device=args.device, seed=args.seed, include_path=args.include_path,
-                   tasks=args.tasks)
+                   tasks=args.tasks, generation=getattr(args, "generation", "fast"))
     if distributed_context()[0] == 0:
         table = score_table(s.cells)
         if table:
