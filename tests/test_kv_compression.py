@@ -308,10 +308,14 @@ def test_only_presses_that_draw_random_numbers_are_seeded(monkeypatch):
 
     from golinear.models.kv_compression import presses as P
 
-    def draws(cls) -> bool:
+    def draws(cls) -> bool:  # the class's kvpress modules and the kvpress modules they import (a press it holds)
+        import importlib
+        names = {c.__module__ for c in cls.__mro__ if c.__module__.startswith("kvpress")}
+        for name in list(names):
+            names |= set(re.findall(r"^from (kvpress[\w.]*) import", inspect.getsource(importlib.import_module(name)),
+                                    re.MULTILINE))
         return any(re.search(r"torch\.(rand|randn|randint|randperm|normal|bernoulli|multinomial)\(",
-                             inspect.getsource(inspect.getmodule(c)))
-                   for c in cls.__mro__ if c.__module__.startswith("kvpress"))
+                             inspect.getsource(importlib.import_module(n))) for n in names)
     random_scorers = {name for name, (cls, _) in P.PRESSES.items() if draws(getattr(kvpress, cls))}
     assert random_scorers == P.DRAWS_RANDOM
     for name in (*P.PRESSES, *P.HEAD_ADAPTIVE):
