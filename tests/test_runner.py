@@ -315,3 +315,24 @@ def test_budget_sweep_keeps_retention_slots_inside_the_budget():
     assert (at128.sinks, at128.window, at128.retain, at128.budget) == (8, 112, 8, 128)
     with pytest.raises(ValueError, match="must exceed the 8 sink tokens \\+ 8 retention slots"):
         ret.with_budget(16, 8)
+
+
+def test_lm_evals_environment_report_is_collected_once_per_process(monkeypatch):
+    """lm-eval's add_env_info (torch's collect_env: subprocesses, ~0.8 s a cell on a GPU machine) runs at the first
+    cell only; every cell still gets the same report."""
+    import lm_eval.evaluator
+
+    from golinear.bench.run.execute import env_info_once
+    calls = []
+
+    def collect(storage):
+        calls.append(1)
+        storage.update(pretty_env_info=f"report {len(calls)}", transformers_version="x")
+    monkeypatch.setattr(lm_eval.evaluator, "add_env_info", collect)
+    env_info_once()
+    env_info_once()  # installing twice wraps once
+    first, second = {"results": 1}, {}
+    lm_eval.evaluator.add_env_info(first)
+    lm_eval.evaluator.add_env_info(second)
+    assert calls == [1] and first["pretty_env_info"] == second["pretty_env_info"] == "report 1"
+    assert first["results"] == 1 and second["transformers_version"] == "x"

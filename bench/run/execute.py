@@ -189,6 +189,23 @@ def per_sample(res: dict, metric: str, filt: str) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- one cell
+def env_info_once() -> None:
+    """lm-eval collects torch's environment report (nvidia-smi, pip and more, in subprocesses: about 0.8 s on a GPU
+    machine) for every `simple_evaluate`, a third of a 30-sample S-NIAH cell's time; the report cannot change within a
+    process, so it is collected at the first cell and copied into the others."""
+    import lm_eval.evaluator
+    if getattr(lm_eval.evaluator.add_env_info, "once", False):
+        return
+    original, report = lm_eval.evaluator.add_env_info, {}
+
+    def add_env_info(storage: dict):
+        if not report:
+            original(report)
+        storage.update(report)
+    add_env_info.once = True
+    lm_eval.evaluator.add_env_info = add_env_info
+
+
 def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info: ModelInfo, versions, git, world,
                   cache: Path | None = None) -> dict | None:
     """One cell through lm-eval. With `cache`, lm-eval's CachingLM keeps each scored request there as it
@@ -196,6 +213,7 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info: ModelInfo
     instead of recomputed."""
     import lm_eval
     quiet.lm_eval_git_probe()
+    env_info_once()
     e, cfg = cell.entry, cell.config
     resumed = 0
     if cache is not None:
