@@ -23,7 +23,7 @@ from tabulate import tabulate
 
 from golinear.bench.cli_args import MMLU_BATCH, MMLU_CATEGORIES  # noqa: F401 - the --mmlu choices
 from golinear.models.attention.linearize import DEFAULT_RECIPE, decode_state_bytes
-from golinear.models.data_dir import chosen_data_dir, require_hub
+from golinear.models.data_dir import chosen_data_dir, fetch_command, require_hub
 from golinear.models.load import load_model
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
@@ -35,14 +35,20 @@ SHIPPED_NAME = "Ruth 1-4, King James Version (shipped with golinear)"
 
 def heldout_passage(tokenizer, n_tokens: int, data_dir=None) -> tuple[torch.Tensor, str]:
     """The first n tokens of the first held-out book (never trained on: models.training.data's held-out rule), or
-    of the shipped passage when there is no data folder."""
-    if chosen_data_dir(data_dir) is None:
-        text, name = SHIPPED_PASSAGE.read_text(encoding="utf-8"), SHIPPED_NAME
-    else:
+    of the shipped passage when there is no data folder or it lacks the books corpus (a partly fetched one)."""
+    text, name = SHIPPED_PASSAGE.read_text(encoding="utf-8"), SHIPPED_NAME
+    folder = chosen_data_dir(data_dir)
+    if folder is not None:
         from golinear.models.training import data
-        docs = dict(data.read_jsonl_docs(data.book_files(data_dir)))
-        name = data.heldout_ids(docs, 8)[0]
-        text = docs[name][:20 * n_tokens]
+        try:
+            files = data.book_files(folder)
+        except FileNotFoundError:
+            print(f"the data folder {folder!r} has no books corpus ({data.BOOKS_FOLDER}/; fetch it with "
+                  f"{fetch_command(folder, data.BOOKS_FOLDER)}): the perplexity passage is the shipped one")
+        else:
+            docs = dict(data.read_jsonl_docs(files))
+            name = data.heldout_ids(docs, 8)[0]
+            text = docs[name][:20 * n_tokens]
     ids = tokenizer(text, return_tensors="pt").input_ids[:, :n_tokens]
     if ids.shape[1] < n_tokens:
         raise ValueError(f"--tokens {n_tokens}: the passage {name!r} has {ids.shape[1]} tokens; allowed: 2.."
@@ -161,6 +167,21 @@ def jobs(args, suites: list[str]) -> list[tuple[str, list[str], dict]]:
     return out
 
 
+def check_suite_data(args, suites: list[str]) -> None:
+    """The evaluation's documents exist before any model loads: each file of the data folder (a partly fetched
+    folder names what to fetch), or the Hub for the standard suites when there is no folder."""
+    from golinear.bench.run import plan
+    folder = chosen_data_dir(args.data_dir)
+    standard = [s for s in suites if s not in plan.LONG_SUITES]
+    if folder is None:
+        if standard:
+            require_hub(f"the demo's evaluation of {', '.join(standard)}",
+                        "; `golinear demo --skip-eval` runs without either (no evaluation)")
+        return
+    folder = plan.check_data_dir(folder)
+    plan.check_task_data(plan.resolve_suites(suites, {"mmlu": [mmlu_entry(args.mmlu)]}), folder)
+
+
 def probe_environment_once():
     """lm-eval re-runs torch's environment probe (pip, conda and lscpu subprocesses: seconds) for every
     cell, for a report golinear does not keep (the runner records its own provenance); the environment
@@ -202,8 +223,8 @@ def main(args) -> int:
     bad = [s for s in suites if s not in runner.ALL_SUITES]
     if bad or not suites:
         raise ValueError(f"--suites {args.suites!r}; allowed: {', '.join(runner.ALL_SUITES)}")
-    if chosen_data_dir(args.data_dir) is None and not args.skip_eval and set(suites) - set(runner.LONG_SUITES):
-        require_hub(f"--suites {args.suites}")  # before any model loads
+    if not args.skip_eval:  # before any model loads
+        check_suite_data(args, suites)
     quiet_progress_bars()
     print(tabulate(summary_rows(checkpoint, args.tokens, args.data_dir), headers="keys", tablefmt="github"))
     if args.skip_eval:

@@ -32,6 +32,19 @@ def existing_data_dir(data_dir: str | os.PathLike | None = None, needs: str = "t
     return path
 
 
+def fetch_command(data_dir: str | os.PathLike, rel_path: str) -> str:
+    """The command that fetches the data folder's top folder holding `rel_path` (a partly fetched folder lacks
+    it), e.g. `golinear data fetch --out DIR --folders piqa`."""
+    return f"`golinear data fetch --out {data_dir} --folders {str(rel_path).strip('/').split('/')[0]}`"
+
+
+def missing_data(data_dir: str | os.PathLike, rel_path: str, needs: str) -> FileNotFoundError:
+    """The one-line error for a file or folder absent from an existing data folder: what it is, what needs it,
+    and the command that fetches it."""
+    return FileNotFoundError(f"{needs} needs {rel_path} in the data folder {str(data_dir)!r}, which does not have it; "
+                             f"fetch it with {fetch_command(data_dir, rel_path)}")
+
+
 def hub_reachable(timeout: float = 8.0) -> bool:
     """Whether the Hugging Face Hub answers (any HTTP reply counts); False when its offline switches are set."""
     import urllib.error
@@ -49,8 +62,9 @@ def hub_reachable(timeout: float = 8.0) -> bool:
     return True
 
 
-def require_hub(needs: str) -> None:
-    """Without a data folder the standard suites come from the Hub: a one-line answer when it cannot be reached."""
+def require_hub(needs: str, otherwise: str = "") -> None:
+    """Without a data folder the standard suites come from the Hub: a one-line answer when it cannot be reached
+    (`otherwise`: what the user can run instead, appended)."""
     if not hub_reachable():
         raise FileNotFoundError(f"{needs} needs a local data folder or the Hugging Face Hub; there is no data folder "
-                                f"(no {DEFAULT_DATA_DIR}) and the Hub cannot be reached: {HINT}")
+                                f"(no {DEFAULT_DATA_DIR}) and the Hub cannot be reached: {HINT}{otherwise}")

@@ -122,7 +122,8 @@ def check_task_data(entries, data_dir: str | None) -> None:
     for e in entries:
         by_suite.setdefault(e.suite, []).append(e.task)
         if e.data and data_dir and not any((Path(data_dir) / d).exists() for d in e.data):
-            raise FileNotFoundError(f"task {e.display} needs {' or '.join(e.data)} in the data folder {data_dir!r}")
+            from golinear.models.data_dir import missing_data
+            raise missing_data(data_dir, e.data[0], f"task {e.display}")
     for suite, tasks in by_suite.items():
         mod = suite_module(suite)
         if hasattr(mod, "check_data"):
