@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 import time
 from pathlib import Path
 
@@ -93,18 +94,36 @@ def summary_rows(checkpoint: str | None, n_tokens: int, data_dir=None) -> list[d
         trained = info["linearize"] is None or info.get("trained")
         rows.append({
             "model": label + ("" if trained else " (untrained)"),
-            "mechanism": "full attention" if info["linearize"] is None else "GDN + w56 + s8 + SC",
+            "mechanism": "full attention" if info["linearize"] is None else "GDN+w56+s8+SC",
             "new params": f"{info['new_parameters']:,}",
-            "cache budget": "inf" if info["linearize"] is None else info["cache_budget"],
-            "decode cache @1K (MiB)": round(cache_bytes(model, info, 1024) / 2 ** 20, 2),
-            "decode cache @32K (MiB)": round(cache_bytes(model, info, 32768) / 2 ** 20, 2),
-            f"ppl ({ids.shape[1]} held-out tokens)": round(ppl, 2),
-            "seconds": round(time.time() - t0, 1),
+            "budget": "inf" if info["linearize"] is None else info["cache_budget"],
+            "MiB @1K": round(cache_bytes(model, info, 1024) / 2 ** 20, 2),
+            "MiB @32K": round(cache_bytes(model, info, 32768) / 2 ** 20, 2),
+            "ppl": round(ppl, 2),
+            "load+ppl s": round(time.time() - t0, 1),
         })
         del model
     print(f"held-out passage: {'' if book == SHIPPED_NAME else 'book '}{book!r}, {ids.shape[1]} tokens (SmolLM2 "
           "tokenizer); fp32 on CPU")
     return rows
+
+
+def summary_table(rows: list[dict]) -> str:
+    return tabulate(rows, headers="keys", tablefmt="simple", disable_numparse=True)
+
+
+def summary_notes(rows: list[dict], n_tokens: int) -> list[str]:
+    """The summary table's legend, and why a checkpoint's perplexity can be below full attention's."""
+    notes = [f"budget: the tokens kept for softmax attention (inf: all); MiB @1K / @32K: decode-cache memory (fp32) "
+             f"at 1K / 32K tokens of context; ppl: perplexity on the {n_tokens} held-out tokens; load+ppl s: seconds "
+             "to load the model and score the passage"]
+    full, *others = rows
+    lower = [r["model"] for r in others if r["ppl"] < full["ppl"]]
+    if lower:
+        notes.append(f"{', '.join(lower)}: perplexity below full attention's. The backbone is frozen, but the new "
+                     "parameters were trained on books like this held-out one (the backbone was not), so on this "
+                     "passage they can fit the text better; the suites' scores are the comparison, not this number")
+    return notes
 
 
 
@@ -226,7 +245,9 @@ def main(args) -> int:
     if not args.skip_eval:  # before any model loads
         check_suite_data(args, suites)
     quiet_progress_bars()
-    print(tabulate(summary_rows(checkpoint, args.tokens, args.data_dir), headers="keys", tablefmt="github"))
+    rows = summary_rows(checkpoint, args.tokens, args.data_dir)
+    print(summary_table(rows))
+    print("\n".join(textwrap.fill(note, 100) for note in summary_notes(rows, args.tokens)))
     if args.skip_eval:
         return 0
     if checkpoint:  # a relative path keeps leaderboard labels short and clone-independent
@@ -248,9 +269,10 @@ def main(args) -> int:
         print(f"   {s.evaluated} cells evaluated, {s.skipped} already in the store, {time.time() - t0:.0f} s",
               flush=True)
     leaderboard.render(args.store, args.out)
-    from golinear.bench.run.run_summary import score_table
+    from golinear.bench.run.run_summary import NOISE_NOTE, task_table
     print("\nThe demo's scores (accuracies and S-NIAH/RULER scores in percent; n: documents or samples a task):\n")
-    print(score_table(cells) + "\n")
+    print(task_table(cells))
+    print(textwrap.fill(NOISE_NOTE, 100) + "\n")
     print(f"leaderboards written to {args.out}/ (cells in {args.store}; re-running skips finished cells)")
     print("A full run adds every document, all 57 MMLU subjects and 4K-token long context: see docs/demo.md.")
     return 0

@@ -20,6 +20,43 @@ def score_text(cell: dict) -> str:
     return f"{value:.2f}"
 
 
+NOISE_NOTE = ("With n of 1-4 one document or sample moves a score by 25-100 points: differences between the rows "
+              "are noise, not results (a full run: docs/demo.md)")
+
+
+def cell_model(cell: dict) -> str:
+    return cell.get("model", {}).get("label") or cell.get("key", {}).get("model", "?")
+
+
+def task_table(cells: list[dict | None]) -> str:
+    """Tasks x models (one row per task, its n, one column per model and, for two models, their difference in
+    points): as narrow for twenty tasks as for one; '' when there is no cell."""
+    models: list[str] = []
+    rows: dict[str, dict] = {}
+    for cell in cells:
+        if not cell:
+            continue
+        model, task = cell_model(cell), cell.get("display") or cell.get("task", "?")
+        if model not in models:
+            models.append(model)
+        row = rows.setdefault(task, {"n": cell.get("n"), "values": {}, "text": {}})
+        row["text"][model] = score_text(cell)
+        if isinstance(cell.get("value"), (int, float)):
+            row["values"][model] = float(score_text(cell))
+    if not rows:
+        return ""
+    headers = ["task", "n", *models] + ([f"{models[1]} - {models[0]}"] if len(models) == 2 else [])
+    table = []
+    for task, row in rows.items():
+        line = [task, "-" if row["n"] is None else str(row["n"])] + [row["text"].get(m, "-") for m in models]
+        if len(models) == 2:
+            a, b = (row["values"].get(m) for m in models)
+            line.append("-" if a is None or b is None else f"{b - a:+.1f}")
+        table.append(line)
+    return tabulate(table, headers=headers, tablefmt="simple", disable_numparse=True,
+                    colalign=("left", *["right"] * (len(headers) - 1)))
+
+
 def score_table(cells: list[dict | None]) -> str:
     """Models x scores of the given cells (missing ones left out); '' when there is none."""
     rows: dict[str, dict[str, str]] = {}
@@ -27,7 +64,7 @@ def score_table(cells: list[dict | None]) -> str:
     for cell in cells:
         if not cell:
             continue
-        model = cell.get("model", {}).get("label") or cell.get("key", {}).get("model", "?")
+        model = cell_model(cell)
         column = cell.get("display") or cell.get("task", "?")
         if cell.get("n") is not None and (cell.get("key", {}).get("config", {}).get("limit") is not None):
             column += f" (n={cell['n']})"
