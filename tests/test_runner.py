@@ -246,7 +246,7 @@ def test_killed_cell_resumes_from_its_request_cache(tmp_path, monkeypatch):
     partial = list((tmp_path / "killed").glob("partial/*/*_rank0.db"))
     assert len(partial) == 1
     fp = clean["model"]["info"]["base_fingerprint"]
-    assert partial[0].name.endswith(f"--{fp}_rank0.db")  # keyed by the model's weights (was '--nofp' for all)
+    assert partial[0].name.endswith(f"--{fp}_rank0.db")  # keyed by the model's weights
 
     def counted(self, *a, **k):
         calls.append(1)
