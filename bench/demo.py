@@ -269,10 +269,10 @@ def main(args) -> int:
         print(f"   {s.evaluated} cells evaluated, {s.skipped} already in the store, {time.time() - t0:.0f} s",
               flush=True)
     leaderboard.render(args.store, args.out)
-    from golinear.bench.run.run_summary import NOISE_NOTE, task_table
+    from golinear.bench.run.run_summary import noise_note, task_table
     print("\nThe demo's scores (accuracies and S-NIAH/RULER scores in percent; n: documents or samples a task):\n")
     print(task_table(cells))
-    print(textwrap.fill(NOISE_NOTE, 100) + "\n")
+    print(textwrap.fill(noise_note(cells), 100) + "\n")
     print(f"leaderboards written to {args.out}/ (cells in {args.store}; re-running skips finished cells)")
     print("A full run adds every document, all 57 MMLU subjects and 4K-token long context: see docs/demo.md.")
     return 0

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from golinear.bench import demo, quiet
-from golinear.bench.run.run_summary import NOISE_NOTE, task_table
+from golinear.bench.run.run_summary import noise_note, task_table
 
 ROOT = Path(__file__).resolve().parent.parent
 CELLS = ROOT / "leaderboards" / "store" / "cells"
@@ -36,7 +36,10 @@ def test_the_demos_score_table_is_narrow_with_a_labelled_difference():
         assert line.split()[0] == a["display"] == b["display"] and line.split()[1] == "4"
         assert line.split()[-1] == f"{round(100 * b['value'], 1) - round(100 * a['value'], 1):+.1f}"
     assert task_table([None]) == ""
-    assert "noise" in NOISE_NOTE and "1-4" in NOISE_NOTE
+    assert noise_note(full + gdn).startswith("With n of 4 one document or sample moves a score by 25 points")
+    one, twelve = {**full[0], "n": 1}, {**full[0], "n": 12}
+    assert "n of 1-12 one document or sample moves a score by 8-100 points" in noise_note([one, None, twelve])
+    assert noise_note([None]) == ""
 
 
 def summary(full_ppl: float, gdn_ppl: float) -> list[dict]:

@@ -20,8 +20,15 @@ def score_text(cell: dict) -> str:
     return f"{value:.2f}"
 
 
-NOISE_NOTE = ("With n of 1-4 one document or sample moves a score by 25-100 points: differences between the rows "
-              "are noise, not results (a full run: docs/demo.md)")
+def noise_note(cells: list[dict | None]) -> str:
+    """Why a quick subset's differences mean nothing: how far one document or sample moves a score at these n."""
+    ns = sorted({int(c["n"]) for c in cells if c and c.get("n")})
+    if not ns:
+        return ""
+    span = (f"{ns[0]}" if ns[0] == ns[-1] else f"{ns[0]}-{ns[-1]}", f"{100 / ns[-1]:.0f}" if ns[0] == ns[-1]
+            else f"{100 / ns[-1]:.0f}-{100 / ns[0]:.0f}")
+    return (f"With n of {span[0]} one document or sample moves a score by {span[1]} points: differences between "
+            "the rows this size are noise, not results (a full run: docs/demo.md)")
 
 
 def cell_model(cell: dict) -> str:
