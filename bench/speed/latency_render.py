@@ -104,8 +104,6 @@ def render_plot(df, png_path: Path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from golinear.bench.boards.figures import legend_entries
     ok = df[df.status == "ok"]
     groups = list(ok.groupby(["model", "device", "dtype", "weights"]))
     configs = list(dict.fromkeys(ok.sort_values("config").config))
@@ -137,7 +135,11 @@ def render_plot(df, png_path: Path):
             ax.grid(alpha=0.3)
         row[0].set_yscale("log")
     fig.tight_layout()
-    fig.legend(*legend_entries(axes.flat), fontsize=10, ncol=3, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+    entries = {}  # every panel's entries, each label once
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    fig.legend(list(entries.values()), list(entries), fontsize=10, ncol=3, loc="upper center", bbox_to_anchor=(0.5, 0.0),
                frameon=False)
     with atomic_path(png_path) as tmp:
         fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight", metadata={"Software": None})
