@@ -32,17 +32,39 @@ def existing_data_dir(data_dir: str | os.PathLike | None = None, needs: str = "t
     return path
 
 
-def fetch_command(data_dir: str | os.PathLike, rel_path: str) -> str:
-    """The command that fetches the data folder's top folder holding `rel_path` (a partly fetched folder lacks
-    it), e.g. `golinear data fetch --out DIR --folders piqa`."""
-    return f"`golinear data fetch --out {data_dir} --folders {str(rel_path).strip('/').split('/')[0]}`"
+def top_folder(rel_path: str) -> str:
+    return str(rel_path).strip("/").split("/")[0]
 
 
-def missing_data(data_dir: str | os.PathLike, rel_path: str, needs: str) -> FileNotFoundError:
-    """The one-line error for a file or folder absent from an existing data folder: what it is, what needs it,
-    and the command that fetches it."""
-    return FileNotFoundError(f"{needs} needs {rel_path} in the data folder {str(data_dir)!r}, which does not have it; "
-                             f"fetch it with {fetch_command(data_dir, rel_path)}")
+def fetch_command(data_dir: str | os.PathLike, *rel_paths: str) -> str:
+    """The command that fetches the data folder's top folders holding `rel_paths` (a partly fetched folder lacks
+    them), e.g. `golinear data fetch --out DIR --folders piqa`."""
+    return f"`golinear data fetch --out {data_dir} --folders {','.join(dict.fromkeys(map(top_folder, rel_paths)))}`"
+
+
+class MissingData(FileNotFoundError):
+    """A file or folder absent from an existing data folder: what it is, what needs it, the command that fetches it."""
+
+    def __init__(self, data_dir: str | os.PathLike, rel_path: str, needs: str):
+        self.data_dir, self.rel_path, self.needs = str(data_dir), rel_path, needs
+        super().__init__(f"{needs} needs {rel_path} in the data folder {self.data_dir!r}, which does not have it; "
+                         f"fetch it with {fetch_command(data_dir, rel_path)}")
+
+
+missing_data = MissingData
+
+
+def all_missing(errors: list[MissingData]) -> MissingData | FileNotFoundError:
+    """One line for everything a partly fetched folder lacks: each part and what needs it, one fetch command."""
+    needs: dict[str, list[str]] = {}
+    for e in errors:
+        needs.setdefault(e.rel_path, []).append(e.needs)
+    if len(needs) == 1 and len(errors) == 1:
+        return errors[0]
+    parts = "; ".join(f"{rel} ({', '.join(who[:3])}{f' and {len(who) - 3} more' if len(who) > 3 else ''})"
+                      for rel, who in needs.items())
+    return FileNotFoundError(f"the data folder {errors[0].data_dir!r} does not have {parts}; fetch "
+                             f"{'it' if len(needs) == 1 else 'them'} with {fetch_command(errors[0].data_dir, *needs)}")
 
 
 def hub_reachable(timeout: float = 8.0) -> bool:

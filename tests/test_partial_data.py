@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import golinear.models.checkpoint  # noqa: F401 - imported before any test patches the weight loader they take
+import golinear.models.load  # noqa: F401
 from golinear.bench.cli import main as cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,10 +50,22 @@ def test_every_error_names_the_missing_folder_and_its_fetch_command(partial, tmp
              + (["--out", str(tmp_path / "out")] if argv == ["demo"] else []))
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
-    missing = folder or err.split("--folders ")[1].split("`")[0]
-    assert missing not in FETCHED
-    assert f"`golinear data fetch --out {partial} --folders {missing}`" in err
+    folders = err.split(f"`golinear data fetch --out {partial} --folders ")[1].split("`")[0].split(",")
+    assert (folder is None or folder in folders) and not set(folders) & set(FETCHED), err
     assert not (tmp_path / "store").exists()
+
+
+@needs_data
+def test_everything_a_run_lacks_is_named_in_one_line_with_one_fetch_command(partial, tmp_path, no_weights, capsys):
+    rc = cli(["run", "--models", "full", "--suites", "cr,lambada,sniah", "--data-dir", str(partial),
+              "--store", str(tmp_path / "store")])
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    for part in ("paul_graham_essays (task S-NIAH-2, task S-NIAH-3)", "piqa/valid.jsonl", "winogrande/dev.jsonl",
+                 "lambada_openai/lambada_test.jsonl"):
+        assert part in err, err
+    assert err.endswith(f"fetch them with `golinear data fetch --out {partial} --folders "
+                        "paul_graham_essays,piqa,winogrande,lambada_openai`"), err
 
 
 @needs_data
