@@ -87,7 +87,8 @@ def run(p):
     p.add_argument("--suites", default="cr,mmlu,lambada", help=f"comma-separated, from {','.join(ALL_SUITES)}")
     p.add_argument("--tasks", default=None,
                    help="only these tasks of the suites, comma-separated task or display names (e.g. MQ,MV,VT)")
-    p.add_argument("--limit", type=int, default=None, help="first N documents per task (subtask for MMLU)")
+    p.add_argument("--limit", type=int, default=None,
+                   help="first N documents per task (subtask for MMLU); default: every document")
     p.add_argument("--store", default="runs/store", help="result store folder (default runs/store)")
     p.add_argument("--budgets", default=None,
                    help="cache budgets for sniah/ruler, e.g. 128,256,512,1024: each linearized model and press at "
@@ -99,7 +100,10 @@ def run(p):
     p.add_argument("--seed", type=int, default=42, help="seed of the generated sniah/ruler samples (RULER's 42)")
     p.add_argument("--data-dir", default=None, help="local data folder (default $GOLINEAR_DATA or ../shared/data)")
     p.add_argument("--include-path", default=None, help="extra lm-eval task folder")
-    p.add_argument("--batch-size", default="1", help="batch size (int or 'auto')")
+    p.add_argument("--batch-size", default="1",
+                   help="batch size (int or 'auto'; default 1, which fits 5-shot MMLU in little memory: its logits "
+                        "are batch x prompt length x vocabulary floats; `demo` and `check` use 8 on their short "
+                        "subsets); scores do not depend on it")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0, ...")
     p.add_argument("--generation", default="fast", choices=("fast", "reference"),
                    help="fast: each row's batched decoder (default); reference: each one's one-at-a-time definition "
@@ -113,7 +117,8 @@ def leaderboard(p):
     p.add_argument("--out", default="runs/leaderboards",
                    help="output folder (default runs/leaderboards; the committed tables: --store leaderboards/store "
                         "--out leaderboards)")
-    p.add_argument("--reference-dir", default=str(REFERENCE_DIR), help="paper rows (CSV) to show as reported")
+    p.add_argument("--reference-dir", default=str(REFERENCE_DIR),
+                   help="paper rows (CSV) to show as reported (default: this checkout's leaderboards/reference)")
 
 
 def claims(p):  # the defaults are this checkout's committed files, from whichever folder the command runs
@@ -128,7 +133,8 @@ def claims(p):  # the defaults are this checkout's committed files, from whichev
     p.add_argument("--readme", default=str(REPO_ROOT / "README.md"),
                    help="README whose claims table (between its two marker comments) is rewritten; '' for none "
                         "(default: this checkout's)")
-    p.add_argument("--reference-dir", default=str(REFERENCE_DIR), help="the paper's rows (CSV)")
+    p.add_argument("--reference-dir", default=str(REFERENCE_DIR),
+                   help="the paper's rows (CSV; default: this checkout's leaderboards/reference)")
 
 
 def store(p):
@@ -231,7 +237,8 @@ def generation(p):
 def lm_eval(p):
     p.add_argument("lm_eval_args", nargs="*", metavar="ARG",
                    help="lm-eval's own arguments, every one of them (`golinear lm-eval run --help` lists them); "
-                        "the backends `linearized` and `golinear-hf` and the golinear_* tasks are known to it, e.g. "
+                        "the backends `linearized`, `golinear-hf` and `golinear-press` (KV-cache compression) and the "
+                        "golinear_* tasks are known to it, e.g. "
                         "`golinear lm-eval --model linearized --model_args checkpoint=PATH --tasks golinear_piqa`")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 import time
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from tabulate import tabulate
 
 from golinear.bench.cli_args import MMLU_BATCH, MMLU_CATEGORIES  # noqa: F401 - the --mmlu choices
 from golinear.models.attention.linearize import DEFAULT_RECIPE, decode_state_bytes
-from golinear.models.data_dir import chosen_data_dir, require_hub
+from golinear.models.data_dir import chosen_data_dir, fetch_command, require_hub
 from golinear.models.load import load_model
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"
@@ -35,14 +36,20 @@ SHIPPED_NAME = "Ruth 1-4, King James Version (shipped with golinear)"
 
 def heldout_passage(tokenizer, n_tokens: int, data_dir=None) -> tuple[torch.Tensor, str]:
     """The first n tokens of the first held-out book (never trained on: models.training.data's held-out rule), or
-    of the shipped passage when there is no data folder."""
-    if chosen_data_dir(data_dir) is None:
-        text, name = SHIPPED_PASSAGE.read_text(encoding="utf-8"), SHIPPED_NAME
-    else:
+    of the shipped passage when there is no data folder or it lacks the books corpus (a partly fetched one)."""
+    text, name = SHIPPED_PASSAGE.read_text(encoding="utf-8"), SHIPPED_NAME
+    folder = chosen_data_dir(data_dir)
+    if folder is not None:
         from golinear.models.training import data
-        docs = dict(data.read_jsonl_docs(data.book_files(data_dir)))
-        name = data.heldout_ids(docs, 8)[0]
-        text = docs[name][:20 * n_tokens]
+        try:
+            files = data.book_files(folder)
+        except FileNotFoundError:
+            print(f"the data folder {folder!r} has no books corpus ({data.BOOKS_FOLDER}/; fetch it with "
+                  f"{fetch_command(folder, data.BOOKS_FOLDER)}): the perplexity passage is the shipped one")
+        else:
+            docs = dict(data.read_jsonl_docs(files))
+            name = data.heldout_ids(docs, 8)[0]
+            text = docs[name][:20 * n_tokens]
     ids = tokenizer(text, return_tensors="pt").input_ids[:, :n_tokens]
     if ids.shape[1] < n_tokens:
         raise ValueError(f"--tokens {n_tokens}: the passage {name!r} has {ids.shape[1]} tokens; allowed: 2.."
@@ -87,18 +94,36 @@ def summary_rows(checkpoint: str | None, n_tokens: int, data_dir=None) -> list[d
         trained = info["linearize"] is None or info.get("trained")
         rows.append({
             "model": label + ("" if trained else " (untrained)"),
-            "mechanism": "full attention" if info["linearize"] is None else "GDN + w56 + s8 + SC",
+            "mechanism": "full attention" if info["linearize"] is None else "GDN+w56+s8+SC",
             "new params": f"{info['new_parameters']:,}",
-            "cache budget": "inf" if info["linearize"] is None else info["cache_budget"],
-            "decode cache @1K (MiB)": round(cache_bytes(model, info, 1024) / 2 ** 20, 2),
-            "decode cache @32K (MiB)": round(cache_bytes(model, info, 32768) / 2 ** 20, 2),
-            f"ppl ({ids.shape[1]} held-out tokens)": round(ppl, 2),
-            "seconds": round(time.time() - t0, 1),
+            "budget": "inf" if info["linearize"] is None else info["cache_budget"],
+            "MiB @1K": round(cache_bytes(model, info, 1024) / 2 ** 20, 2),
+            "MiB @32K": round(cache_bytes(model, info, 32768) / 2 ** 20, 2),
+            "ppl": round(ppl, 2),
+            "load+ppl s": round(time.time() - t0, 1),
         })
         del model
     print(f"held-out passage: {'' if book == SHIPPED_NAME else 'book '}{book!r}, {ids.shape[1]} tokens (SmolLM2 "
           "tokenizer); fp32 on CPU")
     return rows
+
+
+def summary_table(rows: list[dict]) -> str:
+    return tabulate(rows, headers="keys", tablefmt="simple", disable_numparse=True)
+
+
+def summary_notes(rows: list[dict], n_tokens: int) -> list[str]:
+    """The summary table's legend, and why a checkpoint's perplexity can be below full attention's."""
+    notes = [f"budget: the tokens kept for softmax attention (inf: all); MiB @1K / @32K: decode-cache memory (fp32) "
+             f"at 1K / 32K tokens of context; ppl: perplexity on the {n_tokens} held-out tokens; load+ppl s: seconds "
+             "to load the model and score the passage"]
+    full, *others = rows
+    lower = [r["model"] for r in others if r["ppl"] < full["ppl"]]
+    if lower:
+        notes.append(f"{', '.join(lower)}: perplexity below full attention's. The backbone is frozen, but the new "
+                     "parameters were trained on books like this held-out one (the backbone was not), so on this "
+                     "passage they can fit the text better; the suites' scores are the comparison, not this number")
+    return notes
 
 
 
@@ -161,6 +186,21 @@ def jobs(args, suites: list[str]) -> list[tuple[str, list[str], dict]]:
     return out
 
 
+def check_suite_data(args, suites: list[str]) -> None:
+    """The evaluation's documents exist before any model loads: each file of the data folder (a partly fetched
+    folder names what to fetch), or the Hub for the standard suites when there is no folder."""
+    from golinear.bench.run import plan
+    folder = chosen_data_dir(args.data_dir)
+    standard = [s for s in suites if s not in plan.LONG_SUITES]
+    if folder is None:
+        if standard:
+            require_hub(f"the demo's evaluation of {', '.join(standard)}",
+                        "; `golinear demo --skip-eval` runs without either (no evaluation)")
+        return
+    folder = plan.check_data_dir(folder)
+    plan.check_task_data(plan.resolve_suites(suites, {"mmlu": [mmlu_entry(args.mmlu)]}), folder)
+
+
 def probe_environment_once():
     """lm-eval re-runs torch's environment probe (pip, conda and lscpu subprocesses: seconds) for every
     cell, for a report golinear does not keep (the runner records its own provenance); the environment
@@ -202,10 +242,12 @@ def main(args) -> int:
     bad = [s for s in suites if s not in runner.ALL_SUITES]
     if bad or not suites:
         raise ValueError(f"--suites {args.suites!r}; allowed: {', '.join(runner.ALL_SUITES)}")
-    if chosen_data_dir(args.data_dir) is None and not args.skip_eval and set(suites) - set(runner.LONG_SUITES):
-        require_hub(f"--suites {args.suites}")  # before any model loads
+    if not args.skip_eval:  # before any model loads
+        check_suite_data(args, suites)
     quiet_progress_bars()
-    print(tabulate(summary_rows(checkpoint, args.tokens, args.data_dir), headers="keys", tablefmt="github"))
+    rows = summary_rows(checkpoint, args.tokens, args.data_dir)
+    print(summary_table(rows))
+    print("\n".join(textwrap.fill(note, 100) for note in summary_notes(rows, args.tokens)))
     if args.skip_eval:
         return 0
     if checkpoint:  # a relative path keeps leaderboard labels short and clone-independent
@@ -227,9 +269,10 @@ def main(args) -> int:
         print(f"   {s.evaluated} cells evaluated, {s.skipped} already in the store, {time.time() - t0:.0f} s",
               flush=True)
     leaderboard.render(args.store, args.out)
-    from golinear.bench.run.run_summary import score_table
+    from golinear.bench.run.run_summary import noise_note, task_table
     print("\nThe demo's scores (accuracies and S-NIAH/RULER scores in percent; n: documents or samples a task):\n")
-    print(score_table(cells) + "\n")
+    print(task_table(cells))
+    print(textwrap.fill(noise_note(cells), 100) + "\n")
     print(f"leaderboards written to {args.out}/ (cells in {args.store}; re-running skips finished cells)")
     print("A full run adds every document, all 57 MMLU subjects and 4K-token long context: see docs/demo.md.")
     return 0

@@ -12,6 +12,10 @@
 - kvpress's notices, logged each time a press is built (KVzipPress: "requires multiple forward passes ..."; a
   golinear press is built per prompt or batch): each said once per run (`SayOnce`), on every logger of the
   libraries in SAY_ONCE.
+- In `golinear run` and the demo (`lm_eval_quiet_steps`), lm-eval's bars of its quick steps (building contexts,
+  checking cached requests, tokenizing inputs) and its `bootstrapping for stddev` line and bar: a few of each
+  per cell, done in a blink, dozens of lines in a log; the request bars ("Running ... requests") stay, and the
+  bootstrapped standard errors are computed as before.
 """
 from __future__ import annotations
 
@@ -81,6 +85,41 @@ def lm_eval_git_probe() -> None:
     """Point lm-eval's evaluator at the quiet git probe (call once lm-eval is imported)."""
     import lm_eval.evaluator
     lm_eval.evaluator.get_git_commit_hash = quiet_git_commit_hash
+
+
+KEPT_BARS = ("Running",)  # lm-eval's request bars: the slow part of a cell
+
+
+def lm_eval_bar(*args, **kwargs):
+    """lm-eval's tqdm with only the request bars drawn."""
+    from tqdm import tqdm
+    if not str(kwargs.get("desc") or "").startswith(KEPT_BARS):
+        kwargs["disable"] = True
+    return tqdm(*args, **kwargs)
+
+
+def quiet_bootstrap(bootstrap_stderr):
+    """lm-eval's bootstrap_stderr, its print and its bar kept off the terminal (the standard error is returned)."""
+    import contextlib
+    import functools
+    import io
+
+    @functools.wraps(bootstrap_stderr)
+    def quiet(*args, **kwargs):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return bootstrap_stderr(*args, **kwargs)
+    quiet.quiet = True
+    return quiet
+
+
+def lm_eval_quiet_steps() -> None:
+    """Quiet lm-eval's quick steps for golinear's own runs (call once lm-eval is imported; idempotent)."""
+    import lm_eval.api.metrics
+    import lm_eval.api.model
+    import lm_eval.api.task
+    lm_eval.api.model.tqdm = lm_eval.api.task.tqdm = lm_eval_bar
+    if not getattr(lm_eval.api.metrics.bootstrap_stderr, "quiet", False):
+        lm_eval.api.metrics.bootstrap_stderr = quiet_bootstrap(lm_eval.api.metrics.bootstrap_stderr)
 
 
 def install() -> None:

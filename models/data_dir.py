@@ -32,6 +32,41 @@ def existing_data_dir(data_dir: str | os.PathLike | None = None, needs: str = "t
     return path
 
 
+def top_folder(rel_path: str) -> str:
+    return str(rel_path).strip("/").split("/")[0]
+
+
+def fetch_command(data_dir: str | os.PathLike, *rel_paths: str) -> str:
+    """The command that fetches the data folder's top folders holding `rel_paths` (a partly fetched folder lacks
+    them), e.g. `golinear data fetch --out DIR --folders piqa`."""
+    return f"`golinear data fetch --out {data_dir} --folders {','.join(dict.fromkeys(map(top_folder, rel_paths)))}`"
+
+
+class MissingData(FileNotFoundError):
+    """A file or folder absent from an existing data folder: what it is, what needs it, the command that fetches it."""
+
+    def __init__(self, data_dir: str | os.PathLike, rel_path: str, needs: str):
+        self.data_dir, self.rel_path, self.needs = str(data_dir), rel_path, needs
+        super().__init__(f"{needs} needs {rel_path} in the data folder {self.data_dir!r}, which does not have it; "
+                         f"fetch it with {fetch_command(data_dir, rel_path)}")
+
+
+missing_data = MissingData
+
+
+def all_missing(errors: list[MissingData]) -> MissingData | FileNotFoundError:
+    """One line for everything a partly fetched folder lacks: each part and what needs it, one fetch command."""
+    needs: dict[str, list[str]] = {}
+    for e in errors:
+        needs.setdefault(e.rel_path, []).append(e.needs)
+    if len(needs) == 1 and len(errors) == 1:
+        return errors[0]
+    parts = "; ".join(f"{rel} ({', '.join(who[:3])}{f' and {len(who) - 3} more' if len(who) > 3 else ''})"
+                      for rel, who in needs.items())
+    return FileNotFoundError(f"the data folder {errors[0].data_dir!r} does not have {parts}; fetch "
+                             f"{'it' if len(needs) == 1 else 'them'} with {fetch_command(errors[0].data_dir, *needs)}")
+
+
 def hub_reachable(timeout: float = 8.0) -> bool:
     """Whether the Hugging Face Hub answers (any HTTP reply counts); False when its offline switches are set."""
     import urllib.error
@@ -49,8 +84,9 @@ def hub_reachable(timeout: float = 8.0) -> bool:
     return True
 
 
-def require_hub(needs: str) -> None:
-    """Without a data folder the standard suites come from the Hub: a one-line answer when it cannot be reached."""
+def require_hub(needs: str, otherwise: str = "") -> None:
+    """Without a data folder the standard suites come from the Hub: a one-line answer when it cannot be reached
+    (`otherwise`: what the user can run instead, appended)."""
     if not hub_reachable():
         raise FileNotFoundError(f"{needs} needs a local data folder or the Hugging Face Hub; there is no data folder "
-                                f"(no {DEFAULT_DATA_DIR}) and the Hub cannot be reached: {HINT}")
+                                f"(no {DEFAULT_DATA_DIR}) and the Hub cannot be reached: {HINT}{otherwise}")

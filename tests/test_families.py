@@ -31,6 +31,14 @@ def test_a_window_sweep_given_model_by_model_is_one_family():
     assert list(families(_frame([(trained[0], 128)]))) == ["gdn-w120-s8-sc"]  # alone: its own label
 
 
+def test_the_untrained_window_has_one_name_however_a_run_named_it():
+    """`swa-sink` (a sweep's name), a key=value spec alone at its budget, and an unnamed one: one readable row name."""
+    named = _model("swa-sink", 248, False, mechanism="none", family="swa-sink")
+    spec = _model("mechanism=none,window=248,sinks=8", 248, False, mechanism="none")
+    for frame in (_frame([(named, 256)]), _frame([(spec, 256)]), _frame([(named, 256), (spec, 512)])):
+        assert set(families(frame)) == {WINDOW_ONLY_LABEL} == {"untrained window + sinks"}
+
+
 def test_two_models_of_one_family_at_one_budget_keep_their_labels():
     seeds = [_model(f"gdn-w56-s8-sc-seed{s}", 56, True, short_conv=True) for s in (1, 2)]
     other = _model("gdn-w120-s8-sc", 120, True, short_conv=True)

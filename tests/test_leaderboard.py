@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from golinear.bench.boards import leaderboard as L
+from golinear.bench.run.specs import WINDOW_ONLY_LABEL
 from golinear.bench.results.store import Store
 
 STD = {"golinear_piqa": ("acc", "cr"), "golinear_arc_easy": ("acc", "cr"), "golinear_arc_challenge": ("acc_norm", "cr"),
@@ -43,7 +44,7 @@ def store(tmp_path):
             put(s, f"gdn-default @{b}", f"m=gdn,b={b}", task, {"score": b / 10.0}, suite="sniah", budget=b,
                 family="gdn-default", config=long_cfg, n=5)
             put(s, f"window @{b}", f"m=none,b={b}", task, {"score": 0.0}, suite="sniah", budget=b,
-                family="window+sinks (no linear state)", config=long_cfg, n=5)
+                family=WINDOW_ONLY_LABEL, config=long_cfg, n=5)
     for sub in L.RULER_COLS:
         put(s, "gdn-default @128", "m=gdn,b=128", f"golinear_ruler_{sub.lower()}", {"score": 10.0}, suite="ruler",
             budget=128, family="gdn-default", config=long_cfg, n=3 if sub == "HQA" else 5)
@@ -97,7 +98,7 @@ def test_budget_tables(store, tmp_path):
     L.render(store, tmp_path / "out")
     s = pd.read_csv(tmp_path / "out" / "sniah.csv")
     m = s[s.status == "measured"]
-    assert list(m.model.unique()) == ["full attention", "gdn-default", "window+sinks (no linear state)"]
+    assert list(m.model.unique()) == ["full attention", "gdn-default", WINDOW_ONLY_LABEL]
     g = m[(m.model == "gdn-default") & (m.task == "S-NIAH-2")].iloc[0]
     assert (g["128"], g["256"]) == (12.8, 25.6) and pd.isna(g["inf"])
     assert m[m.model == "full attention"]["inf"].tolist() == [100.0] * 3

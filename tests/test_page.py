@@ -71,6 +71,15 @@ def test_page_opens_on_the_figures_and_sorts_the_scores(browser, tmp_path):
     assert browser.evaluate(FIRST_MODEL) == standard.loc[standard["CR"].idxmax(), "model"]
 
 
+def test_a_table_is_within_the_first_screens(browser):
+    """A reader sees scores before scrolling far: the first table begins within 2,400 px of the top, and the headline
+    figures follow it."""
+    browser.evaluate("window.scrollTo(0, 0)")
+    top = browser.evaluate("document.querySelector('table.board').getBoundingClientRect().top + window.scrollY")
+    figures = browser.evaluate("document.getElementById('figures').getBoundingClientRect().top + window.scrollY")
+    assert top < 2400 and top < figures, (top, figures)
+
+
 def test_filter_keeps_the_rows_that_contain_the_text(browser):
     browser.evaluate("var f = document.querySelector(\"input[data-table='table-standard']\"); f.value = 'gdn-onorm';"
                      "f.dispatchEvent(new Event('input'))")

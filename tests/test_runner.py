@@ -102,8 +102,8 @@ def test_budget_sweep_evaluates_a_named_untrained_window_at_each_budget():
     (dict(models="full", suites="sniah", context_length=100), ValueError, "1024..32768"),
     (dict(models="full", suites="cr", limit=0), ValueError, "positive integer"),
     (dict(models="full", suites="sniah", num_samples=10_001), ValueError, "--num-samples 10001: allowed 1..10,000"),
-    (dict(models="full", suites="cr", data_dir="EMPTY"), FileNotFoundError, "piqa/valid.jsonl' is missing"),
-    (dict(models="full", suites="sniah", data_dir="EMPTY"), FileNotFoundError, "needs paul_graham_essays"),
+    (dict(models="full", suites="cr", data_dir="EMPTY"), FileNotFoundError, "does not have piqa/valid.jsonl"),
+    (dict(models="full", suites="sniah", data_dir="EMPTY"), FileNotFoundError, "paul_graham_essays .task S-NIAH-2, task S-NIAH-3.; fetch it"),
     (dict(models="full", suites="ruler", context_length=1024), ValueError, "HQA at --context-length 1024"),
 ])
 def test_bad_input_fails_before_any_work(tmp_path, monkeypatch, kwargs, exc, err):
@@ -246,7 +246,7 @@ def test_killed_cell_resumes_from_its_request_cache(tmp_path, monkeypatch):
     partial = list((tmp_path / "killed").glob("partial/*/*_rank0.db"))
     assert len(partial) == 1
     fp = clean["model"]["info"]["base_fingerprint"]
-    assert partial[0].name.endswith(f"--{fp}_rank0.db")  # keyed by the model's weights (was '--nofp' for all)
+    assert partial[0].name.endswith(f"--{fp}_rank0.db")  # keyed by the model's weights
 
     def counted(self, *a, **k):
         calls.append(1)

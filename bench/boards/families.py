@@ -5,7 +5,8 @@ what is left of a model once its window is taken away (and its retention slots, 
 Then the default recipe trained at budgets 128 ... 1024 (four checkpoints) is one row with four budget columns,
 and so is the untrained window + sinks at four windows, and those checkpoints with half the window as slots.
 A model alone in its family keeps its own label, and so do two models of one family at the same budget (seeds,
-learning rates), which would otherwise share a table cell.
+learning rates), which would otherwise share a table cell; the untrained window + sinks is always named so
+(WINDOW_ONLY_LABEL), whether a run called it `swa-sink`, `mechanism=none,window=248,sinks=8` or left it unnamed.
 """
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ from golinear.models.spec import SCORER  # a checkpoint's own copy: named by its
 def family_of(model: dict) -> tuple[str, str]:
     """(identity, name) of a stored cell's model (the store's `model` field) without its window."""
     label = model.get("label") or ""
-    if model.get("family") and model["family"] != label:  # named by the sweep that ran it
-        return "named:" + model["family"], model["family"]
     info = model.get("info") or {}
     lin = dict(info.get("linearize") or {})
+    if model.get("family") and model["family"] != label and lin.get("mechanism") != "none":  # named by its sweep
+        return "named:" + model["family"], model["family"]
     if model.get("full_attention") or not lin:
         return "label:" + label, label
     window = lin.pop("window", None) or 0
@@ -59,6 +60,7 @@ def families(frame: pd.DataFrame) -> pd.Series:
     per_slot = frame.groupby(["family_id", "budget", "column"])["model_key"].nunique()
     crowded = {fid for (fid, _, _), n in per_slot.items() if n > 1}
     alone = {fid for fid, n in frame.groupby("family_id")["model_key"].nunique().items() if n == 1}
-    keep = crowded | (alone - {fid for fid in alone if fid.startswith("named:")})
+    fixed = set(frame.loc[frame["family_name"] == WINDOW_ONLY_LABEL, "family_id"])  # one name, however it was given
+    keep = (crowded | (alone - {fid for fid in alone if fid.startswith("named:")})) - fixed
     return pd.Series([r["model"] if r["family_id"] in keep else r["family_name"] for _, r in frame.iterrows()],
                      index=frame.index, dtype=object)

@@ -72,6 +72,6 @@ def hybrid_plot(table: pd.DataFrame) -> bytes | None:
         ax.set_xlabel("full-attention layers (%)")
         ax.set_ylabel(f"{col} (%)")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=10)
     fig.suptitle("strict GDN hybrids (Figure 5 analog)", fontsize=10)
     return png_bytes(fig)

@@ -193,10 +193,25 @@ def to_csv(table: pd.DataFrame) -> str:
     return table.map(csv_cell).to_csv(index=False, float_format="%.4f", lineterminator="\n")
 
 
+def plotted_rows(table: pd.DataFrame) -> tuple[pd.DataFrame, object]:
+    """(rows, context) the S-NIAH plot draws: those at the context length most measured rows have, and of each model
+    and task the row with the most samples, so that a panel holds one line (one dotted line for full attention)
+    per model, not one per run."""
+    measured = table[table["status"] == "measured"]
+    contexts = (measured if len(measured) else table)["context"]
+    context = contexts.mode().iloc[0] if len(contexts) else None
+    rows = table[table["context"] == context] if context is not None else table
+    samples = pd.to_numeric(rows["n"], errors="coerce").fillna(0)
+    rows = rows.assign(_n=samples).sort_values("_n", ascending=False, kind="stable")
+    rows = rows.drop_duplicates(["status", "model", "task"]).drop(columns="_n").sort_index()
+    return rows, context
+
+
 def sniah_plot(table: pd.DataFrame) -> bytes | None:
-    """PNG: S-NIAH accuracy vs cache budget, one panel per task, one line per model measured at two budgets or more
-    (reported: dashed); a model at one budget is a grey point (the table names it), so the legend stays readable at
-    page width. Full attention (budget inf) is drawn as a dotted horizontal line."""
+    """PNG: S-NIAH accuracy vs cache budget, one panel per task at one context length (plotted_rows), one line per
+    model measured at two budgets or more (reported: dashed); a model at one budget is a grey point (the table names
+    it), so the legend stays readable at page width. Full attention (budget inf) is a horizontal line: dotted black
+    measured, dash-dotted grey reported."""
     if table.empty:
         return None
     plt = pyplot()
@@ -204,6 +219,7 @@ def sniah_plot(table: pd.DataFrame) -> bytes | None:
     finite = [b for b in table.columns if b not in meta and b != "inf"]
     if not finite:
         return None
+    table, context = plotted_rows(table)
     points = {(r["status"], r["model"]): sum(pd.notna(r[b]) and r[b] != "" for b in finite) for _, r in table.iterrows()}
     lines = sorted({m for m, n in points.items() if n > 1}, key=lambda k: (k[0] != "measured", k[1]))
     colours = {m: plt.get_cmap("tab20")(i % 20) for i, m in enumerate(lines)}
@@ -221,16 +237,17 @@ def sniah_plot(table: pd.DataFrame) -> bytes | None:
                 ax.plot(xs, [float(r[str(b)]) for b in xs], color="grey", marker="o", markersize=3, linestyle="none",
                         alpha=0.5, label="other rows, one budget each (see the table)")
             if "inf" in table.columns and pd.notna(r["inf"]) and r["inf"] != "":
-                ax.axhline(float(r["inf"]), color="black", linestyle=":", linewidth=1.0,
-                           label=f"full attention ({r['status']})")
+                measured = r["status"] == "measured"
+                ax.axhline(float(r["inf"]), color="black" if measured else "grey", linestyle=":" if measured else "-.",
+                           linewidth=1.2, label=f"full attention ({r['status']})")
         ax.set_xscale("log", base=2)
         ax.set_xticks([int(b) for b in finite], [str(b) for b in finite])
-        ax.set_title(task)
+        ax.set_title(f"{task} at {int(context):,} tokens" if context not in (None, "") else task, fontsize=11)
         ax.set_xlabel("cache budget (sinks + window + slots)")
         ax.set_ylim(-2, 102)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("accuracy (%)")
-    fig.legend(*legend_entries(axes[0]), fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2,
+    fig.legend(*legend_entries(axes[0]), fontsize=10, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2,
                frameon=False)
     return png_bytes(fig)
 

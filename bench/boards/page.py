@@ -1,8 +1,9 @@
 """The leaderboard page (`leaderboards/index.html`): one self-contained file a researcher opens first.
 
 Why a page of its own: the tables hold over a hundred rows whose settings run to 150 characters, so the page
-opens on the headline figures (score against cache budget per model family, the gap to full attention, speed
-against prompt length), then shows each table with the scores first and the settings and provenance folded into
+opens on the first table's top rows in a short scrolling box (a reader sees scores at once), then the headline
+figures (score against cache budget per model family, the gap to full attention, speed against prompt length),
+then the other tables, each with the scores first and the settings and provenance folded into
 a <details> cell. A small inline script sorts any column (first click: best first), filters rows by text, and one
 switch shows or hides the paper's reported rows. Everything is inline (PNG data URIs, CSS, script): no network.
 """
@@ -126,7 +127,7 @@ def score_by_budget_plot(standard: pd.DataFrame, family_of_key: dict, score: str
     ax.set_xlabel("cache budget, tokens (sinks + window + slots)")
     ax.set_ylabel(f"{score} (%)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
+    ax.legend(fontsize=10, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
     return png_bytes(fig)
 
 
@@ -147,7 +148,7 @@ def gap_plot(standard: pd.DataFrame, columns=("CR", "MMLU", "LAMBADA")) -> bytes
         ax.set_title(f"{col}: gap, points")
         ax.axvline(0, color="black", linewidth=0.8)
         ax.grid(axis="x", alpha=0.3)
-    axes[0][0].set_yticks(range(len(labels)), labels, fontsize=8)
+    axes[0][0].set_yticks(range(len(labels)), labels, fontsize=10)
     axes[0][0].invert_yaxis()
     return png_bytes(fig)
 
@@ -171,7 +172,10 @@ def column_order(table: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
     return lead, scores, other
 
 
-def table_html(table_id: str, table: pd.DataFrame) -> str:
+FIRST_TABLE_HEIGHT = "28em"  # the first table's box: its top rows, then the figures, within the first screens
+
+
+def table_html(table_id: str, table: pd.DataFrame, height: str | None = None) -> str:
     if table.empty:
         return "<p><i>no rows</i></p>"
     lead, scores, other = column_order(table)
@@ -196,8 +200,10 @@ def table_html(table_id: str, table: pd.DataFrame) -> str:
             inner = "<br>".join(f"<b>{html.escape(c)}</b>: {html.escape(_text(r[c]))}" for c in folded)
             cells.append(f"<td class='text'><details><summary>{summary}</summary>{inner}</details></td>")
         body.append(f"<tr class='{' '.join(classes)}'>" + "".join(cells) + "</tr>")
+    box_style = f' style="max-height:{height}"' if height else ""
     return (f"<p><input class='filter' type='search' data-table='{table_id}' placeholder='filter rows (any text)'>"
-            f"</p><div class='scroll'><table class='board' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>\n"
+            f"</p><div class='scroll'{box_style}>"
+            f"<table class='board' id='{table_id}'><thead><tr>{head}</tr></thead><tbody>\n"
             + "\n".join(body) + "\n</tbody></table></div>")
 
 
@@ -251,11 +257,16 @@ def render_page(sections: list[tuple[str, str, str, pd.DataFrame]], images: dict
              "<div class='controls'><label><input type='checkbox' id='show-paper' checked> show the paper's "
              "reported rows</label> &middot; " + " &middot; ".join(
                  f"<a href='#{n}'>{html.escape(t)}</a>" for n, t, _, _ in sections) + "</div>",
-             "<h2 id='figures'>Headline figures</h2><div class='figs'>" + "".join(figures) + "</div>"]
-    for name, title, note, table in sections:
+             ]
+    figs = "<h2 id='figures'>Headline figures</h2><div class='figs'>" + "".join(figures) + "</div>"
+    for i, (name, title, note, table) in enumerate(sections):
         parts.append(f"<h2 id='{name}'>{html.escape(title)}</h2><p>{html.escape(note)}</p>")
-        parts.append(table_html(f"table-{name}", table))
+        parts.append(table_html(f"table-{name}", table, FIRST_TABLE_HEIGHT if i == 0 else None))
         if images.get(name) and name != "sniah":
             parts.append(_img(title, images[name]))
+        if i == 0:
+            parts.append(figs)
+    if not sections:
+        parts.append(figs)
     parts.append(f"<script>{SCRIPT}</script></body></html>")
     return "\n".join(parts) + "\n"

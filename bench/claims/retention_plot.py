@@ -54,5 +54,5 @@ def plot(table: pd.DataFrame) -> bytes | None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("accuracy (points)")
     fig.tight_layout()
-    fig.legend(*legend_entries(axes[0]), fontsize=8, loc="upper center", ncol=4, bbox_to_anchor=(0.5, 0.0))
+    fig.legend(*legend_entries(axes[0]), fontsize=10, loc="upper center", ncol=4, bbox_to_anchor=(0.5, 0.0))
     return png_bytes(fig)

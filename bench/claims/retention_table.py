@@ -17,8 +17,9 @@ from golinear.bench.claims.evidence import Evidence, role_scores
 from golinear.bench.boards.markdown import md_table
 from golinear.bench.claims.roles import BUDGETS, retention_roles
 from golinear.bench.boards.measured import CR_COLS, RULER_COLS, SNIAH_TASKS
+from golinear.bench.run.specs import WINDOW_ONLY_LABEL
 
-BASELINE = "untrained window + sinks"
+BASELINE = WINDOW_ONLY_LABEL  # the row's one name, as every table and plot gives it
 # (column, the store columns averaged; a mean only where every one of them is measured)
 COLUMNS = ([(t, [t]) for t in SNIAH_TASKS] + [("S-NIAH", SNIAH_TASKS)] + [(t, [t]) for t in RULER_COLS]
            + [("RULER", RULER_COLS), ("MQ/MV/VT", ["MQ", "MV", "VT"]), ("CR", CR_COLS), ("LAMBADA", ["LAMBADA"])])

@@ -219,6 +219,7 @@ def main(args) -> int:
     except FetchError as e:
         print(f"golinear data fetch: error: {e}", file=sys.stderr)
         return 1
-    print(f"{len(written)} file(s) written, the others already present; {Path(args.out) / SUMS_FILE} lists "
-          f"every file. Use it with --data-dir {args.out} or GOLINEAR_DATA={args.out}")
+    present = sum(f.folder in (folders or FOLDERS) for f in DATA_FILES) - len(written)
+    print(f"{len(written)} file(s) written{f', {present} already present' if present else ''}; "
+          f"{Path(args.out) / SUMS_FILE} lists every file. Use it with --data-dir {args.out} or GOLINEAR_DATA={args.out}")
     return 0

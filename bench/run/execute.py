@@ -214,6 +214,7 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info: ModelInfo
     import lm_eval
     quiet.lm_eval_git_probe()
     env_info_once()
+    quiet.lm_eval_quiet_steps()
     e, cfg = cell.entry, cell.config
     resumed = 0
     if cache is not None:

@@ -117,16 +117,25 @@ def check_data_dir(data_dir: str | None) -> str | None:
 
 
 def check_task_data(entries, data_dir: str | None) -> None:
-    """Every local file the suites need exists (FileNotFoundError naming it) before any work starts."""
-    by_suite = {}
+    """Every local file the suites need exists before any work starts: one FileNotFoundError naming each missing
+    part of the data folder (what needs it) and one command that fetches them all."""
+    from golinear.models.data_dir import MissingData, all_missing, top_folder
+    by_suite, missing = {}, []
     for e in entries:
         by_suite.setdefault(e.suite, []).append(e.task)
         if e.data and data_dir and not any((Path(data_dir) / d).exists() for d in e.data):
-            raise FileNotFoundError(f"task {e.display} needs {' or '.join(e.data)} in the data folder {data_dir!r}")
+            missing.append(MissingData(data_dir, e.data[0], f"task {e.display}"))
+    known = {e.rel_path for e in missing}  # a folder the entries named: its files' errors add nothing
     for suite, tasks in by_suite.items():
         mod = suite_module(suite)
-        if hasattr(mod, "check_data"):
-            mod.check_data(list(dict.fromkeys(tasks)), data_dir)
+        for task in dict.fromkeys(tasks) if hasattr(mod, "check_data") else ():
+            try:
+                mod.check_data([task], data_dir)
+            except MissingData as e:
+                if top_folder(e.rel_path) not in known:
+                    missing.append(e)
+    if missing:
+        raise all_missing(missing)
 
 
 def check_long_context_fits(cells, data_dir) -> None:

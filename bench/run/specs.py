@@ -12,7 +12,7 @@ from pathlib import Path
 from golinear.models import spec as schema
 from golinear.models.spec import PRESETS  # noqa: F401 - the runner's help lists the presets
 
-WINDOW_ONLY_LABEL = "window+sinks (no linear state)"
+WINDOW_ONLY_LABEL = "untrained window + sinks"  # mechanism=none: every table, plot and page names it so
 
 
 @dataclass(frozen=True)

@@ -90,9 +90,17 @@ def render_markdown(df, md_path: Path, png_name: str):
     atomic_write(md_path, "\n".join(out))
 
 
+def memory_title(device: str) -> str:
+    """What the memory panel measures on this device: the CUDA allocator's peak, or the process's on the CPU."""
+    if str(device).lower().startswith("cpu"):
+        return "peak memory (GiB; the process's resident set)"
+    return "peak memory (GiB; CUDA allocator's peak)"
+
+
 def render_plot(df, png_path: Path):
     """One row of panels per machine (model, device, dtype, weights): rows of different cards never share axes.
-    Colour = configuration, marker and line = batch, dashed = that row's bandwidth bound."""
+    Colour = configuration, marker and line = batch, dashed = that row's bandwidth bound; one legend for every
+    panel, below them; a point latency.md notes (a one-time set-up cost) is ringed in red."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -102,7 +110,8 @@ def render_plot(df, png_path: Path):
     colour = {c: plt.get_cmap("tab10")(i % 10) for i, c in enumerate(configs)}
     styles = dict(zip(sorted(ok.batch.unique()), [("o", "-"), ("s", ":"), ("^", "-."), ("v", "-")] * 4))
     metrics = (("prefill_s", "prefill (s)"), ("decode_ms_per_token", "decode (ms / token; dashed: bound)"),
-               ("peak_gib", "peak memory (GiB; CPU: the process's)"))
+               ("peak_gib", None))
+    noted = "a point with a note in latency.md (e.g. a one-time set-up cost)"
     fig, axes = plt.subplots(max(len(groups), 1), 3, figsize=(15, 3.8 * max(len(groups), 1)), squeeze=False)
     for row, ((model, device, dtype, weights), g) in zip(axes, groups):
         for (config, batch), c in g.groupby(["config", "batch"]):
@@ -114,20 +123,33 @@ def render_plot(df, png_path: Path):
                             label=f"{config}, B={batch}")
                     if col == "decode_ms_per_token" and "decode_bound_ms" in c and c.decode_bound_ms.notna().any():
                         ax.plot(c.length, c.decode_bound_ms, linestyle="--", linewidth=0.8, color=colour[config])
+                    if "note" in c:
+                        n = c[c.note.notna() & (c.note.astype(str) != "") & c[col].notna()]
+                        if len(n):
+                            ax.scatter(n.length, n[col], s=150, facecolors="none", edgecolors="red", linewidths=1.5,
+                                       label=noted, zorder=3)
         for ax, (_, title) in zip(row, metrics):
             ax.set_xscale("log", base=2)
-            ax.set_xlabel("prompt length (tokens)")
-            ax.set_title(f"{title}\n{model} ({weights}, {dtype}), {device}", fontsize=9)
+            ax.set_xlabel("prompt length (tokens)", fontsize=10)
+            ax.set_title(f"{title or memory_title(device)}\n{model} ({weights}, {dtype}), {device}", fontsize=10)
             ax.grid(alpha=0.3)
         row[0].set_yscale("log")
-        row[2].legend(fontsize=7, ncol=2, loc="upper left")
     fig.tight_layout()
+    entries = {}  # every panel's entries, each label once
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    fig.legend(list(entries.values()), list(entries), fontsize=10, ncol=3, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               frameon=False)
     with atomic_path(png_path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+        fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
 
 
 def render(df, out_dir: Path) -> None:
-    """latency.md and latency.png in `out_dir` from the whole table of rows."""
+    """latency.md and latency.png in `out_dir` from the whole table of rows (a scorer file named by its file name:
+    the folder it was read from is the measuring machine's)."""
+    from golinear.bench.run.specs import scorer_by_file_name
+    df = df.assign(config=[",".join(scorer_by_file_name(c)) if "scorer=" in str(c) else c for c in df.config])
     render_markdown(df, out_dir / "latency.md", "latency.png")
     render_plot(df, out_dir / "latency.png")

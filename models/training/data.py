@@ -43,7 +43,8 @@ def book_files(data_dir: str | os.PathLike | None = None) -> list[Path]:
     folder = resolve_data_dir(data_dir) / BOOKS_FOLDER
     files = sorted(folder.glob("*.jsonl.gz")) + sorted(folder.glob("*.jsonl"))
     if not files:
-        raise FileNotFoundError(f"no *.jsonl.gz / *.jsonl files in {str(folder)!r} (the books corpus)")
+        from golinear.models.data_dir import missing_data
+        raise missing_data(folder.parent, f"{BOOKS_FOLDER}/*.jsonl.gz", "the books corpus")
     return files
 
 

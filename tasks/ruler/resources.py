@@ -23,11 +23,13 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     return existing_data_dir(data_dir, needs="RULER (paul_graham_essays/, squad_v2/, hotpotqa_sample100/)")
 
 
-def _first_existing(data_dir: Path, candidates: list[str], what: str) -> Path:
+def _first_existing(data_dir: Path, candidates: list[str], what: str, fetched: str) -> Path:
+    """The first candidate present; else an error naming `fetched`, the candidate `golinear data fetch` builds."""
     for rel in candidates:
         if (data_dir / rel).is_file():
             return data_dir / rel
-    raise FileNotFoundError(f"{what} not found in {str(data_dir)!r}; looked for {candidates}")
+    from golinear.models.data_dir import missing_data
+    raise missing_data(data_dir, fetched, what)
 
 
 @functools.cache
@@ -36,21 +38,22 @@ def essay_words(data_dir: Path) -> tuple[str, ...]:
     folder = data_dir / "paul_graham_essays"
     files = sorted(folder.glob("*.txt"))
     if not files:
-        raise FileNotFoundError(f"no Paul Graham essays (*.txt) in {str(folder)!r}")
+        from golinear.models.data_dir import missing_data
+        raise missing_data(data_dir, "paul_graham_essays/*.txt", "RULER's essay haystack")
     text = "".join(f.read_text(encoding="utf-8") for f in files)
     return tuple(re.sub(r'\s+', " ", text).split(" "))
 
 
 def squad_path(data_dir: Path) -> Path:
     return _first_existing(data_dir, ["squad_v2/dev-v2.0.json", "squad_v2/dev-v2.0.rebuilt.json"],
-                           "SQuAD v2 dev file")
+                           "SQuAD v2 dev file", "squad_v2/dev-v2.0.json")
 
 
 def hotpot_path(data_dir: Path) -> Path:
     """The full dev (distractor) file when someone provides it, else the 100-question sample."""
     return _first_existing(data_dir, ["hotpotqa/hotpot_dev_distractor_v1.json",
                                       "hotpotqa_sample100/hotpot_dev_sample100.official_layout.json"],
-                           "HotpotQA dev file")
+                           "HotpotQA dev file", "hotpotqa_sample100/hotpot_dev_sample100.official_layout.json")
 
 
 @functools.cache

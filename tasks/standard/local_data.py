@@ -136,12 +136,12 @@ def local_files(builtin: str, data_dir: str) -> list[Path]:
     path, name = cfg["dataset_path"], cfg.get("dataset_name")
     if path not in LOCAL:
         raise ValueError(f"no local copy is known for Hub dataset {path!r}; known: {sorted(LOCAL)}")
-    files = [Path(data_dir) / f.format(name=name) for f in LOCAL[path][1]]
-    for f in files:
-        if not f.is_file():
-            raise FileNotFoundError(f"data file {str(f)!r} is missing (needed for lm-eval task "
-                                    f"{cfg['task']!r}; see the README in the data folder)")
-    return files
+    from golinear.models.data_dir import missing_data
+    rels = [f.format(name=name) for f in LOCAL[path][1]]
+    for rel in rels:
+        if not (Path(data_dir) / rel).is_file():
+            raise missing_data(data_dir, rel, f"lm-eval task {cfg['task']!r}")
+    return [Path(data_dir) / rel for rel in rels]
 
 
 def load(builtin: str, golinear_data_dir: str | None = None, **_metadata) -> datasets.DatasetDict:
