@@ -63,3 +63,15 @@ def test_the_page_shows_a_table_before_the_figures(tmp_path):
     first_table, figures = page.index("<table"), page.index("Headline figures")
     assert first_table == page.index("id='table-ruler'") - len("<table class='board' ") < figures
     assert figures < page.index("id='table-hybrid'")
+
+
+def test_the_latency_figures_decode_panel_is_log_scaled(tmp_path, monkeypatch):
+    """HF's eager decode row sits an order of magnitude above the static decoders' rows: on a linear axis it squeezes
+    every row that matters into the panel's bottom tenth, so the decode panel (like prefill) is log-scaled."""
+    import matplotlib.pyplot as plt
+    figures = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    rows = pd.read_csv(ROOT / "leaderboards" / "latency.csv")
+    latency_render.render_plot(rows, tmp_path / "latency.png")
+    decode_axes = [ax for ax in figures[0].axes if ax.get_title().startswith("decode")]
+    assert decode_axes and all(ax.get_yscale() == "log" for ax in decode_axes)

@@ -61,7 +61,10 @@ def render_markdown(df, md_path: Path, png_name: str):
            "torch.cuda.max_memory_allocated over prefill + decode (weights included); on the CPU the process's peak "
            "resident set over the same steps (bench/speed/process_memory.py: weights, libraries and interpreter "
            "included). `full` is HF's own model "
-           "(SDPA, dynamic KV cache, eager decoding); `full-static` is the same backbone through "
+           "(SDPA, dynamic KV cache, eager decoding: every op of a step a kernel launch from Python, so at 8B dimensions "
+           "and batch 1 the step waits on launches, not on memory; the same step of `full-static` run eagerly instead "
+           "of from its CUDA graph takes about three times as long, decode-profile.md); `full-static` is the same "
+           "backbone through "
            "models/decoding/fast_decode.py (static KV cache, CUDA-graph decoding; each row reads only its filled KV prefix, "
            "split over the key length on CUDA), the decoder every linearized configuration runs through (chunked "
            "prefill, static state, CUDA-graph decoding); `full-static-sdpa` is that decoder with SDPA over the "
@@ -109,7 +112,7 @@ def render_plot(df, png_path: Path):
     configs = list(dict.fromkeys(ok.sort_values("config").config))
     colour = {c: plt.get_cmap("tab10")(i % 10) for i, c in enumerate(configs)}
     styles = dict(zip(sorted(ok.batch.unique()), [("o", "-"), ("s", ":"), ("^", "-."), ("v", "-")] * 4))
-    metrics = (("prefill_s", "prefill (s)"), ("decode_ms_per_token", "decode (ms / token; dashed: bound)"),
+    metrics = (("prefill_s", "prefill (s)"), ("decode_ms_per_token", "decode (ms / token, log scale; dashed: bound)"),
                ("peak_gib", None))
     noted = "a point with a note in latency.md (e.g. a one-time set-up cost)"
     fig, axes = plt.subplots(max(len(groups), 1), 3, figsize=(15, 3.8 * max(len(groups), 1)), squeeze=False)
@@ -134,6 +137,7 @@ def render_plot(df, png_path: Path):
             ax.set_title(f"{title or memory_title(device)}\n{model} ({weights}, {dtype}), {device}", fontsize=10)
             ax.grid(alpha=0.3)
         row[0].set_yscale("log")
+        row[1].set_yscale("log")  # HF's eager decode sits an order of magnitude above the static decoders' rows
     fig.tight_layout()
     entries = {}  # every panel's entries, each label once
     for ax in axes.flat:
