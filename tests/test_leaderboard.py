@@ -127,7 +127,7 @@ def test_rendering_is_deterministic_and_html_self_contained(store, tmp_path):
     assert not re.search(r"(src|href)=['\"](https?:|//|/)", page)  # no external resources
     assert "reported" in page and "measured" in page
     md = (out / "standard.md").read_text()
-    assert "| measured" in md and L.GAP_LABEL in md and not re.search(r"20\d\d-\d\d-\d\d", md)
+    assert "| measured" in md and L.MEASURED_GAP_LABEL in md and not re.search(r"20\d\d-\d\d-\d\d", md)
 
 
 def test_missing_store_is_a_clear_error(tmp_path):
@@ -159,3 +159,17 @@ def test_markdown_tables_escape_what_a_label_holds():
         rows = [line for line in md.strip().splitlines() if "model" not in line or "my" in line]
         assert any("my\\|model &lt;img" in r for r in rows) and "<img" not in md, md
         assert len(md.strip().splitlines()) == 3, md  # header, rule, one row
+
+
+def test_measured_gap_compares_rows_at_the_papers_budget(store, tmp_path):
+    """A linearized row at a budget of 1,024 (nearly every prompt inside its softmax window) scoring above full
+    attention does not make the gap: the measured gap row compares the rows at the paper's budget (64) only."""
+    for i, (task, (metric, suite)) in enumerate(STD.items()):
+        put(store, "gdn-w1016", "base=smollm2-135m,m=gdn-w1016", task, {metric: 0.90 + 0.01 * i}, suite=suite,
+            budget=1024)
+    L.render(store, tmp_path / "out")
+    t = pd.read_csv(tmp_path / "out" / "standard.csv")
+    assert "gdn-w1016" in set(t[t.status == "measured"].model)
+    gap = t[(t.status == "gap") & (t.source == "measured")].iloc[0]
+    assert gap["CR"] == pytest.approx(5.0) and gap["MMLU"] == pytest.approx(5.0)  # still full - gla (budget 64)
+    assert gap["model"] == L.MEASURED_GAP_LABEL and "paper's budget (64)" in gap["model"]

@@ -8,7 +8,10 @@ Rendering is deterministic: no timestamps, stable sorting, files
 rewritten only when their content changes.
 
 The paper's "Gap with Full, %" (Tables 1-3) is full attention minus the best linearized row of the
-same table and backbone, per column, in accuracy points (e.g. Table 1, Llama CR: 73.98 - 63.08 = 10.9).
+same table and backbone, per column, in accuracy points (e.g. Table 1, Llama CR: 73.98 - 63.08 = 10.9). Every row
+of those tables holds the paper's cache budget (window 56 + 8 sinks); ours span budgets up to 1,024, where nearly every
+prompt fits the softmax window, so our gap row compares the linearized rows at the paper's budget only
+(PAPER_BUDGET): the best row across budgets would measure the window, not the linearization.
 """
 from __future__ import annotations
 
@@ -32,6 +35,8 @@ from golinear.bench.results.store_conflicts import current_cells
 from golinear.models.atomic import atomic_write
 
 GAP_LABEL = "Gap with full attention, points (full - best linearized)"
+PAPER_BUDGET = "64"  # window 56 + 8 sinks: the cache budget of every linearized row of the paper's tables
+MEASURED_GAP_LABEL = "Gap with full attention at the paper's budget (64), points (full - best linearized at 64)"
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -92,9 +97,9 @@ def standard_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataF
             rows.append(add_cr(row))
         rows.sort(key=lambda r: (not r["is_full"], str(r["model"]), r["setting"]))
         out += rows
-        gap = gap_row(rows, STANDARD_COLS)
+        gap = gap_row([r for r in rows if r["is_full"] or str(r["cache"]) == PAPER_BUDGET], STANDARD_COLS)
         if gap is not None:
-            out.append({"status": "gap", "source": "measured", "backbone": backbone, "model": GAP_LABEL,
+            out.append({"status": "gap", "source": "measured", "backbone": backbone, "model": MEASURED_GAP_LABEL,
                         "limit": rows[0]["limit"], **gap})
     if reference is not None:
         for (table, backbone), grp in reference.groupby(["table", "backbone"], sort=False):
@@ -272,7 +277,10 @@ def load_reference(reference_dir: Path = REFERENCE_DIR) -> dict:
 NOTES = {
     "standard": "Zero-shot PIQA, ARC-e, ARC-c (acc_norm), HellaSwag (acc_norm), WinoGrande; CR = their mean; "
                 "5-shot MMLU; LAMBADA OpenAI acc and perplexity. Gap rows: full attention minus the best "
-                "linearized row of the same backbone (and subset), in points, as the paper's Tables 1-3.",
+                "linearized row of the same backbone (and subset), in points, as the paper's Tables 1-3; ours "
+                "compare the rows at the paper's cache budget (64: window 56 + 8 sinks), as every row of its tables "
+                "holds. The untrained full attention is the reference: a trained row also gains from fine-tuning "
+                "on book text, so a gap below 0 is not a linearization better than softmax.",
     "sniah": "Table 8 analog: S-NIAH accuracy by cache budget (sinks + window tokens; inf = full attention).",
     "ruler": "Table 9 analog: extended RULER subsets and their average by cache budget. HQA n is the number of "
              "HotpotQA questions scored (100 at most offline).",
