@@ -1,7 +1,7 @@
 """The `golinear` console command: one subcommand per module, imported only to run it.
 
 COMMANDS names, per command, the module whose `main(args) -> int` runs it and the light module holding its
-options (bench.cli_args / models.cli_args: one function per command, named after it). Building a parser
+options (bench.cli_args / models.training.cli_args: one function per command, named after it). Building a parser
 imports only the options module, so `golinear --help` and `golinear COMMAND --help` answer without torch
 or lm-eval (tests/test_cli.py checks it for every command). A command in PASS_THROUGH hands all its arguments to
 another program's parser (`golinear lm-eval ...` to lm-eval's); only its bare `--help` is answered here.
@@ -38,9 +38,9 @@ COMMANDS = {  # name: (module that runs it, module of its options, help)
                "prepare a folder (or parts) for a GPU machine without network: wheels, backbone, data, checkpoints"),
     "data": ("golinear.bench.offline.data_fetch", "golinear.bench.cli_args",
              "data fetch --out DIR: build the data folder (suites, haystacks, books corpus) from its public sources"),
-    "train": ("golinear.models.training.train_cli", "golinear.models.cli_args",
+    "train": ("golinear.models.training.train_cli", "golinear.models.training.cli_args",
               "train the new parameters of a linearized model (frozen backbone)"),
-    "diagnose": ("golinear.models.training.diagnostics", "golinear.models.cli_args",
+    "diagnose": ("golinear.models.training.diagnostics", "golinear.models.training.cli_args",
                  "approximation diagnostics: nMSE, key concentration, residuals"),
     "lm-eval": ("golinear.bench.backends.lm_eval_cli", "golinear.bench.cli_args",
                 "lm-eval's own command line (every option) with golinear's backends and tasks known to it"),

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from golinear.models import cli_args
+from golinear.models.training import cli_args
 from golinear.models.attention import ops
 from golinear.models.decoding.batch_generate import WholePromptDecoder, decoder_for, generate_batch
 from golinear.models.checkpoint.weights import apply_checkpoint, save_checkpoint

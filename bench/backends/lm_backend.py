@@ -75,6 +75,11 @@ def default_generation(backend: str, device: str) -> str:
 
 def check_model_args(backend: str, args: dict) -> dict:
     """Validate a backend's model args up front (names, dtype, device) and return them normalised."""
+    return checked_model_args(backend, args)[0]
+
+
+def checked_model_args(backend: str, args: dict) -> tuple[dict, ModelSpec]:
+    """check_model_args, with the spec the backend builds from them (its later checks run on this one)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown model backend {backend!r}; allowed: {list(BACKENDS)}")
     unknown = sorted(set(args) - set(MODEL_ARGS) - set(HFLM_ARGS))
@@ -82,13 +87,13 @@ def check_model_args(backend: str, args: dict) -> dict:
         raise ValueError(f"unknown model arg(s) {unknown} for {backend!r}; allowed: {list(MODEL_ARGS)} "
                          f"(and HFLM's {list(HFLM_ARGS)})")
     out = dict(args)
+    out["device"] = check_device(out.get("device") or default_device())
     spec = ModelSpec.from_model_args(out)  # every value checked once, against one allowed set (models.spec)
     for k in STRING_KEYS:
         if k in out:
             v = getattr(spec, k)
             out[k] = list(v) if isinstance(v, tuple) else v
     out["dtype"] = spec.dtype
-    out["device"] = check_device(out.get("device") or default_device())
     linear = {k: v for k, v in spec.given().items() if k in LINEAR_ARGS}
     if backend in ("golinear-hf", "golinear-press") and linear:
         raise ValueError(f"{backend} is full attention; it takes no linearization args, got {sorted(linear)} "
@@ -96,9 +101,6 @@ def check_model_args(backend: str, args: dict) -> dict:
     if (backend == "golinear-press") != (spec.press is not None):
         raise ValueError(f"model '{backend}' takes no press=; KV-cache compression is model 'golinear-press'"
                          if spec.press else "model 'golinear-press' needs press=<name> and kv_budget=<entries>")
-    if spec.press is not None and spec.kv_budget < 1:
-        raise ValueError(f"press={spec.press} needs kv_budget=<entries kept per layer and KV head>, e.g. kv_budget=256 "
-                         f"(or `golinear run --budgets`)")
     allowed = GENERATION[backend]
     out["generation"] = out.get("generation") or default_generation(backend, out["device"])
     if out["generation"] not in allowed:
@@ -108,9 +110,8 @@ def check_model_args(backend: str, args: dict) -> dict:
     if backend == "linearized" and not (out.get("checkpoint") or out.get("mechanism")):
         raise ValueError("model 'linearized' needs checkpoint=<folder> or mechanism=<name> "
                          "(full attention is model 'golinear-hf')")
-    if out.get("checkpoint"):  # the folder and its files were checked with the spec; other cache options only
-        spec.checkpoint_linearize()
-    return out
+    spec.check_buildable()  # a press's budget, a checkpoint's cache options (models.spec)
+    return out, spec
 
 
 def padded_width(n: int) -> int:

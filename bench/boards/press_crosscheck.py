@@ -24,7 +24,7 @@ def models(budget: int, base: str = "smollm2-135m", dtype: str = "float32"):
     """(press, window) specs at one budget: press=streaming_llm and window + sinks (mechanism=none)."""
     from golinear.bench.run import specs as S
     press = S.parse_model_spec(f"press=streaming_llm,base={base},dtype={dtype}").with_budget(budget, SINKS)
-    window = S.window_only(S.parse_model_spec(f"base={base},dtype={dtype}")).with_budget(budget, SINKS)
+    window = S.window_only(S.parse_model_spec(f"base={base},dtype={dtype}"), budget, SINKS)
     return press, window
 
 

@@ -82,12 +82,11 @@ def backend_and_args(spec: S.ModelSpec, generation: str = "fast") -> tuple[str, 
 def validate_model(spec: S.ModelSpec, device: str) -> None:
     """Every check that needs no weights: the backend's argument check (names, dtype, device, checkpoint
     folder), the backbone's config (base) and the linearize options against it (models.spec)."""
-    from golinear.bench.backends.lm_backend import check_model_args
+    from golinear.bench.backends.lm_backend import checked_model_args
     from golinear.models.spec.backbone_checks import check_against_backbone
     try:
         backend, args = backend_and_args(spec)
-        check_model_args(backend, {**args, "device": device})
-        check_against_backbone(spec)
+        check_against_backbone(checked_model_args(backend, {**args, "device": device})[1])
     except ValueError as e:
         raise ValueError(f"model {spec.label!r}: {e}") from None
 

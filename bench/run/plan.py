@@ -296,7 +296,7 @@ def plan_cells(models, entries, *, budgets=None, sinks=8, limit=None, context_le
             for b in budgets:
                 add(m.with_budget(b, sinks))
             for b in budgets:
-                add(S.window_only(m).with_budget(b, sinks))
+                add(S.window_only(m, b, sinks))
         for m in models:  # models the user named that the sweep does not cover
             if m.is_full_attention:
                 add(m)

@@ -103,10 +103,9 @@ def parse_models(text: str) -> list[ModelSpec]:
     return out
 
 
-def window_only(base_spec: ModelSpec) -> ModelSpec:
-    """The untrained window+sink attention on the same backbone (no linear state)."""
-    return ModelSpec(base=base_spec.base_name, dtype=base_spec.dtype, mechanism="none",
-                     label=WINDOW_ONLY_LABEL, family=WINDOW_ONLY_LABEL)
+def window_only(base_spec: ModelSpec, budget: int, sinks: int) -> ModelSpec:
+    """The untrained window+sink attention on the same backbone (no linear state) at cache budget `budget`."""
+    return full_attention(base_spec).with_budget(budget, sinks, family=WINDOW_ONLY_LABEL, mechanism="none")
 
 
 def full_attention(base_spec: ModelSpec) -> ModelSpec:

@@ -16,7 +16,7 @@ from golinear.models.attention.mechanisms import MECHANISM_CLASSES, ShortConvs, 
 from golinear.models.cache.policies import make_policy
 from golinear.models.cache.policies.window_sinks import step_attention
 from golinear.models.attention.projection import matmul_dtype, project_qkv, rope, rope_formula
-from golinear.models.spec import CONV_ON, check_conv_on, parse_value
+from golinear.models.spec import CONV_ON, check_option_pairs, parse_value
 
 _rope_formula, _rope = rope_formula, rope  # (the names tests/test_overhead.py uses)
 
@@ -75,7 +75,9 @@ class LinearizedAttention(nn.Module):
         self.mechanism, self.window, self.sinks = mechanism, window, sinks
         self.retain_score, self.scorer = retain_score, scorer
         self.conv_on = parse_value("conv_on", conv_on)
-        check_conv_on(mechanism, short_conv, self.conv_on, retain)
+        check_option_pairs({"mechanism": mechanism, "window": window, "sinks": sinks, "short_conv": short_conv,
+                            "retain": retain, "retain_score": retain_score, "out_norm": out_norm,
+                            "conv_on": self.conv_on, "scorer": scorer})  # (built alone, as tests do)
         self.conv_feed = conv_feed(self.conv_on, short_conv)
         # frozen modules, same attribute names as the original attention => same state-dict keys
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj

@@ -19,6 +19,5 @@ from golinear.models.spec.store_key import KEY_ESCAPES, store_key_parts  # noqa:
 from golinear.models.spec.values import (CACHE_KEYS, CONV_ON, DEFAULT_BASE, DTYPES, FALSE, LINEAR_KEYS,  # noqa: F401
                                          LINEARIZE_KEYS, MECHANISMS, MINIMUM, OUT_NORM_MECHANISMS, PARSERS, PRESETS,
                                          PRESS_KEYS, RETAIN_SCORES, RETENTION_KEYS, SELECTIONS, STRING_KEYS, TRUE,
-                                         check_conv_on, check_out_norm, check_press_options, check_retention,
-                                         check_window_only, linearize_values, parse_full_layers, parse_value,
+                                         check_option_pairs, linearize_values, parse_full_layers, parse_value,
                                          value_text, with_cache_options, without_unused_retention)

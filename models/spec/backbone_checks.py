@@ -7,7 +7,7 @@ from pathlib import Path
 
 from golinear.models.spec.linearize_checks import full_attention_layers
 from golinear.models.spec.schema import ModelSpec
-from golinear.models.spec.values import CACHE_KEYS, linearize_values
+from golinear.models.spec.values import CACHE_KEYS
 
 
 def backbone_config(base: str):
@@ -45,4 +45,4 @@ def check_against_backbone(spec: ModelSpec) -> None:
 def check_linearize(options: dict, base: str) -> None:
     """Every check of linearize options (LinearizeConfig's fields; missing ones at their defaults) against the
     backbone `base`'s config, before loading."""
-    full_attention_layers(ModelSpec(**{"mechanism": "gdn", **linearize_values(options)}), backbone_config(base))
+    full_attention_layers(options, backbone_config(base))

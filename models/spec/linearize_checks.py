@@ -5,15 +5,21 @@ the backbone (window and sinks within its positions, full-attention layers withi
 kept as full attention."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+from golinear.models.spec.schema import FIELD_DEFAULTS
 from golinear.models.spec.values import LINEARIZE_KEYS, check_option_pairs, linearize_values
 
 
-def full_attention_layers(cfg, config) -> list[int]:
-    """Every check of linearize options (`cfg`: a LinearizeConfig, or a ModelSpec, with the same fields) against the
-    backbone's transformers config; the sorted indices of the layers kept as full attention."""
+def full_attention_layers(options, config) -> list[int]:
+    """Every check of linearize options (a LinearizeConfig, a ModelSpec with the same fields, or a dict of them as
+    config.json holds them, missing ones at their defaults) against the backbone's transformers config; the sorted
+    indices of the layers kept as full attention."""
     n = config.num_hidden_layers
-    options = {k: getattr(cfg, k) for k in LINEARIZE_KEYS}
-    linearize_values(options)  # each value against its allowed set
+    if not isinstance(options, dict):
+        options = {k: getattr(options, k) for k in LINEARIZE_KEYS}
+    given = linearize_values({"mechanism": "gdn", **options})  # each value against its allowed set
+    cfg = SimpleNamespace(**{**{k: FIELD_DEFAULTS[k] for k in LINEARIZE_KEYS}, **given})
     max_len = getattr(config, "max_position_embeddings", None) or 1 << 20
     for name in ("window", "sinks"):
         if getattr(cfg, name) > max_len:
@@ -21,7 +27,7 @@ def full_attention_layers(cfg, config) -> list[int]:
     budget = cfg.sinks + cfg.window + cfg.retain
     if budget > max_len:
         raise ValueError(f"cache budget sinks+window+retain={budget} exceeds max_position_embeddings={max_len}")
-    check_option_pairs(options)
+    check_option_pairs(given)
     if cfg.full_layers is not None:
         if cfg.keep_full:
             raise ValueError("give either full_layers or keep_full, not both")

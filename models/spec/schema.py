@@ -8,7 +8,9 @@ No torch at import time (the CLI builds its parser from it).
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +19,9 @@ from golinear.models.spec.checkpoint_files import CONFIG, read_checkpoint_config
 from golinear.models.spec.checkpoint_paths import candidates, find_checkpoint
 from golinear.models.spec.store_key import store_key
 from golinear.models.spec.values import (CONV_ON, DEFAULT_BASE, LINEARIZE_KEYS, MECHANISMS, PARSERS, PRESETS,
-                                         RETAIN_SCORES, STRING_KEYS, check_conv_on, check_out_norm,
-                                         check_press_options, check_retention, check_window_only, linearize_values,
-                                         parse_value, value_text, with_cache_options, without_unused_retention)
+                                         RETAIN_SCORES, STRING_KEYS, check_option_pairs, check_press_budget,
+                                         check_press_options, linearize_values, parse_value, value_text,
+                                         with_cache_options, without_unused_retention)
 
 
 @dataclass(frozen=True)
@@ -54,13 +56,16 @@ class ModelSpec:
     dtype: str = "float32"
 
     def __post_init__(self):
+        """Each value, the rules between values (models.spec.values), then a checkpoint's files: read last, once
+        every cheaper check has passed. A checkpoint's own options, with the cache options given here in place, are
+        checked by checkpoint_linearize (check_buildable, models.spec.backbone_checks)."""
         for key in PARSERS:
-            object.__setattr__(self, key, parse_value(key, getattr(self, key)))
-        if self.checkpoint is None:  # (a checkpoint's own options are checked when it is linearized)
-            check_retention(self.mechanism, self.window, self.retain, self.retain_score, self.scorer)
-            check_out_norm(self.mechanism, self.out_norm, self.retain)
-            check_conv_on(self.mechanism, self.short_conv, self.conv_on, self.retain)
+            if key != "checkpoint":
+                object.__setattr__(self, key, parse_value(key, getattr(self, key)))
+        if self.checkpoint is None:
+            check_option_pairs({k: getattr(self, k) for k in LINEARIZE_KEYS})
         check_press_options(self)
+        object.__setattr__(self, "checkpoint", parse_value("checkpoint", self.checkpoint))
 
     # ------------------------------------------------------------------ the CLI/store string
     @classmethod
@@ -96,12 +101,7 @@ class ModelSpec:
                 raise ValueError(f"model spec {text!r}: {k} is given twice; give each key once")
             given.add(k)
             args[k] = v
-        spec = cls(**args, **extra)
-        try:
-            check_window_only(spec.mechanism, spec.window, spec.sinks)
-        except ValueError as e:
-            raise ValueError(f"model spec {text!r}: {e}") from None
-        return spec
+        return cls(**args, **extra)
 
     def given(self) -> dict:
         """The string keys that differ from their defaults (base when given), in STRING_KEYS order."""
@@ -162,9 +162,21 @@ class ModelSpec:
         return without_unused_retention({k: (list(v) if isinstance(v, tuple) else v) for k, v in
                                          ((k, getattr(self, k)) for k in LINEARIZE_KEYS)})
 
+    def check_buildable(self) -> None:
+        """The rules a spec meets once it names one model to build (lm-eval model_args), beyond those checked on
+        construction: a press has its budget, a checkpoint's cache options fit its own."""
+        if self.checkpoint is not None:
+            self.checkpoint_linearize()
+        check_press_budget(self)
+
     # ------------------------------------------------------------------ derived
     def checkpoint_config(self) -> dict | None:
-        return read_checkpoint_config(self.checkpoint) if self.checkpoint else None
+        """A checkpoint's config.json, read once per spec (each caller gets its own copy)."""
+        return copy.deepcopy(self._checkpoint_config) if self.checkpoint else None
+
+    @functools.cached_property
+    def _checkpoint_config(self) -> dict:
+        return read_checkpoint_config(self.checkpoint)
 
     @property
     def is_full_attention(self) -> bool:
@@ -174,7 +186,7 @@ class ModelSpec:
     def base_name(self) -> str:
         """The backbone: given explicitly, else the one a checkpoint's config.json names, else the default."""
         if self.base is None and self.checkpoint and (Path(self.checkpoint) / CONFIG).exists():
-            return read_checkpoint_config(self.checkpoint).get("base") or DEFAULT_BASE
+            return self._checkpoint_config.get("base") or DEFAULT_BASE
         return self.base or DEFAULT_BASE
 
     @property
@@ -193,7 +205,12 @@ class ModelSpec:
         return self.sinks + self.window + self.retain
 
     def checkpoint_linearize(self) -> dict:
-        """A checkpoint's linearize options with this spec's cache options (with_cache_options) in place."""
+        """A checkpoint's linearize options with this spec's cache options (with_cache_options) in place, made
+        once per spec (each caller gets its own copy)."""
+        return copy.deepcopy(self._checkpoint_linearize)
+
+    @functools.cached_property
+    def _checkpoint_linearize(self) -> dict:
         given = {k: v for k, v in self.given().items() if k not in ("base", "checkpoint", "dtype")}
         return with_cache_options(self.checkpoint_config()["linearize"], given,
                                   f"checkpoint {Path(self.checkpoint).name!r}")

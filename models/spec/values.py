@@ -185,6 +185,14 @@ def check_press_options(spec) -> None:
                          f"a linearized model (mechanism or checkpoint)")
 
 
+def check_press_budget(spec) -> None:
+    """A press without kv_budget is a family that `golinear run --budgets` completes; a model built from a spec
+    (lm-eval model_args) needs its budget."""
+    if spec.press is not None and spec.kv_budget < 1:
+        raise ValueError(f"press={spec.press} needs kv_budget=<entries kept per layer and KV head>, e.g. kv_budget=256 "
+                         f"(or `golinear run --budgets`)")
+
+
 def check_window_only(mechanism, window: int, sinks: int) -> None:
     if mechanism == "none" and not (window or sinks):
         raise ValueError("mechanism=none (window+sink softmax, no linear state) needs a window and/or sinks")

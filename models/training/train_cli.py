@@ -1,4 +1,4 @@
-"""`golinear train` on the command line (options: models.cli_args): data preparation, loading (whole or
+"""`golinear train` on the command line (options: models.training.cli_args): data preparation, loading (whole or
 sharded), the held-out losses, the run record (`train_config.json`), checkpoint and plot; the loop is
 models.training.train."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 
 from golinear.models.training import data as data_mod
 from golinear.models.training import resume_state, train_settings
-from golinear.models.cli_args import train as add_arguments  # noqa: F401 - the options, apart (no torch for --help)
+from golinear.models.training.cli_args import train as add_arguments  # noqa: F401 - the options, apart (no torch for --help)
 from golinear.models.spec import CONV_ON
 from golinear.models.training.train import CONFIG_FILE, LOG_FILE, PLOT_FILE, STATE_FILE, Trainer, TrainConfig
 from golinear.models.training.train_fsdp import fsdp_settings, load_sharded

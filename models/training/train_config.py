@@ -1,5 +1,5 @@
 """`TrainConfig`: the training settings, apart from golinear.models.training.train so that `golinear train --help` (which shows
-their defaults, models.cli_args) needs no torch."""
+their defaults, models.training.cli_args) needs no torch."""
 from __future__ import annotations
 
 import dataclasses
