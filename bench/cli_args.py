@@ -258,6 +258,12 @@ def data(p):
     p.add_argument("--mirror", default=None,
                    help="read every source from URL/<host>/<path> instead, e.g. a local copy of the sources")
     p.add_argument("--keep-downloads", action="store_true", help="keep the downloaded sources in OUT/.downloads")
+    p.add_argument("--stall-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="stop a download that sends no byte for this long (the next run resumes it)")
+    p.add_argument("--download-deadline", type=float, default=1800.0, metavar="SECONDS",
+                   help="stop a download that takes longer than this in all (the next run resumes it)")
+    p.add_argument("--deadline", type=float, default=10800.0, metavar="SECONDS",
+                   help="stop the whole command after this long (the files built so far are kept)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 

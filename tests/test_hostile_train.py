@@ -125,3 +125,45 @@ def test_impossible_training_values_are_refused_before_anything_is_written(tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{flag} " in err[0] and allowed in err[0], err
     assert not (tmp_path / "run").exists()
+
+
+DAMAGED_STATES = [  # (the state's JSON metadata, the words of the one line)
+    ("{}", "it lacks step, total_steps, world_size"),
+    ("[1, 2]", "its metadata is a JSON list, not an object"),
+    ('"text"', "its metadata is a JSON str, not an object"),
+    ("WORLD_AS_TEXT", 'world_size is "1", not an integer'),
+    ("NO_TENSOR", "a parameter is not a tensor of the file"),
+]
+
+
+@pytest.mark.parametrize("meta,words", DAMAGED_STATES, ids=[w for _, w in DAMAGED_STATES])
+def test_a_damaged_resume_state_is_one_line_before_any_model_loads(tmp_path, capsys, monkeypatch, signals_restored,
+                                                                   meta, words):
+    """A state whose JSON is {} or of the wrong type is refused naming the file before the backbone loads (it
+    was a KeyError traceback after loading)."""
+    import json
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    from golinear.models.backbones import backbone
+    from golinear.models.training import resume_state
+    from golinear.models.training.train import STATE_FILE
+    assert cli_train(tmp_path, "--steps", "6", "--stop-after", "2") == 0  # stopped, resumable
+    state = tmp_path / "run" / STATE_FILE
+    with safe_open(str(state), framework="pt") as f:
+        tensors, tree = {k: f.get_tensor(k) for k in f.keys()}, json.loads(f.metadata()["golinear_resume_state"])
+    if meta == "WORLD_AS_TEXT":
+        meta = json.dumps({**tree, "world_size": "1"})
+    elif meta == "NO_TENSOR":
+        meta = json.dumps({**tree, "params": {n: 0 for n in tree["params"]}})
+    save_file(tensors, str(state), metadata={"golinear_resume_state": meta})
+
+    def no_loading(*a, **k):
+        raise AssertionError("a model was loaded before the state was checked")
+    monkeypatch.setattr(backbone, "load_backbone", no_loading)
+    capsys.readouterr()
+    assert cli_train(tmp_path, "--steps", "6") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"resume state {str(state)!r} is damaged ({words}" in err[0], err
+    assert "delete it (or --force) to start over" in err[0]
+    with pytest.raises(ValueError, match="is damaged"):  # the trainer's own load says the same
+        resume_state.load(state)

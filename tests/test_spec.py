@@ -175,6 +175,13 @@ BAD = [  # (key, value, the whole message)
     ("retain_score", "attention_mass",
      "unknown retention score 'attention_mass'; allowed: ['delta_error', 'proj_residual', 'fitted']"),
     ("out_norm", "maybe", "out_norm='maybe': expected true or false"),
+    # digits other than 0-9: int() and float() took some ('٣' as 3) and failed on others ('²') without the key
+    ("window", "²", "window='²': expected a non-negative integer written in the digits 0-9"),
+    ("sinks", "٣", "sinks='٣': expected a non-negative integer written in the digits 0-9"),
+    ("conv_size", "３", "conv_size='３': expected an integer >= 1 written in the digits 0-9"),
+    ("keep_full", "٠.٥", "keep_full='٠.٥': expected a fraction in [0, 1) written in the digits 0-9"),
+    ("full_layers", "1+٣", "full_layers='1+٣': expected layer indices written in the digits 0-9 joined by '+', "
+                           "e.g. 3+7+11"),
 ]
 
 

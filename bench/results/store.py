@@ -27,6 +27,7 @@ from pathlib import Path
 
 from golinear.bench.results.metric_ranges import cell_metrics_problem
 from golinear.models.atomic import atomic_write
+from golinear.models.path_names import check_path
 from golinear.models.training.data_hashes import file_sha256
 
 SCHEMA = 1
@@ -130,6 +131,7 @@ class Store:
     """A folder of cells. Cheap to construct; `ensure_writable` fails early on a bad output folder."""
 
     def __init__(self, root: str | os.PathLike):
+        check_path(root, "result store")  # one line, not an OSError from the first stat()
         self.root = Path(root)
 
     @property

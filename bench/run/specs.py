@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from golinear.models import spec as schema
+from golinear.models.path_names import is_folder
 from golinear.models.spec import PRESETS  # noqa: F401 - the runner's help lists the presets
 
 WINDOW_ONLY_LABEL = "untrained window + sinks"  # mechanism=none: every table, plot and page names it so
@@ -65,10 +66,10 @@ def label_of(text: str) -> str:
     """A spec string's label: a checkpoint folder's name, a bare preset's name, else the text itself (a scorer file
     by its name: the store keys its contents)."""
     text = text.strip()
-    if Path(text).expanduser().is_dir():
+    if is_folder(text):
         return Path(text).expanduser().resolve().name
     tokens = scorer_by_file_name(text)
-    if "=" not in tokens[0] and Path(tokens[0]).expanduser().is_dir():  # a checkpoint with cache options
+    if "=" not in tokens[0] and is_folder(tokens[0]):  # a checkpoint with cache options
         return ",".join([Path(tokens[0]).expanduser().resolve().name, *tokens[1:]])
     return tokens[0] if len(tokens) == 1 and "=" not in tokens[0] else ",".join(tokens)
 

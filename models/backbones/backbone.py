@@ -113,6 +113,7 @@ def load_backbone(name_or_path: str = DEFAULT_BACKBONE, dtype: torch.dtype | str
         # use_kernels=False: transformers would otherwise swap layers for Hugging Face Hub kernels on a GPU
         # (fetched from the Hub, or an error where the `kernels` package is missing); golinear measures its own.
         model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_kernels=False,
+                                                                  use_safetensors=True,  # never a pickle
                                                                   attn_implementation=attn_implementation)
     model.to(device).eval()
     model.requires_grad_(False)

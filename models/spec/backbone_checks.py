@@ -19,6 +19,8 @@ def backbone_config(base: str):
     if local.exists() and not (local / "config.json").is_file():
         raise ValueError(f"base {base!r} is a folder without config.json; allowed: {DEFAULT_BACKBONE!r} "
                          "(embedded), a Hugging Face model folder or a hub id")
+    if local.is_dir():
+        check_weight_files(local, base)
     if not local.exists() and (path.count("/") != 1 or path.startswith((".", "/", "~"))):
         raise ValueError(f"base {base!r} is neither a local folder nor a hub id (owner/name); the embedded "
                          f"default is {DEFAULT_BACKBONE!r}")
@@ -29,6 +31,21 @@ def backbone_config(base: str):
         raise ValueError(f"base {base!r}: cannot read its config ({first})") from None
     check_architecture(config)
     return config
+
+
+PICKLED = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")  # torch.save's formats: pickles
+
+
+def check_weight_files(folder: Path, base: str) -> None:
+    """A backbone folder whose weights are only a pickle (pytorch_model.bin) is refused before loading: golinear
+    never unpickles a file it is handed (a pickle can run code; safetensors is data)."""
+    if any(folder.glob("*.safetensors")):
+        return
+    pickled = sorted(p.name for pattern in PICKLED for p in folder.glob(pattern))
+    if pickled:
+        raise ValueError(f"base {base!r} holds its weights as {pickled[0]}, a pickle, and golinear never unpickles "
+                         "(a pickle can run code); convert it to safetensors where you trust its source (transformers: "
+                         "from_pretrained, then save_pretrained writes model.safetensors) and give that folder")
 
 
 def check_against_backbone(spec: ModelSpec) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from golinear.models.path_names import check_path, is_folder
+
 SHIPPED = Path(__file__).resolve().parents[2] / "checkpoints"
 ENV = "GOLINEAR_CHECKPOINTS"
 CONFIG = "config.json"
@@ -35,13 +37,14 @@ def candidates(name: str) -> list[Path]:
 
 def find_checkpoint(name: str) -> Path | None:
     """The first existing folder `name` denotes, or None."""
-    return next((c for c in candidates(name) if c.is_dir()), None)
+    return next((c for c in candidates(name) if is_folder(c)), None)
 
 
 def resolve_checkpoint(name: str) -> Path:
     """The checkpoint folder `name` denotes; FileNotFoundError naming where it looked when there is none."""
     found = find_checkpoint(name)
     if found is None:
+        check_path(name, "checkpoint")  # a name no folder can have: said as such
         looked = [str(candidates(name)[0].absolute())] + [str(c) for c in candidates(name)[1:]]
         raise FileNotFoundError(f"checkpoint folder {str(name)!r} does not exist; looked in: {', '.join(looked)}")
     return found

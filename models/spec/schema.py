@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from golinear.models.path_names import check_path, is_folder
 from golinear.models.spec.checkpoint_files import CONFIG, read_checkpoint_config, read_layer_scores
 from golinear.models.spec.checkpoint_paths import candidates, find_checkpoint
 from golinear.models.spec.store_key import store_key
@@ -74,17 +75,18 @@ class ModelSpec:
         text = text.strip()
         if not text:
             raise ValueError("empty model spec")
-        if Path(text).expanduser().is_dir():
+        if is_folder(text):
             return cls(checkpoint=text, **extra)  # a folder that is not a (whole) checkpoint fails here, naming it
         args = {}
         tokens = [t.strip() for t in text.split(",") if t.strip()]
-        if "=" not in tokens[0] and Path(tokens[0]).expanduser().is_dir():
+        if "=" not in tokens[0] and is_folder(tokens[0]):
             args["checkpoint"] = tokens.pop(0)  # a checkpoint folder, then cache options (CACHE_KEYS)
         elif "=" not in tokens[0] and tokens[0] not in PRESETS and find_checkpoint(tokens[0]):
             args["checkpoint"] = tokens.pop(0)  # a shipped checkpoint by name (models.spec.checkpoint_paths)
         elif "=" not in tokens[0]:
             preset = tokens.pop(0)
             if preset not in PRESETS:
+                check_path(preset, "model")  # a name no folder can have: said as such, not as an unknown preset
                 looked = ", ".join(str(c) for c in candidates(preset))
                 raise ValueError(f"unknown model {preset!r}; allowed presets: {sorted(PRESETS)}, "
                                  f"key=value pairs ({sorted(STRING_KEYS)}) or a checkpoint folder "

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from golinear.models.cache.policies import retention_scores
+from golinear.models.path_names import check_path
 from golinear.models.spec.checkpoint_paths import resolve_checkpoint
 from golinear.models.spec.checkpoint_files import check_checkpoint_files
 
@@ -59,6 +60,14 @@ PRESETS = {
 }
 
 
+INTEGER = re.compile(r"-?[0-9]+")  # ASCII digits only: int() would also take '٣' as 3 and fail on '²' unnamed
+
+
+def digits(value) -> str:
+    """What a message adds for a value with other digits than 0-9 ('²', '٣'), which look like numbers."""
+    return "" if str(value).isascii() else " written in the digits 0-9"
+
+
 def parse_full_layers(text) -> tuple[int, ...]:
     """full_layers as text: indices joined by '+' (model specs and model_args, where commas separate keys),
     ',' (`golinear train --full-layers`), ':', ';' or '|'; or a list of ints. One parser for every front end."""
@@ -66,11 +75,10 @@ def parse_full_layers(text) -> tuple[int, ...]:
         if all(isinstance(x, int) and not isinstance(x, bool) for x in text):
             return tuple(text)
         text = "+".join(map(str, text))
-    parts = re.split(r"[+,:;|]", str(text).strip())
-    try:
-        return tuple(int(x) for x in parts if x.strip() != "")
-    except ValueError:
-        raise ValueError(f"full_layers={text!r}: expected layer indices joined by '+', e.g. 3+7+11") from None
+    parts = [x.strip() for x in re.split(r"[+,:;|]", str(text).strip()) if x.strip() != ""]
+    if not all(INTEGER.fullmatch(x) for x in parts):
+        raise ValueError(f"full_layers={text!r}: expected layer indices{digits(text)} joined by '+', e.g. 3+7+11")
+    return tuple(int(x) for x in parts)
 
 
 def _choice(key, value, allowed, what, extra=""):
@@ -83,9 +91,9 @@ def _choice(key, value, allowed, what, extra=""):
 def _integer(key, value) -> int:
     least = MINIMUM[key]
     if isinstance(value, bool) or not isinstance(value, (int, str)) or \
-            (isinstance(value, str) and not value.strip().lstrip("-").isdigit()) or int(value) < least:
+            (isinstance(value, str) and not INTEGER.fullmatch(value.strip())) or int(value) < least:
         raise ValueError(f"{key}={value!r}: expected " +
-                         ("a non-negative integer" if least == 0 else f"an integer >= {least}"))
+                         ("a non-negative integer" if least == 0 else f"an integer >= {least}") + digits(value))
     return int(value)
 
 
@@ -101,11 +109,11 @@ def _boolean(key, value) -> bool:
 def _fraction(key, value) -> float:
     """keep_full: a fraction in [0, 1) (keeping every layer would linearize none)."""
     try:
-        v = float(value) if not isinstance(value, bool) else math.nan
+        v = float(value) if not isinstance(value, bool) and str(value).isascii() else math.nan
     except (TypeError, ValueError):
         v = math.nan
     if not 0.0 <= v < 1.0:
-        raise ValueError(f"{key}={value!r}: expected a fraction in [0, 1)")
+        raise ValueError(f"{key}={value!r}: expected a fraction in [0, 1){digits(value)}")
     return v
 
 
@@ -138,7 +146,13 @@ def _scorer_file(value) -> str:
     return str(path.resolve())
 
 
-PARSERS = {"base": lambda k, v: str(v).strip(), "checkpoint": _checkpoint, "mechanism": _mechanism,
+def _base(key, value) -> str:
+    """A backbone's name or folder; one no file system can hold is said here, not as an OSError later."""
+    check_path(str(value).strip(), key)
+    return str(value).strip()
+
+
+PARSERS = {"base": _base, "checkpoint": _checkpoint, "mechanism": _mechanism,
            **{k: _integer for k in MINIMUM}, "short_conv": _boolean, "lora": _boolean, "out_norm": _boolean,
            "full_layers": lambda k, v: parse_full_layers(v), "keep_full": _fraction,
            "select": lambda k, v: _choice(k, v, SELECTIONS, "layer selection"), "layer_scores": _scores,

@@ -69,6 +69,7 @@ def save(state: dict, path: Path) -> None:
 def load(path: Path) -> dict:
     """The state written by `save`; a file that is not one is a ValueError naming it."""
     from safetensors import safe_open
+    check(path)
     try:
         with safe_open(str(path), framework="pt") as f:
             tree = json.loads((f.metadata() or {})[_META_KEY])
@@ -77,6 +78,61 @@ def load(path: Path) -> dict:
     except Exception as e:  # not safetensors, no state in it, a name it lacks: the file is damaged either way
         raise ValueError(f"resume state {str(path)!r} is unreadable ({type(e).__name__}); delete it to start "
                          "over") from None
+
+
+NUMBER = (int, float)
+TOP = {"step": int, "total_steps": int, "world_size": int, "elapsed_s": NUMBER, "params": dict, "optimizer": dict,
+       "rng": dict}  # what Trainer.load_state_dict reads without a default
+OPTIONAL = {"loss_window": list, "meta": dict, "config": dict, "budget_note": (str, type(None))}
+
+
+def check(path: Path) -> None:
+    """The state's JSON read alone, no tensor (a moment, before any model loads): one line for a state that is not
+    what `save` writes ({}, a list, a key missing or of another type, a tensor it names but lacks)."""
+    from safetensors import safe_open
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            tree, names = json.loads((f.metadata() or {})[_META_KEY]), set(f.keys())
+    except Exception as e:  # not safetensors, no state in it
+        raise ValueError(f"resume state {str(path)!r} is unreadable ({type(e).__name__}); delete it (or --force) "
+                         "to start over") from None
+    problem = _problem(tree, names)
+    if problem:
+        raise ValueError(f"resume state {str(path)!r} is damaged ({problem}); delete it (or --force) to start over")
+
+
+def _problem(tree, names: set) -> str | None:
+    if not isinstance(tree, dict):
+        return f"its metadata is a JSON {type(tree).__name__}, not an object"
+    missing = [k for k in TOP if k not in tree]
+    if missing:
+        return f"it lacks {', '.join(missing)}"
+    for key, kind in {**TOP, **OPTIONAL}.items():
+        value = tree.get(key)
+        if key in tree and (not isinstance(value, kind) or isinstance(value, bool)):
+            return f"{key} is {json.dumps(value)[:40]}, not {_kind(kind)}"
+    for key in ("step", "world_size", "total_steps", "elapsed_s"):
+        if tree[key] < (1 if key in ("world_size", "total_steps") else 0):
+            return f"{key} is {tree[key]}"
+    if not all(isinstance(v, dict) and v.get("__tensor__") in names for v in tree["params"].values()):
+        return "a parameter is not a tensor of the file"
+    lacking = sorted(set(_tensor_names(tree)) - names)
+    return f"it names tensor {lacking[0]!r}, which the file lacks" if lacking else None
+
+
+def _kind(kind) -> str:
+    return {int: "an integer", dict: "an object", list: "a list"}.get(kind, "a number" if kind == NUMBER else "text")
+
+
+def _tensor_names(obj):
+    if isinstance(obj, list):
+        for v in obj:
+            yield from _tensor_names(v)
+    elif isinstance(obj, dict):
+        if "__tensor__" in obj:
+            yield str(obj["__tensor__"])
+        for v in obj.values():
+            yield from _tensor_names(v)
 
 
 def refuse_legacy(out: Path) -> None:

@@ -184,7 +184,10 @@ class Trainer:
         path = self.out / STATE_FILE
         resumed = path.exists()
         if resumed:
-            self.load_state_dict(resume_state.load(path))
+            state = resume_state.load(path)
+            if set(self.named) - set(state["params"]):  # another model's state: one line, not a KeyError
+                raise ValueError(f"resume state {str(path)!r} lacks parameters of this model; delete it to start over")
+            self.load_state_dict(state)
         log = self.out / LOG_FILE
         if self.acc.is_main_process and log.exists():
             records = read_log(log)

@@ -93,6 +93,8 @@ def main(args) -> int:
     check_inputs(args, opts)
     if not args.force:
         resume_state.refuse_legacy(out)
+        if (out / STATE_FILE).exists():  # its JSON, before any model loads (a damaged one would fail after)
+            resume_state.check(out / STATE_FILE)
     if not args.prepare_only and finished_run(out, args, cfg, opts):
         return 0
     acc = Accelerator(cpu=not torch.cuda.is_available())
