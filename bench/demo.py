@@ -24,7 +24,7 @@ from tabulate import tabulate
 
 from golinear.bench.cli_args import MMLU_BATCH, MMLU_CATEGORIES  # noqa: F401 - the --mmlu choices
 from golinear.models.attention.linearize import DEFAULT_RECIPE, decode_state_bytes
-from golinear.models.data_dir import chosen_data_dir, fetch_command, require_hub
+from golinear.models.util.data_dir import chosen_data_dir, fetch_command, require_hub
 from golinear.models.load import load_model
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "smollm2-135m" / "gdn-w56-s8-sc"

@@ -86,7 +86,7 @@ def test_a_bad_checkpoint_is_refused_before_any_weights_load(tmp_path, monkeypat
 
 @pytest.fixture
 def no_data_folder(monkeypatch, tmp_path):
-    from golinear.models import data_dir
+    from golinear.models.util import data_dir
     monkeypatch.setattr(data_dir, "DEFAULT_DATA_DIR", tmp_path / "no-such-folder")
     monkeypatch.delenv("GOLINEAR_DATA", raising=False)
 

@@ -43,7 +43,8 @@ def test_resume_state_round_trips_without_pickle(tmp_path):
     p.sum().backward()
     opt.step()
     state = {"step": 3, "note": None, "loss_window": [1.5, float("inf")], "params": {"w": p.detach().clone()},
-             "optimizer": opt.state_dict(), "rng": rng_state(), "world_size": 1}
+             "optimizer": opt.state_dict(), "rng": rng_state(), "world_size": 1,
+             "total_steps": 10, "elapsed_s": 2.5}  # every key a trainer state holds (load checks them)
     resume_state.save(state, tmp_path / "s.safetensors")
     back = resume_state.load(tmp_path / "s.safetensors")
     assert back["step"] == 3 and back["note"] is None and back["loss_window"] == [1.5, float("inf")]
@@ -363,7 +364,7 @@ def test_an_include_path_task_that_shadows_golinears_is_refused(tmp_path, capsys
 @pytest.fixture
 def no_data_folder(monkeypatch, tmp_path):
     """No ../shared/data, no $GOLINEAR_DATA, no network to the Hub (its offline mode fails at once)."""
-    from golinear.models import data_dir
+    from golinear.models.util import data_dir
     monkeypatch.setattr(data_dir, "DEFAULT_DATA_DIR", tmp_path / "no-such-folder")
     monkeypatch.delenv("GOLINEAR_DATA", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

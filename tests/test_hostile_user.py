@@ -36,7 +36,7 @@ def test_run_refuses_a_missing_include_path(tmp_path, capsys):
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
 def test_default_data_folder_is_resolved_like_an_explicit_one(tmp_path, monkeypatch):
-    from golinear.models import data_dir
+    from golinear.models.util import data_dir
     from golinear.tasks.standard import local_data
     link = tmp_path / "shared-link"
     link.symlink_to(DATA.resolve(), target_is_directory=True)
@@ -105,7 +105,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, tiny_
         def full(self, key, value):
             raise sqlite3.OperationalError("database or disk is full")
         monkeypatch.setattr(sqlitedict.SqliteDict, "__setitem__", full)
-    else:  # the cell file's write (models.atomic) on a full file system
+    else:  # the cell file's write (models.util.atomic) on a full file system
         def full(fd):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         monkeypatch.setattr(os, "fsync", full)

@@ -91,7 +91,7 @@ def test_without_data_or_hub_the_demo_answers_in_one_line_naming_both_ways_on(tm
     clone.mkdir()
     env = {k: v for k, v in __import__("os").environ.items() if k != "GOLINEAR_DATA"}
     env["HF_HUB_OFFLINE"] = "1"
-    code = ("import sys; from golinear.models import data_dir; data_dir.DEFAULT_DATA_DIR = data_dir.Path(sys.argv[1]); "
+    code = ("import sys; from golinear.models.util import data_dir; data_dir.DEFAULT_DATA_DIR = data_dir.Path(sys.argv[1]); "
             "from golinear.bench.cli import main; sys.exit(main(['demo', '--store', sys.argv[2], '--out', sys.argv[3]]))")
     proc = subprocess.run([sys.executable, "-c", code, str(clone / "no-data"), str(clone / "s"), str(clone / "o")],
                           capture_output=True, text=True, timeout=300, env=env, cwd=clone)

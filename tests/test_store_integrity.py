@@ -17,7 +17,7 @@ from golinear.bench.run import plan as P
 from golinear.bench.run import specs as S
 from golinear.bench.run.provenance import ModelInfo
 from golinear.bench.results.store import CellKey, Store
-from golinear.models.atomic import atomic_write
+from golinear.models.util.atomic import atomic_write
 from golinear.models.training.data_hashes import verify_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,7 +152,7 @@ def test_atomic_write_uses_the_umask_and_leaves_nothing_on_failure(tmp_path):
         os.umask(old)
     p = atomic_write(tmp_path / "b.json", "{}")
     assert (p.stat().st_mode & 0o777) == 0o666 & ~old
-    from golinear.models.atomic import atomic_path
+    from golinear.models.util.atomic import atomic_path
     with pytest.raises(RuntimeError):
         with atomic_path(tmp_path / "b.json") as tmp:
             tmp.write_text("half")

@@ -32,7 +32,7 @@ from golinear.bench.boards.measured import (LOWER_IS_BETTER, REF_STANDARD, RULER
 from golinear.bench.boards.page import render_page
 from golinear.bench.results.store import Store
 from golinear.bench.results.store_conflicts import current_cells
-from golinear.models.atomic import atomic_write
+from golinear.models.util.atomic import atomic_write
 
 GAP_LABEL = "Gap with full attention, points (full - best linearized)"
 PAPER_BUDGET = "64"  # window 56 + 8 sinks: the cache budget of every linearized row of the paper's tables

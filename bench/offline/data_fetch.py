@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from golinear.bench.offline import data_build as B
-from golinear.models.atomic import atomic_path, atomic_write
+from golinear.models.util.atomic import atomic_path, atomic_write
 from golinear.models.training.data_hashes import SUMS_FILE, file_sha256
 
 HERE = Path(__file__).resolve().parent

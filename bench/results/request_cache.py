@@ -66,7 +66,7 @@ def _number(x) -> bool:
 
 
 def signed(text: str) -> str:
-    from golinear.models.signing import sign
+    from golinear.models.util.signing import sign
     return sign(text)
 
 
@@ -78,7 +78,7 @@ def signed_row(cell: str, key: str, value) -> str:
 
 def checked_row(cell: str, key: str, stored) -> object:
     """The result a row holds, or a ValueError when its signature does not match (an edited or moved row)."""
-    from golinear.models.signing import verify
+    from golinear.models.util.signing import verify
     row = json.loads(stored)
     if not (isinstance(row, dict) and set(row) == {"v", "mac"}):
         raise ValueError("an entry is not a signed result")

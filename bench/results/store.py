@@ -1,6 +1,6 @@
 """The result store: one JSON file per finished cell (model x task x configuration x data).
 
-A cell is written atomically (models.atomic) only once its evaluation has finished, so a killed run
+A cell is written atomically (models.util.atomic) only once its evaluation has finished, so a killed run
 leaves either a whole cell or none; a re-run skips the cells already present. The store is a plain
 folder, so stores from several machines merge by copying folders together.
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from golinear.bench.results.metric_ranges import cell_metrics_problem
-from golinear.models.atomic import atomic_write
-from golinear.models.path_names import check_path
+from golinear.models.util.atomic import atomic_write
+from golinear.models.util.path_names import check_path
 from golinear.models.training.data_hashes import file_sha256
 
 SCHEMA = 1

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from golinear.bench.cli_args import CHECK_LIMIT, CHECK_SUITES, CHECK_Z
-from golinear.models.atomic import atomic_write
+from golinear.models.util.atomic import atomic_write
 
 TMP_PREFIX = "golinear-check-"
 

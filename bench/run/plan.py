@@ -119,7 +119,7 @@ def check_data_dir(data_dir: str | None) -> str | None:
 def check_task_data(entries, data_dir: str | None) -> None:
     """Every local file the suites need exists before any work starts: one FileNotFoundError naming each missing
     part of the data folder (what needs it) and one command that fetches them all."""
-    from golinear.models.data_dir import MissingData, all_missing, top_folder
+    from golinear.models.util.data_dir import MissingData, all_missing, top_folder
     by_suite, missing = {}, []
     for e in entries:
         by_suite.setdefault(e.suite, []).append(e.task)

@@ -26,7 +26,7 @@ from golinear.bench.run.plan import (ALL_SUITES, Cell, cell_data, check_data_dir
 from golinear.bench.run.provenance import ModelInfo, git_state, package_versions
 from golinear.bench.run.run_summary import score_table
 from golinear.bench.results.store import Store
-from golinear.models.data_dir import require_hub
+from golinear.models.util.data_dir import require_hub
 
 
 # ----------------------------------------------------------------------------- running

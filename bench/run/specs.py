@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from golinear.models import spec as schema
-from golinear.models.path_names import is_folder
+from golinear.models.util.path_names import is_folder
 from golinear.models.spec import PRESETS  # noqa: F401 - the runner's help lists the presets
 
 WINDOW_ONLY_LABEL = "untrained window + sinks"  # mechanism=none: every table, plot and page names it so

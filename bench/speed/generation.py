@@ -93,7 +93,7 @@ def _check(args):
             raise ValueError(f"--presses {args.presses!r}: no press spec")
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise FileNotFoundError(f"--data-dir {args.data_dir!r} does not exist")
-    from golinear.models.data_dir import existing_data_dir  # the haystacks, before any model loads
+    from golinear.models.util.data_dir import existing_data_dir  # the haystacks, before any model loads
     existing_data_dir(args.data_dir, needs="S-NIAH-1's prompts (paul_graham_essays/)")
     from golinear.bench.backends.lm_backend import check_model_args
     for label, backend, margs, *_ in _plan(args):
@@ -306,7 +306,7 @@ def sorted_rows(df):
 
 
 def _write_csv(path: Path, df):
-    from golinear.models.atomic import atomic_write
+    from golinear.models.util.atomic import atomic_write
     atomic_write(path, df.to_csv(index=False))
 
 
@@ -386,7 +386,7 @@ def main(args) -> int:
         _write_csv(out_dir / "generation.csv", df)
         if len(par):
             _write_csv(out_dir / "generation_parity.csv", par)
-        from golinear.models.atomic import atomic_write
+        from golinear.models.util.atomic import atomic_write
         atomic_write(out_dir / "generation.md", render(df, par))
 
     rows, _ = run(args, publish)

@@ -39,7 +39,7 @@ from golinear.bench.speed.latency_press import PressRun, check_press_spec
 from golinear.bench.speed.latency_render import render
 from golinear.bench.speed.latency_runs import run_fast, run_full
 from golinear.bench.speed.latency_targets import STATIC_FULL, STATIC_FULL_SDPA, checks_markdown
-from golinear.models.atomic import atomic_path
+from golinear.models.util.atomic import atomic_path
 
 KEY = ["model", "weights", "dtype", "config", "length", "batch", "device"]  # weights/dtype: part of "model"
 BOUND_COLUMNS = ["decode_bytes_per_step", "copy_gb_per_s", "decode_bound_ms", "decode_vs_bound"]

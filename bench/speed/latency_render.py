@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from golinear.bench.speed.latency_targets import against_fastest_markdown, checks_markdown
-from golinear.models.atomic import atomic_path, atomic_write
+from golinear.models.util.atomic import atomic_path, atomic_write
 
 METRICS = (("prefill_s", "prefill s"), ("decode_ms_per_token", "decode ms/tok"), ("peak_gib", "peak GiB"))
 BOUND_METRICS = (("decode_bound_ms", "bound ms/tok"), ("decode_vs_bound", "decode/bound"))

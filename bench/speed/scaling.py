@@ -18,7 +18,7 @@ import json
 import math
 from pathlib import Path
 
-from golinear.models.atomic import atomic_write
+from golinear.models.util.atomic import atomic_write
 
 COLUMNS = ["mode", "gpus", "model_dims", "seq_len", "global_batch", "tokens_per_s", "peak_gib_per_gpu", "wall_s",
            "commit", "steps", "speedup_vs_1gpu", "note"]

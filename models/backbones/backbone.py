@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from golinear.models.atomic import atomic_path
+from golinear.models.util.atomic import atomic_path
 from golinear.models.backbones.configs import NAMED_CONFIGS, SUPPORTED_MODEL_TYPES, check_architecture, named_config  # noqa: F401
 
 DEFAULT_BACKBONE = "smollm2-135m"

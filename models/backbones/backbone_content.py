@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from golinear.models.atomic import atomic_write
+from golinear.models.util.atomic import atomic_write
 from golinear.models.training.data_hashes import file_sha256
 
 RECORD = "golinear_content.json"

@@ -12,7 +12,7 @@ import json
 import math
 from pathlib import Path
 
-from golinear.models.atomic import atomic_write
+from golinear.models.util.atomic import atomic_write
 
 CARD = "README.md"
 HUB_IDS = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}  # golinear's embedded backbone, as the Hub names it

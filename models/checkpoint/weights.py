@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from golinear.models.atomic import atomic_path, atomic_write
+from golinear.models.util.atomic import atomic_path, atomic_write
 from golinear.models.backbones.backbone import fingerprint, load_backbone, stored_fingerprint
 from golinear.models.attention.linearize import (LinearizeConfig, count_new_parameters, linearize, match_new_parameters_to_backbone,
                               new_parameters)

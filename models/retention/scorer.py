@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from golinear.models.atomic import atomic_path
+from golinear.models.util.atomic import atomic_path
 
 TENSORS = ("weight", "bias")
 

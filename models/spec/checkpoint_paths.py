@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from golinear.models.path_names import check_path, is_folder
+from golinear.models.util.path_names import check_path, is_folder
 
 SHIPPED = Path(__file__).resolve().parents[2] / "checkpoints"
 ENV = "GOLINEAR_CHECKPOINTS"

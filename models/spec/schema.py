@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from golinear.models.path_names import check_path, is_folder
+from golinear.models.util.path_names import check_path, is_folder
 from golinear.models.spec.checkpoint_files import CONFIG, read_checkpoint_config, read_layer_scores
 from golinear.models.spec.checkpoint_paths import candidates, find_checkpoint
 from golinear.models.spec.store_key import store_key

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from golinear.models.cache.policies import retention_scores
-from golinear.models.path_names import check_path
+from golinear.models.util.path_names import check_path
 from golinear.models.spec.checkpoint_paths import resolve_checkpoint
 from golinear.models.spec.checkpoint_files import check_checkpoint_files
 

@@ -28,14 +28,14 @@ from typing import Iterable, Iterator
 import numpy as np
 import torch
 
-from golinear.models.atomic import atomic_path
+from golinear.models.util.atomic import atomic_path
 
 BOOKS_FOLDER = "corpus_classic_books"
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """--data-dir, else $GOLINEAR_DATA, else <repo>/../shared/data (models.data_dir)."""
-    from golinear.models.data_dir import existing_data_dir
+    """--data-dir, else $GOLINEAR_DATA, else <repo>/../shared/data (models.util.data_dir)."""
+    from golinear.models.util.data_dir import existing_data_dir
     return existing_data_dir(data_dir, needs="the books corpus")
 
 
@@ -43,7 +43,7 @@ def book_files(data_dir: str | os.PathLike | None = None) -> list[Path]:
     folder = resolve_data_dir(data_dir) / BOOKS_FOLDER
     files = sorted(folder.glob("*.jsonl.gz")) + sorted(folder.glob("*.jsonl"))
     if not files:
-        from golinear.models.data_dir import missing_data
+        from golinear.models.util.data_dir import missing_data
         raise missing_data(folder.parent, f"{BOOKS_FOLDER}/*.jsonl.gz", "the books corpus")
     return files
 

@@ -195,7 +195,7 @@ def _plt():
 
 
 def _save(fig, path: Path):
-    from golinear.models.atomic import atomic_path
+    from golinear.models.util.atomic import atomic_path
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
 

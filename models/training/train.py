@@ -29,7 +29,7 @@ import torch
 
 from golinear.models.training import data as data_mod
 from golinear.models.training import graph_step, resume_state
-from golinear.models.atomic import atomic_path, atomic_write
+from golinear.models.util.atomic import atomic_path, atomic_write
 from golinear.models.training.train_config import TrainConfig  # apart, so that `golinear train --help` needs no torch
 from golinear.models.training.sharding import shard_like
 from golinear.models.training.train_fsdp import full_attention, full_tensor

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from golinear.models.atomic import atomic_path, atomic_write
+from golinear.models.util.atomic import atomic_path, atomic_write
 
 
 def rng_state() -> dict:

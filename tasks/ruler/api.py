@@ -154,7 +154,7 @@ def data_files(task: str, data_dir=None) -> list:
     if args.get('type_haystack') == 'essay':
         files = sorted((folder / "paul_graham_essays").glob("*.txt"))
         if not files:
-            from golinear.models.data_dir import missing_data
+            from golinear.models.util.data_dir import missing_data
             raise missing_data(folder, "paul_graham_essays/*.txt", f"{task} (its haystack: Paul Graham's essays)")
         return files
     if family == 'qa':

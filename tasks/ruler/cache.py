@@ -3,7 +3,7 @@
 The key covers everything the samples depend on: task, tokenizer (vocabulary hash), length, count,
 seed, the data files used, the generator source and the package versions behind word lists,
 sentence splitting and RNGs; so a stale entry cannot be served. A file's first line signs its key and rows with this
-machine's key (models.signing): a file edited after it was written, or copied from elsewhere, is generated again
+machine's key (models.util.signing): a file edited after it was written, or copied from elsewhere, is generated again
 (one line says so), never served. Set GOLINEAR_RULER_CACHE=0 to turn the disk cache off.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-from golinear.models.atomic import atomic_write
-from golinear.models.signing import sign, verify
+from golinear.models.util.atomic import atomic_write
+from golinear.models.util.signing import sign, verify
 
 from .api import build_samples, data_files, resolve_task
 from .resources import resolve_data_dir

@@ -18,8 +18,8 @@ from pathlib import Path
 
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     """`data_dir` argument (metadata key `data_dir`), else $GOLINEAR_DATA, else <repo>/../shared/data
-    (models.data_dir)."""
-    from golinear.models.data_dir import existing_data_dir
+    (models.util.data_dir)."""
+    from golinear.models.util.data_dir import existing_data_dir
     return existing_data_dir(data_dir, needs="RULER (paul_graham_essays/, squad_v2/, hotpotqa_sample100/)")
 
 
@@ -28,7 +28,7 @@ def _first_existing(data_dir: Path, candidates: list[str], what: str, fetched: s
     for rel in candidates:
         if (data_dir / rel).is_file():
             return data_dir / rel
-    from golinear.models.data_dir import missing_data
+    from golinear.models.util.data_dir import missing_data
     raise missing_data(data_dir, fetched, what)
 
 
@@ -38,7 +38,7 @@ def essay_words(data_dir: Path) -> tuple[str, ...]:
     folder = data_dir / "paul_graham_essays"
     files = sorted(folder.glob("*.txt"))
     if not files:
-        from golinear.models.data_dir import missing_data
+        from golinear.models.util.data_dir import missing_data
         raise missing_data(data_dir, "paul_graham_essays/*.txt", "RULER's essay haystack")
     text = "".join(f.read_text(encoding="utf-8") for f in files)
     return tuple(re.sub(r'\s+', " ", text).split(" "))

@@ -50,10 +50,10 @@ def builtin_config(builtin: str) -> dict:
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> str:
     """The data folder as an absolute path, or "hub".
 
-    Order (golinear.models.data_dir): the explicit value, then $GOLINEAR_DATA, then <repo>/../shared/data when it
+    Order (golinear.models.util.data_dir): the explicit value, then $GOLINEAR_DATA, then <repo>/../shared/data when it
     exists, then the Hub. An explicitly named folder that does not exist is an error, not a silent Hub fallback.
     """
-    from golinear.models.data_dir import chosen_data_dir, existing_data_dir
+    from golinear.models.util.data_dir import chosen_data_dir, existing_data_dir
     chosen = chosen_data_dir(data_dir)
     if chosen is None or str(chosen).lower() == HUB:
         return HUB
@@ -136,7 +136,7 @@ def local_files(builtin: str, data_dir: str) -> list[Path]:
     path, name = cfg["dataset_path"], cfg.get("dataset_name")
     if path not in LOCAL:
         raise ValueError(f"no local copy is known for Hub dataset {path!r}; known: {sorted(LOCAL)}")
-    from golinear.models.data_dir import missing_data
+    from golinear.models.util.data_dir import missing_data
     rels = [f.format(name=name) for f in LOCAL[path][1]]
     for rel in rels:
         if not (Path(data_dir) / rel).is_file():
