@@ -386,3 +386,29 @@ def test_without_data_and_network_each_command_answers_in_one_line(no_data_folde
     err = [ln for ln in full.strip().splitlines() if ln.startswith("golinear ")]
     assert "Traceback" not in full and err and needs in err[-1], err
     assert all(k in err[-1] for k in ("--data-dir", "GOLINEAR_DATA", "golinear data fetch")), err
+
+
+def test_another_transformers_version_pins_the_weights_tensors(tmp_path, monkeypatch):
+    """Under a transformers other than the one the file pins were taken with (its config.json names its own version),
+    the conversion is accepted by its weights' tensors; tensors edited with the record rewritten are still refused."""
+    import transformers
+
+    from golinear.models.backbones import backbone, backbone_content
+    genuine = real_conversion()
+    assert backbone_content.weights_sha256(genuine / "model.safetensors") == backbone_content.WEIGHTS_SHA256
+    monkeypatch.setattr(transformers, "__version__", "5.17.0")
+    monkeypatch.setenv("GOLINEAR_CACHE", str(tmp_path))
+    target = tmp_path / "smollm2-135m-instruct"
+    link_conversion(genuine, target)
+    config = json.loads((genuine / "config.json").read_text())
+    (target / "config.json").unlink()
+    (target / "config.json").write_text(json.dumps({**config, "transformers_version": "5.17.0"}))
+    backbone_content.write_record(target, backbone_content.GGUF_SHA256)
+    assert backbone.smollm2_path() == target  # another version's config.json: accepted by the tensors
+    weights = bytearray((genuine / "model.safetensors").read_bytes())
+    weights[-4:] = b"\x00\x00\x80\x3f"  # one weight set to 1.0
+    (target / "model.safetensors").unlink()
+    (target / "model.safetensors").write_bytes(bytes(weights))
+    backbone_content.write_record(target, backbone_content.GGUF_SHA256)
+    with pytest.raises(ValueError, match="the tensors of model.safetensors have sha256 .* golinear pins"):
+        backbone.smollm2_path()

