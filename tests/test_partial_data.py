@@ -121,3 +121,10 @@ def test_data_fetch_says_already_present_only_when_there_were_others(tmp_path):
     assert first.returncode == 0, first.stderr[-2000:]
     assert first.stdout.startswith(f"{len(piqa)} file(s) written;") and "already present" not in first.stdout
     assert again.stdout.startswith(f"0 file(s) written, {len(piqa)} already present;"), again.stdout
+
+
+def test_the_default_data_folder_is_beside_the_repository():
+    """`../shared/data` from the repository root, wherever the module that names it lives in the tree."""
+    from golinear.models.util import data_dir
+    root = Path(__file__).resolve().parents[1]
+    assert data_dir.DEFAULT_DATA_DIR == root.parent / "shared" / "data"

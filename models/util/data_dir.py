@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 ENV_VAR = "GOLINEAR_DATA"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]  # models/util/data_dir.py -> the repository
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 HINT = (f"give the data folder with --data-dir or ${ENV_VAR}, or build one with `golinear data fetch --out DIR` "
         "(what it holds: docs/data.md)")
