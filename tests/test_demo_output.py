@@ -66,7 +66,8 @@ def test_a_perplexity_below_full_attentions_is_explained_only_when_it_happens():
 def test_lm_eval_bootstrap_is_computed_without_its_print_or_bar(monkeypatch, capfd):
     import lm_eval.api.metrics as M
     monkeypatch.setenv("DISABLE_MULTIPROC", "1")
-    monkeypatch.setattr(M, "bootstrap_stderr", M.bootstrap_stderr)  # restored after the test
+    # lm-eval's own function (an earlier run in this process may have quieted it already), restored after the test
+    monkeypatch.setattr(M, "bootstrap_stderr", getattr(M.bootstrap_stderr, "__wrapped__", M.bootstrap_stderr))
     xs = [float(i % 7) for i in range(200)]
     loud = M.bootstrap_stderr(M.mean, xs, iters=1000)
     out = capfd.readouterr()
