@@ -12,13 +12,9 @@ from pathlib import Path
 
 from golinear.bench.results.store import Store
 from golinear.models.checkpoint.model_card import write_card
-from golinear.models.spec import checkpoint_identity
+from golinear.models.spec import checkpoint_identity, store_key_parts
 
 OWN_KEYS = {"base", "checkpoint", "checkpoint_files"}
-
-
-def model_key_parts(key: str) -> dict:
-    return dict(part.split("=", 1) for part in key.split(",") if "=" in part)
 
 
 def setting(config: dict) -> str:
@@ -36,7 +32,7 @@ def scores_for(cells: list[dict], name: str, identity: str) -> list[dict]:
     """The card rows of one checkpoint: each cell's reported metric (and LAMBADA's perplexity) with its n."""
     out = []
     for c in cells:
-        parts = model_key_parts(c["key"]["model"])
+        parts = store_key_parts(c["key"]["model"])  # escaped names read back as written
         if set(parts) - OWN_KEYS or parts.get("checkpoint") != name or parts.get("checkpoint_files") != identity:
             continue
         for metric, m in sorted(c.get("metrics", {}).items()):
