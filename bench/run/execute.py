@@ -66,9 +66,14 @@ GENERATIONS = ("fast", "reference")
 REFERENCE_GENERATION = {"golinear-hf": "hf", "linearized": "sequential", "golinear-press": "dynamic"}
 
 
-def backend_and_args(spec: S.ModelSpec, generation: str = "fast") -> tuple[str, dict]:
+def check_generation(generation: str) -> str:
     if generation not in GENERATIONS:
         raise ValueError(f"--generation {generation!r}; allowed: {', '.join(GENERATIONS)}")
+    return generation
+
+
+def backend_and_args(spec: S.ModelSpec, generation: str = "fast") -> tuple[str, dict]:
+    check_generation(generation)
     backend = "golinear-press" if spec.press is not None else (
         "golinear-hf" if spec.is_full_attention else "linearized")
     args = spec.model_args()
