@@ -28,6 +28,12 @@ def test_importing_models_configures_the_tokenizers_parallelism():
     assert probe("golinear.models", "TOKENIZERS_PARALLELISM", "false") == "false"
 
 
+def test_importing_models_keeps_triton_autotuning_results():
+    """Autotuning timings go to Triton's cache folder (read back by the next process); a user's choice is kept."""
+    assert probe("golinear.models", "TRITON_CACHE_AUTOTUNING", None) == "1"
+    assert probe("golinear.models", "TRITON_CACHE_AUTOTUNING", "0") == "0"
+
+
 def test_a_backbone_loads_without_the_hub_kernels_package(tmp_path, monkeypatch):
     """transformers 5 swaps layers for Hugging Face Hub kernels by default, and refuses to load a model where the
     `kernels` package is missing (as on a bare GPU machine): golinear loads its backbones without them."""
