@@ -412,3 +412,24 @@ def test_another_transformers_version_pins_the_weights_tensors(tmp_path, monkeyp
     backbone_content.write_record(target, backbone_content.GGUF_SHA256)
     with pytest.raises(ValueError, match="the tensors of model.safetensors have sha256 .* golinear pins"):
         backbone.smollm2_path()
+
+
+def test_a_conversion_under_another_transformers_is_checked_where_it_was_written(tmp_path, monkeypatch):
+    """Converting under a transformers other than the pinned one checks the weights' tensors in the folder being
+    written, before it is moved into place (GPU machines come with their own transformers). The dequantization stands
+    in as loading this machine's genuine conversion: the same weights, in a second instead of a minute."""
+    import torch
+    import transformers
+
+    from golinear.models.backbones import backbone, backbone_content
+    genuine = real_conversion()
+    load_model, load_tokenizer = transformers.AutoModelForCausalLM.from_pretrained, transformers.AutoTokenizer.from_pretrained
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: load_model(str(genuine), dtype=torch.float32))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: load_tokenizer(str(genuine)))
+    # another version than the pinned one (loading a model resets transformers.__version__, so the pin moves)
+    monkeypatch.setattr(backbone_content, "CONVERTED_WITH", "0.0.0")
+    target = tmp_path / "smollm2-135m-instruct"
+    backbone.convert_smollm2(target)
+    assert backbone_content.weights_sha256(target / "model.safetensors") == backbone_content.WEIGHTS_SHA256
+    assert backbone_content.recorded(target)

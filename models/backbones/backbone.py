@@ -73,7 +73,7 @@ def convert_smollm2(target: Path) -> None:
         plain.save_pretrained(tmp)
         tok.clean_up_tokenization_spaces = False  # BPE: clean-up would strip spaces before punctuation
         tok.save_pretrained(tmp)
-        backbone_content.check_pinned(backbone_content.content(tmp), target)  # before it is put in place
+        backbone_content.check_pinned(backbone_content.content(tmp), target, tmp)  # before it is put in place
         backbone_content.write_record(tmp, gguf_sha256)
 
 

