@@ -1,0 +1,50 @@
+"""scripts/gpu/eval_profile.py: a real `golinear run` (tiny backbone, S-NIAH on the CPU) under the phase timers, and the
+table it renders; the timers leave the functions as they were."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("eval_profile", ROOT / "scripts" / "gpu" / "eval_profile.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
+def test_profile_of_a_linearized_row_times_prefill_and_decode(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from _tiny import write_tiny_backbone
+
+    from golinear.models.decoding.fast_decode import FastDecoder
+    prof = load_script()
+    base = write_tiny_backbone(tmp_path / "base")
+    before = FastDecoder.decode
+    rc = prof.main([str(tmp_path / "out"), "--", "--models", f"mechanism=gdn,window=8,sinks=2,base={base}",
+                    "--suites", "sniah", "--tasks", "golinear_sniah_1", "--context-length", "1024",
+                    "--num-samples", "2", "--batch-size", "2", "--device", "cpu", "--store", str(tmp_path / "store")])
+    assert rc == 0, capsys.readouterr().err[-2000:]
+    assert FastDecoder.decode is before  # undone
+    cells = json.loads((tmp_path / "out" / "cells.json").read_text())["cells"]
+    assert len(cells) == 1 and cells[0]["n"] == 2
+    phases = cells[0]["phases"]
+    for name in ("cell, whole (lm-eval)", "generation, whole", "prefill (static decoder)", "decode steps"):
+        assert phases[name] > 0, phases
+    assert phases["prefill (static decoder)"] + phases["decode steps"] <= phases["generation, whole"]
+    assert phases["generation, whole"] <= phases["cell, whole (lm-eval)"]
+    out = tmp_path / "profile.md"
+    assert prof.main(["--render", str(tmp_path / "out" / "cells.json"), "--out", str(out)]) == 0
+    table = out.read_text()
+    assert "| golinear_sniah_1 | 2 |" in table and "decode steps" in table
+
+
+def test_usage_error_is_one_line(capsys):
+    assert load_script().main(["out"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
