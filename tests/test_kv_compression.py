@@ -280,6 +280,22 @@ def test_press_backend_static_and_dynamic_generation_answer_alike(monkeypatch):
     assert a == b and all(isinstance(t, str) for t in a), (a, b)
 
 
+def test_prompts_split_together_as_one_at_a_time(monkeypatch):
+    """The press backend tokenises a batch's prompts in one call: each row's ids and question length are those of its
+    prompt tokenised alone with its offsets (the question: the tokens ending after its first character)."""
+    from golinear.bench.backends.press_backend import PressLM
+    from golinear.tasks.ruler.split import question_start
+    monkeypatch.setenv("GOLINEAR_RULER_CACHE", "0")
+    lm = PressLM(press="snapkv", kv_budget=256, device="cpu", batch_size=2)
+    pairs = [(task, r["prompt"]) for task in ("golinear_sniah_1", "golinear_sniah_3")
+             for r in build_samples(task, lm.tokenizer, max_seq_length=1024, num_samples=2)]
+    bos = lm.tokenizer.decode(lm.prefix_token_id)
+    for (task, prompt), (ids, q) in zip(pairs, lm.split_all(pairs)):
+        enc = lm.tokenizer(prompt, return_offsets_mapping=True, **lm._encode_kwargs(prompt, bos))
+        at = question_start(task, prompt)
+        assert ids == enc["input_ids"] and q == sum(1 for _, end in enc["offset_mapping"] if end > at) > 0
+
+
 def test_kvzip_batch_is_its_rows_one_after_another(smollm):
     """kvpress's KVzip scores one prompt at a time: a batch (a latency row) joins its rows' caches and evictions."""
     from golinear.models.kv_compression.kvpress_adapter import take_head_masks

@@ -8,8 +8,8 @@ for recurrent layers too. Generation (`generation=` model arg):
   - `batched` (linearized default; `golinear-hf` with it = full-static): HFLM's batches, left-padded, are
     unpadded and generated together by models.decoding.batch_generate on the static-cache decoder (right-padded
     prefill, per-row positions, per-row stop; CUDA graph on CUDA, eager on the CPU), see docs/generation.md;
-    a model with retention slots (retain > 0) on models.retention.generate (each prompt prefilled alone, the
-    decode steps batched, eager);
+    a model with retention slots (retain > 0) on models.retention.generate (the batch prefilled in one right-padded
+    pass, the decode steps batched, CUDA graph on CUDA);
   - `hf` (golinear-hf's default off CUDA; on CUDA its default is `batched`): lm-eval's own batched HF generate
     (left padding is exact for softmax), the cross-check of full-static;
   - `sequential`: HF generate one sequence at a time without its padding (the old linearized path).

@@ -27,7 +27,7 @@ PHASES = [
     ("golinear.models.kv_compression.static_decode", "PressDecoder", "prefill", "press: prefill, whole"),
     ("golinear.models.kv_compression.static_decode", None, "compressed_prefill", "press: compressed context"),
     ("golinear.models.kv_compression.static_decode", "PressDecoder", "load", "press: cache into static buffers"),
-    ("golinear.bench.backends.press_backend", "PressLM", "split_ids", "press: tokenise and split"),
+    ("golinear.bench.backends.press_backend", "PressLM", "split_all", "press: tokenise and split"),
     ("golinear.bench.backends.lm_backend", "GolinearHF", "generate_until", "generation, whole"),
     ("golinear.bench.backends.press_backend", "PressLM", "generate_until", "generation, whole"),
     ("lm_eval", None, "simple_evaluate", "cell, whole (lm-eval)"),
