@@ -20,7 +20,10 @@ TOP_LINEAR_1024=${TOP_LINEAR_1024:-gdn-w1016-s8-sc;gdn-w508-s8-r508-fit-sc}
 LATENCY_BATCH=${LATENCY_BATCH:-8}
 ALL_PRESSES="streaming_llm knorm snapkv tova expected_attention keydiff lagkv compactor adakv_snapkv
 adakv_expected_attention criticalkv_snapkv criticalkv_expected_attention kvzip"
-COMMON=(--context-length 4096 --num-samples 500 --store "$OUT_DIR/store" --device cuda --batch-size 16)
+# a larger batch amortises a decode step's kernel launches over more samples (leaderboards/eval-profile.md); scores do
+# not depend on it
+EVAL_BATCH=${EVAL_BATCH:-64}
+COMMON=(--context-length 4096 --num-samples 500 --store "$OUT_DIR/store" --device cuda --batch-size "$EVAL_BATCH")
 RUN=(golinear run --suites sniah "${COMMON[@]}")
 RULER=(golinear run --suites ruler "${COMMON[@]}")
 nvidia-smi --query-gpu=name,memory.total --format=csv || true
