@@ -435,3 +435,26 @@ def test_an_edited_or_foreign_disk_cache_is_generated_again(tok, tmp_path, monke
         assert cache.cached_samples("golinear_sniah_1", tok, 1024, 2, 42) == first
         assert "generating its samples again" in capsys.readouterr().err
         assert path.read_text().split("\n", 1)[1] == body  # written again, signed
+
+
+def test_a_named_tokenizer_is_loaded_and_fingerprinted_once(tmp_path, monkeypatch):
+    """Every S-NIAH/RULER cell builds its samples from the tokenizer's name: it is loaded and fingerprinted once per
+    process (it was ~0.25 s a cell), with the fingerprint of a freshly loaded copy, so the cache key is unchanged."""
+    from golinear.models.backbones import backbone
+    from golinear.tasks.ruler import cache
+    loads = []
+    real = backbone.load_tokenizer
+    monkeypatch.setattr(backbone, "load_tokenizer", lambda name: loads.append(name) or real(name))
+    monkeypatch.setenv("GOLINEAR_CACHE", str(tmp_path))
+    cache._named_tokenizer.cache_clear()
+    cache._MEMO.clear()
+    try:
+        first = cache.cached_samples("golinear_sniah_1", "smollm2-135m", 1024, 2, 42)
+        cache._MEMO.clear()  # the next cell of the run reads the disk cache under the same key
+        again = cache.cached_samples("golinear_sniah_1", "smollm2-135m", 1024, 2, 42)
+    finally:
+        cache._named_tokenizer.cache_clear()
+    assert loads == ["smollm2-135m"] and first == again
+    assert cache.tokenizer_fingerprint(real("smollm2-135m")) == cache.tokenizer_fingerprint(
+        cache._named_tokenizer("smollm2-135m"))
+    cache._named_tokenizer.cache_clear()
