@@ -211,7 +211,7 @@ def test_static_decoder_gives_the_dynamic_caches_tokens(smollm, press, budget, c
     """Press rows decode on the full-static decoder (each row its own kept entries, new tokens at the row's slot
     and rotated by its position; a head-adaptive press's heads each their own, the rest a hole); the DynamicCache
     path (kvpress's attention patch hiding the evicted keys) is the definition: the same greedy tokens, batched
-    rows of different lengths and question lengths included."""
+    rows of different lengths and question lengths included (the questions read in one batched pass)."""
     from golinear.models.kv_compression.presses import head_adaptive
     from golinear.models.kv_compression.generate import generate
     from golinear.models.kv_compression.static_decode import PressDecoder
@@ -226,11 +226,12 @@ def test_static_decoder_gives_the_dynamic_caches_tokens(smollm, press, budget, c
         assert dec.positions == [budget + 11] * 2  # each row: the budget's entries, then one per new token
         assert all("holes" not in st for st in dec.states)
         return
-    assert all(p > budget + 11 for p in dec.positions)  # the fullest head sets the next slot
-    for st in dec.states:  # per layer and row: the heads hold the budget's entries in all (the context's and the
-        kept = st["holes"][..., 0].sum(-1)  # question's), the rest of each head up to the next slot a hole
-        assert kept.tolist() == [budget * st["k"].shape[1]] * 2
-        assert (st["holes"][..., 1] == torch.tensor(dec.positions).view(2, 1) - 11).all()
+    assert all(p > budget + 11 for p in dec.positions)  # the fullest head sets where the question starts
+    questions = torch.tensor([q for _, q in prompts])
+    for st in dec.states:  # per layer and row: the heads hold the context's share of the budget in all, the rest of
+        kept = st["holes"][..., 0].sum(-1)  # each head up to the question's first slot a hole, then the question
+        assert kept.tolist() == ((budget - questions) * st["k"].shape[1]).tolist()
+        assert (st["holes"][..., 1] == (torch.tensor(dec.positions) - questions - 11).view(2, 1)).all()
 
 
 @pytest.mark.parametrize("press", ["adakv_snapkv", "adakv_expected_attention", "criticalkv_snapkv",

@@ -10,6 +10,9 @@ A head-adaptive press (models/kv_compression/presses.py) keeps the same entries 
 each head's kept entries fill its first slots, and the slots between them and the row's next slot (the count of
 the fullest head of any layer) are a hole the attention skips (`holes` [B, Hkv, 2] per layer: [start, end)). The
 buffers are sized by that fullest head: the decode-cache memory of such a row is the buffer's, not the entries'.
+The context is compressed one prompt at a time (a press scores a prompt's whole row); the questions, which no press
+touches, are then read for the whole batch in one pass over the static buffers (`read_questions`), each row's after
+its kept entries (and after its hole), at its own positions.
 models.kv_compression.generate's DynamicCache path stays the definition; tests/test_kv_compression.py checks
 both give the same tokens on the same prompts.
 """
@@ -22,6 +25,8 @@ from golinear.models.cache.decode_state import assign_to
 from golinear.models.decoding.fast_decode import FastDecoder
 from golinear.models.kv_compression.generate import compressed_prefill, split_budget
 from golinear.models.kv_compression.kvpress_adapter import take_head_masks
+from golinear.models.attention.projection import project_qkv
+from golinear.models.decoding.batch_generate import pad_rows
 
 
 class PressDecoder(FastDecoder):
@@ -33,26 +38,77 @@ class PressDecoder(FastDecoder):
     @torch.no_grad()
     def prefill(self, prompts: list[tuple[list[int], int]], press: str, budget: int, question_aware: bool = False,
                 prefill_chunk: int = 0) -> torch.Tensor:
-        """prompts: (token ids, how many of the last ones are the question) per row."""
-        caches, positions, firsts, logits, masks = [], [], [], [], []
+        """prompts: (token ids, how many of the last ones are the question) per row. Each row's context is compressed
+        on its own (a press scores a whole row); then every row's question is read in one batched pass over the
+        static buffers (read_questions)."""
+        caches, contexts, questions, masks = [], [], [], []
         for ids, question_len in prompts:
             n_press, keep = split_budget(len(ids), question_len, budget, question_aware)
-            x = torch.tensor([ids], device=self.device)
-            cache = compressed_prefill(self.model, x[:, :n_press], press, keep, prefill_chunk)
-            out = self.model(input_ids=x[:, n_press:], use_cache=True, logits_to_keep=1, **cache_kwarg(self.model, cache),
-                             position_ids=torch.arange(n_press, len(ids), device=self.device)[None]).logits
-            caches.append(cache)
+            x = torch.tensor([ids[:n_press]], device=self.device)
+            caches.append(compressed_prefill(self.model, x, press, keep, prefill_chunk))
             masks.append(take_head_masks(self.model))  # before the next prompt's prefill replaces them
-            positions.append(len(ids))
-            logits.append(out[:, -1:])
-            firsts.append(out[:, -1:].argmax(-1))
-        return self.load(caches, positions, torch.cat(firsts), torch.cat(logits), masks)
+            contexts.append(n_press)
+            questions.append(ids[n_press:])
+        B = len(prompts)
+        vocab = self.model.lm_head.weight.shape[0]
+        self.load(caches, contexts, torch.zeros(B, 1, dtype=torch.long, device=self.device),
+                  torch.zeros(B, 1, vocab, device=self.device), masks)
+        return self.read_questions(questions)
+
+    @torch.no_grad()
+    def read_questions(self, questions: list[list[int]]) -> torch.Tensor:
+        """Each row's question tokens (at least one) read after its compressed context, every row at once: the block
+        is right-padded, each token written at its row's next slots and rotated by its row's positions, attending to
+        its row's kept entries (minus a head's hole) and the question tokens before it; padding is neither written
+        nor attended to. Returns each row's first new token [B, 1] (the decoder is then ready to decode)."""
+        io, dev = self.io, self.device
+        B, Lq = len(questions), max(len(q) for q in questions)
+        lens = torch.tensor([len(q) for q in questions], device=dev)
+        ids, _ = pad_rows(questions, 0)
+        ids = ids.to(dev)
+        j = torch.arange(Lq, device=dev)
+        real = j[None] < lens[:, None]  # [B, Lq]
+        slot = io["pos"][:, None] + j[None]  # [B, Lq] each token's slot
+        pos_ids = io["pos_ids"] + j[None]  # [B, Lq] and its position
+        h = self.model.model.embed_tokens(ids)
+        pe = self.model.model.rotary_emb(h, pos_ids)
+        rows, cols = real.nonzero(as_tuple=True)
+        for i, layer in enumerate(self.layers):
+            attn, st = layer.self_attn, self.states[i]
+            x = layer.input_layernorm(h)
+            _, q, k, v, _ = project_qkv(attn, x, pe, fused=False)  # q [B, Lq, H, D], k/v [B, Lq, Hkv, D]
+            st["k"][rows, :, slot[rows, cols]] = k[rows, cols].to(st["k"].dtype)
+            st["v"][rows, :, slot[rows, cols]] = v[rows, cols].to(st["v"].dtype)
+            L, Hkv = st["k"].shape[2], st["k"].shape[1]
+            s = torch.arange(L, device=dev)
+            allowed = (s[None, None] <= slot[:, :, None]).unsqueeze(1)  # [B, 1, Lq, L]
+            if st.get("holes") is not None:
+                holes = st["holes"].long()  # [B, Hkv, 2]
+                inside = (s[None, None] >= holes[..., :1]) & (s[None, None] < holes[..., 1:])  # [B, Hkv, L]
+                allowed = allowed & ~inside[:, :, None, :]  # [B, Hkv, Lq, L]
+            G = q.shape[2] // Hkv
+            kk = st["k"].repeat_interleave(G, 1).to(q.dtype)
+            vv = st["v"].repeat_interleave(G, 1).to(q.dtype)
+            mask = allowed.repeat_interleave(G, 1) if allowed.shape[1] > 1 else allowed
+            o = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), kk, vv, attn_mask=mask,
+                                                                  scale=attn.scaling)
+            h = h + attn.o_proj(o.transpose(1, 2).reshape(B, Lq, -1).to(x.dtype))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        last = h[torch.arange(B, device=dev), lens - 1].unsqueeze(1)
+        logits = self.model.lm_head(self.model.model.norm(last)).float()
+        nxt = logits.argmax(-1)
+        io["ids"].copy_(nxt)
+        io["logits"].copy_(logits)
+        io["pos"].add_(lens)
+        io["pos_ids"].add_(lens[:, None])
+        self.positions = [p + int(n) for p, n in zip(self.positions, lens.tolist())]
+        return io["ids"].clone()
 
     @torch.no_grad()
     def load(self, caches: list, positions: list[int], next_ids: torch.Tensor, logits: torch.Tensor,
              masks: list | None = None) -> torch.Tensor:
         """Copy compressed DynamicCaches (each one row, or rows holding the same number of entries) into the static
-        buffers; `positions`: each cache's next position (the prompt's length); `masks`: per cache, the entries a
+        buffers; `positions`: each cache's next position (the length of what it holds, kept or not); `masks`: per cache, the entries a
         head-adaptive press evicted (take_head_masks; None: none). Returns next_ids [B, 1]."""
         masks = masks or [None] * len(caches)
         kept = [head_entries(c, m) for c, m in zip(caches, masks)]  # per cache, per layer: ([b, H, n] keep, counts)
