@@ -1,0 +1,42 @@
+"""scripts/gpu/eval_speed.py on cells written as `golinear run` writes them: samples/s per row over all its cells and
+without the cell that paid the compile, the kinds of row, and the matrix's minutes at the slowest row of each kind."""
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("eval_speed", ROOT / "scripts" / "gpu" / "eval_speed.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def write_cell(store: Path, name: str, label: str, args: dict, n: int, wall: float, full: bool = False):
+    cell = {"suite": "sniah", "n": n, "wall_time_s": wall, "key": {"config": {"context_length": 4096}},
+            "model": {"label": label, "args": args, "full_attention": full},
+            "provenance": {"hardware": {"device": "cuda:0", "gpu": "H100", "dtype": "torch.bfloat16",
+                                        "generation": "batched"}}}
+    path = store / "cells" / label.replace(" ", "_") / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cell))
+
+
+def test_rows_kinds_and_the_matrix_estimate(tmp_path):
+    es = load_script()
+    store = tmp_path / "store"
+    for task, wall in (("s1", 60.0), ("s2", 10.0), ("s3", 10.0)):  # the first cell paid 50 s of compile
+        write_cell(store, task, "gdn-w56-s8-sc", {"checkpoint": "gdn-w56-s8-sc"}, 500, wall)
+    write_cell(store, "s1", "snapkv (kvpress) @1024", {"press": "snapkv", "kv_budget": 1024}, 500, 100.0)
+    write_cell(store, "s1", "full", {}, 500, 20.0, full=True)
+    table = {r["row"]: r for r in es.rows([store])}
+    gdn = table["gdn-w56-s8-sc"]
+    assert gdn["kind"] == "linearized" and gdn["cells"] == 3 and gdn["samples"] == 1500
+    assert abs(gdn["per_s"] - 1500 / 80) < 1e-9 and abs(gdn["later_per_s"] - 50.0) < 1e-9
+    assert table["snapkv (kvpress) @1024"]["kind"] == "press (single pass)"
+    assert table["full"]["kind"] == "full attention" and table["full"]["later_per_s"] is None
+    text = es.render(list(table.values()))
+    assert "| gdn-w56-s8-sc | linearized | H100 | bfloat16 | batched | 4096 | 3 | 1500 | 80.0 | 18.8 | 50.0 |" in text
+    assert f"| press (single pass) | {es.MATRIX['press (single pass)']} | 5.0 |" in text
