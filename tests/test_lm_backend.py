@@ -113,6 +113,29 @@ def test_batched_generation_equals_one_at_a_time(backend_runs):
 
 
 @pytest.mark.slow
+def test_a_short_batch_is_filled_to_the_batch_size(backend_runs):
+    """With fill_batches (the default on CUDA) a batch shorter than the batch size generates with copies of its last
+    prompt up to that size, so every batch of a run has one decoder shape; the real rows' texts are unchanged."""
+    name, lm, _ = backend_runs
+    contexts = ["Once upon a time, in a small village by the sea, there lived an", "1, 2, 3, 4,",
+                "The capital of France is Paris. The capital of Italy is"]
+    reqs = [Instance("generate_until", {}, (c, {"until": ["\n"], "max_gen_toks": 10, "do_sample": False}), i)
+            for i, c in enumerate(contexts)]
+    lm.batch_size_per_gpu, lm.generation = 4, "batched"
+    outs = {}
+    try:
+        for fill in (False, True):
+            lm.fill_batches = fill
+            lm._decoders.clear()
+            outs[fill] = lm.generate_until(reqs, disable_tqdm=True)
+            assert set(lm._decoders) == ({4} if fill else {3})
+    finally:
+        del lm.fill_batches
+        lm.generation = B.GENERATION[name][0]
+    assert outs[True] == outs[False] and all(outs[True])
+
+
+@pytest.mark.slow
 def test_prompt_longer_than_max_length_is_an_error(backend_runs):
     """No silent left cut: the error names the prompt's length and the limit."""
     name, lm, _ = backend_runs

@@ -324,6 +324,8 @@ class GolinearHF(HFLM):
         if generation_kwargs.get("do_sample") or generation_kwargs.get("num_beams", 1) != 1:
             raise ValueError(f"generation=batched is greedy only; got do_sample={generation_kwargs.get('do_sample')}, "
                              f"num_beams={generation_kwargs.get('num_beams', 1)} (use generation=sequential)")
+        n = len(prompts)
+        prompts = prompts + [prompts[-1]] * self._fill(n)  # copies, dropped below
         decoder = self._decoders.get(len(prompts))
         if decoder is None:
             decoder = self._decoders[len(prompts)] = decoder_for(self.model)
@@ -341,12 +343,21 @@ class GolinearHF(HFLM):
                              f"({new_tokens}: every row generates exactly that many), got {least}")
         try:
             return generate_batch(decoder, prompts, new_tokens, eos=eos, stop=stop,
-                                  decode=lambda t: self.tokenizer.decode(t, skip_special_tokens=False), pad_to=pad_to)
+                                  decode=lambda t: self.tokenizer.decode(t, skip_special_tokens=False),
+                                  pad_to=pad_to)[:n]
         except torch.OutOfMemoryError:
             self._decoders.pop(len(prompts), None)
             raise ValueError(f"generation batch of {len(prompts)} prompts (longest {max(len(p) for p in prompts)} "
                              f"tokens + {new_tokens} new) does not fit in {self.device} memory; use a smaller "
                              f"batch_size or batch_size=auto") from None
+
+    def _fill(self, n: int) -> int:
+        """How many copies of its last prompt fill a batch of n up to the batch size: on CUDA (`fill_batches`) a short
+        last batch takes the shape of the others, so the decoder's compile and CUDA graph for that shape serve it
+        (a new batch shape compiles and captures again, for seconds); the rows are independent, so a copy changes
+        no other row's tokens."""
+        size = self.batch_size if isinstance(self.batch_size, int) else 0
+        return max(0, size - n) if getattr(self, "fill_batches", self.device.type == "cuda") else 0
 
     def get_model_info(self) -> dict:
         # HFLM's version asks the Hub for a model sha; ours is the golinear provenance instead
