@@ -234,6 +234,20 @@ def test_static_decoder_gives_the_dynamic_caches_tokens(smollm, press, budget, c
         assert (st["holes"][..., 1] == (torch.tensor(dec.positions) - questions - 11).view(2, 1)).all()
 
 
+@pytest.mark.parametrize("press", ["snapkv", "adakv_snapkv"])
+def test_a_filled_press_batch_decodes_its_rows_as_before(smollm, press):
+    """A short batch filled with copies of its last row (their compressed context reused, not compressed again): the
+    real rows' tokens are the unfilled batch's, each copy decodes as the row it copies."""
+    from golinear.models.kv_compression.static_decode import PressDecoder
+    model, tok = smollm
+    prompts = [(prompt_ids(tok, n), q) for n, q in ((300, 9), (420, 12))]
+    out = []
+    for fill in (0, 2):
+        dec = PressDecoder(model, max_len=128 + 8)
+        out.append(torch.cat([dec.prefill(prompts, press, 128, fill=fill), dec.decode(5)], 1).tolist())
+    assert len(out[1]) == 4 and out[1][:2] == out[0] and out[1][2:] == [out[0][1]] * 2
+
+
 @pytest.mark.parametrize("press", ["adakv_snapkv", "adakv_expected_attention", "criticalkv_snapkv",
                                    "criticalkv_expected_attention", "kvzip"])
 def test_head_adaptive_presses_keep_the_uniform_total_per_layer_unevenly(smollm, press):

@@ -106,12 +106,13 @@ class PressLM(GolinearHF):
                              stop=stop, prefill_chunk=s.prefill_chunk) for ((ids, q), n, stop, _), e in zip(rows, eos)]
         from golinear.models.kv_compression.static_decode import PressDecoder, cut
         most = max(n for _, n, _, _ in rows)
-        shape = (len(rows), s.kv_budget + most + 1)  # one decoder (static buffers, CUDA graph) per batch shape
+        fill = self._fill(len(rows))  # copies of the last row (GolinearHF._fill), dropped by the zips below
+        shape = (len(rows) + fill, s.kv_budget + most + 1)  # one decoder (static buffers, CUDA graph) per batch shape
         if shape not in self._press_decoders:
             self._press_decoders[shape] = PressDecoder(self.model, max_len=shape[1])
         decoder = self._press_decoders[shape]
         first = decoder.prefill([ids_q for ids_q, _, _, _ in rows], s.press, s.kv_budget, s.question_aware,
-                                s.prefill_chunk)
+                                s.prefill_chunk, fill=fill)
         tokens = first.tolist()
 
         def ended(t, n, stop, e):

@@ -37,10 +37,11 @@ class PressDecoder(FastDecoder):
 
     @torch.no_grad()
     def prefill(self, prompts: list[tuple[list[int], int]], press: str, budget: int, question_aware: bool = False,
-                prefill_chunk: int = 0) -> torch.Tensor:
+                prefill_chunk: int = 0, fill: int = 0) -> torch.Tensor:
         """prompts: (token ids, how many of the last ones are the question) per row. Each row's context is compressed
         on its own (a press scores a whole row); then every row's question is read in one batched pass over the
-        static buffers (read_questions)."""
+        static buffers (read_questions). `fill`: rows added as copies of the last one (its compressed context
+        reused), so a short batch takes a captured shape; returns [len(prompts) + fill, 1]."""
         caches, contexts, questions, masks = [], [], [], []
         for ids, question_len in prompts:
             n_press, keep = split_budget(len(ids), question_len, budget, question_aware)
@@ -49,7 +50,9 @@ class PressDecoder(FastDecoder):
             masks.append(take_head_masks(self.model))  # before the next prompt's prefill replaces them
             contexts.append(n_press)
             questions.append(ids[n_press:])
-        B = len(prompts)
+        for part in (caches, masks, contexts, questions):
+            part.extend(part[-1:] * fill)
+        B = len(caches)
         vocab = self.model.lm_head.weight.shape[0]
         self.load(caches, contexts, torch.zeros(B, 1, dtype=torch.long, device=self.device),
                   torch.zeros(B, 1, vocab, device=self.device), masks)
