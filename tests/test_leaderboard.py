@@ -173,3 +173,20 @@ def test_measured_gap_compares_rows_at_the_papers_budget(store, tmp_path):
     gap = t[(t.status == "gap") & (t.source == "measured")].iloc[0]
     assert gap["CR"] == pytest.approx(5.0) and gap["MMLU"] == pytest.approx(5.0)  # still full - gla (budget 64)
     assert gap["model"] == L.MEASURED_GAP_LABEL and "paper's budget (64)" in gap["model"]
+
+
+def test_a_trained_control_gets_its_own_gap_row(store, tmp_path):
+    """With the same-training control's cells in the store, a second gap row: the control minus the best linearized
+    row at the paper's budget (the cost of linearizing alone), beside the gap with untrained full attention."""
+    L.render(store, tmp_path / "before")
+    before = pd.read_csv(tmp_path / "before" / "standard.csv")
+    assert L.CONTROL_GAP_LABEL not in set(before.model)
+    for i, (task, (metric, suite)) in enumerate(STD.items()):
+        put(store, L.CONTROL, "base=smollm2-135m,m=control", task, {metric: 0.65 + 0.01 * i}, suite=suite,
+            budget=8192)
+    L.render(store, tmp_path / "out")
+    t = pd.read_csv(tmp_path / "out" / "standard.csv")
+    gaps = t[(t.status == "gap") & (t.source == "measured")].set_index("model")
+    assert gaps.loc[L.MEASURED_GAP_LABEL, "CR"] == pytest.approx(5.0)  # full - gla, the control not among them
+    assert gaps.loc[L.CONTROL_GAP_LABEL, "CR"] == pytest.approx(10.0)  # control - gla
+    assert gaps.loc[L.CONTROL_GAP_LABEL, "MMLU"] == pytest.approx(10.0)

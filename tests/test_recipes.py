@@ -44,3 +44,25 @@ def test_recipe_is_a_valid_run_and_matches_its_checkpoint(name):
     train = train_config_from_args(args)
     record = json.loads((folder / "train_config.json").read_text())["train"]
     assert {k: record[k] for k in SCHEDULE} == {k: getattr(train, k) for k in SCHEDULE}
+
+
+def test_the_lora_control_has_about_the_recipes_trainable_parameters():
+    """control-lora-r5's rank is the one whose LoRA parameter count is closest to the default recipe's new parameters
+    (the count scripts/study/recipes.txt states), and it trains no linearized layer: every query sees every earlier
+    token of a training sequence."""
+    from golinear.models.attention.linearize import count_new_parameters, linearize
+    from golinear.models.backbones.backbone import random_backbone
+
+    def count(options):
+        model = random_backbone("smollm2-135m", device="meta")
+        args = build_parser("train").parse_args(["train", "--base", "smollm2-135m", *options])
+        linearize(model, LinearizeConfig.from_dict(linearize_options(args)))
+        return count_new_parameters(model)
+    recipe = count(RECIPES["gdn-w56-s8-sc"])
+    control = RECIPES["control-lora-r5"]
+    rank = int(control[control.index("--lora-rank") + 1])
+    by_rank = {r: count([*control[:control.index("--lora-rank")], "--lora-rank", str(r)]) for r in range(1, 12)}
+    assert min(by_rank, key=lambda r: abs(by_rank[r] - recipe)) == rank
+    assert (recipe, by_rank[rank]) == (426_780, 403_200)
+    window = int(control[control.index("--window") + 1])
+    assert window >= train_config_from_args(build_parser("train").parse_args(["train", *control])).seq_len

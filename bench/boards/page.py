@@ -132,14 +132,19 @@ def score_by_budget_plot(standard: pd.DataFrame, family_of_key: dict, score: str
 
 
 def gap_plot(standard: pd.DataFrame, columns=("CR", "MMLU", "LAMBADA")) -> bytes | None:
-    """PNG: full attention minus the best linearized row at the paper's budget, per table and backbone (ours and the
-    paper's)."""
+    """PNG: full attention (and, where measured, the same-training control) minus the best linearized row at the
+    paper's budget, per table and backbone (ours and the paper's)."""
     gaps = standard[(standard["status"] == "gap") & (standard["limit"] == "full set")] if len(standard) else standard
     columns = [c for c in columns if len(gaps) and gaps[c].notna().any()]
     if not columns:
         return None
     plt = pyplot()
-    labels = [("ours" if s == "measured" else str(s)) + f", {b}" for s, b in zip(gaps["source"], gaps["backbone"])]
+    from golinear.bench.boards.leaderboard import CONTROL_GAP_LABEL
+
+    def who(source, model):  # a measured gap is with untrained full attention, or with the same-training control
+        return ("ours" + (", vs the same-training control" if model == CONTROL_GAP_LABEL else "")
+                if source == "measured" else str(source))
+    labels = [who(s, m) + f", {b}" for s, m, b in zip(gaps["source"], gaps["model"], gaps["backbone"])]
     fig, axes = plt.subplots(1, len(columns), figsize=(3.4 * len(columns) + 2.5, 0.32 * len(labels) + 1.4), dpi=100,
                              sharey=True, squeeze=False)
     for ax, col in zip(axes[0], columns):

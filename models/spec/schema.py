@@ -135,7 +135,8 @@ class ModelSpec:
     def from_train_args(cls, args):
         """`golinear train`'s model flags (models.training.train_cli.add_arguments); --layer-scores names a JSON file."""
         return cls(base=args.base, mechanism=args.mechanism, window=args.window, sinks=args.sinks,
-                   short_conv=args.short_conv, lora=args.lora, full_layers=args.full_layers or None,
+                   short_conv=args.short_conv, lora=args.lora, lora_rank=args.lora_rank,
+                   full_layers=args.full_layers or None,
                    keep_full=args.keep_full, select=args.select, layer_scores=read_layer_scores(args.layer_scores),
                    retain=args.retain, retain_score=args.retain_score, out_norm=args.out_norm,
                    conv_on=args.conv_on, scorer=args.scorer)

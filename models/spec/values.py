@@ -273,6 +273,8 @@ def check_option_pairs(options: dict) -> None:
                     options.get("retain_score", RETAIN_SCORES[0]), options.get("scorer"))
     check_out_norm(mech, options.get("out_norm", False), options.get("retain", 0))
     check_conv_on(mech, options.get("short_conv", False), options.get("conv_on", CONV_ON[0]), options.get("retain", 0))
+    if not options.get("lora", False) and options.get("lora_rank", 8) != 8:
+        raise ValueError(f"lora_rank={options['lora_rank']} without lora: the rank is LoRA's (add lora / --lora)")
 
 
 def without_unused_retention(options: dict) -> dict:

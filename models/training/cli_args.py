@@ -22,6 +22,7 @@ def train(p) -> None:
     g.add_argument("--conv-on", default=CONV_ON[0], help=" | ".join(CONV_ON) + ": the paths the short conv feeds "
                    f"(default {CONV_ON[0]}; linear: the window + sinks keep the frozen q/k/v; docs/models.md)")
     g.add_argument("--lora", action="store_true", help="LoRA on Wq/Wk/Wv (lr --lora-lr)")
+    g.add_argument("--lora-rank", type=int, default=8, help="LoRA rank with --lora (default 8)")
     g.add_argument("--full-layers", default=None, help="comma-separated layers kept as full attention")
     g.add_argument("--keep-full", type=float, default=0.0, help="fraction of layers kept as full attention")
     g.add_argument("--select", default="uniform", help=" | ".join(SELECTIONS) + " (hardness needs --layer-scores)")

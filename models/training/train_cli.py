@@ -43,7 +43,7 @@ def run_name(opts: dict) -> str:
     if opts.get("conv_on", CONV_ON[0]) != CONV_ON[0]:
         parts.append(f"conv{opts['conv_on'][:3]}")
     if opts["lora"]:
-        parts.append("lora")
+        parts.append("lora" if opts.get("lora_rank", 8) == 8 else f"lora-r{opts['lora_rank']}")
     return "-".join(parts)
 
 
