@@ -13,7 +13,13 @@ G="golinear"; command -v golinear >/dev/null || G="python -m golinear.bench.cli"
 DATA_ARGS=(); [ -n "${DATA:-}" ] && DATA_ARGS=(--data-dir "$DATA")
 RECIPES=scripts/study/recipes.txt
 names() { grep -v '^#' $RECIPES | awk 'NF {print $1}' | grep -E "${1:-.}" || true; }
-specs() { local s="full"; for n in "$@"; do s="$s;$CKPT/$n"; done; echo "$s"; }
+specs() {  # full attention and each named checkpoint that is trained (the others named on stderr)
+  local s="full"
+  for n in "$@"; do
+    if [ -f "$CKPT/$n/config.json" ]; then s="$s;$CKPT/$n"; else echo "not trained yet, left out: $n" >&2; fi
+  done
+  echo "$s"
+}
 run() { $G run --store "$STORE" --device "$DEVICE" --batch-size "$BATCH" "${DATA_ARGS[@]}" "$@"; }
 
 for stage in "$@"; do
@@ -23,10 +29,10 @@ for stage in "$@"; do
       for n in $(names); do
         $G train --tokens "$TOKENS" --out "$CKPT/$n" "${DATA_ARGS[@]}" $(awk -v n="$n" '$1 == n {$1=""; print}' $RECIPES)
       done ;;
-    standard)  # Tables 1-3: zero-shot CR (full test sets) and LAMBADA for full attention and every checkpoint
-      run --models "$(specs $(names '^(gla|kgla|gdn|hedgehog)'))" --suites cr,lambada ;;
-    mmlu)  # 5-shot MMLU: full attention and the final recipes (short conv, LoRA, default at budget 128)
-      run --models "$(specs gdn-w56-s8-sc gdn-w56-s8-lora gdn-w120-s8-sc)" --suites mmlu ;;
+    standard)  # Tables 1-3: zero-shot CR (full test sets) and LAMBADA for full attention, every checkpoint, the controls
+      run --models "$(specs $(names '^(gla|kgla|gdn|hedgehog|control)'))" --suites cr,lambada ;;
+    mmlu)  # 5-shot MMLU: full attention, the final recipes (short conv, LoRA, default at budget 128), the control
+      run --models "$(specs gdn-w56-s8-sc gdn-w56-s8-lora gdn-w120-s8-sc control-lora-r5)" --suites mmlu ;;
     sniah)  # Table 8: the default recipe trained at each budget, the untrained window + sinks at the same budgets
       M="full"; for b in 128 256 512 1024; do M="$M;$CKPT/gdn-w$((b - 8))-s8-sc;mechanism=none,window=$((b - 8)),sinks=8"; done
       run --models "$M" --suites sniah --context-length 4096 --num-samples 500 ;;
