@@ -27,21 +27,14 @@ from golinear.bench.boards.markdown import csv_cell, md_cell
 from golinear.bench.boards.figures import legend_entries, png_bytes, pyplot
 from golinear.bench.boards import kv_comparison, kv_memory
 from golinear.bench.boards.hybrid import hybrid_plot, hybrid_table
-from golinear.bench.boards.measured import (LOWER_IS_BETTER, REF_STANDARD, RULER_COLS, SNIAH_TASKS, STANDARD_COLS, add_cr,
+from golinear.bench.boards.measured import (REF_STANDARD, RULER_COLS, SNIAH_TASKS, STANDARD_COLS, add_cr,
                             budget_label, budget_value, measured_frame)
+from golinear.bench.boards.gaps import (CONTROL, CONTROL_GAP_LABEL, GAP_LABEL, MEASURED_GAP_LABEL,  # noqa: F401
+                                         PAPER_BUDGET, gap_row)
 from golinear.bench.boards.page import render_page
 from golinear.bench.results.store import Store
 from golinear.bench.results.store_conflicts import current_cells
 from golinear.models.util.atomic import atomic_write
-
-GAP_LABEL = "Gap with full attention, points (full - best linearized)"
-PAPER_BUDGET = "64"  # window 56 + 8 sinks: the cache budget of every linearized row of the paper's tables
-MEASURED_GAP_LABEL = "Gap with full attention at the paper's budget (64), points (full - best linearized at 64)"
-# the same-training control (scripts/study/recipes.txt): full attention with LoRA on Wq/Wk/Wv of about the default
-# recipe's trainable parameters, trained on the same tokens; a gap to it is the cost of linearizing alone
-CONTROL = "control-lora-r5"
-CONTROL_GAP_LABEL = (f"Gap with the same-training control ({CONTROL}) at the paper's budget (64), points "
-                     "(control - best linearized at 64)")
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -62,22 +55,6 @@ def fmt_params(n) -> str:
     if n == 0:
         return "0"
     return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n / 1e3:.1f}K"
-
-
-def gap_row(rows: list[dict], cols) -> dict | None:
-    """Full attention minus the best linearized value per column (lower-is-better columns: skipped)."""
-    full = [r for r in rows if r["is_full"]]
-    lin = [r for r in rows if not r["is_full"]]
-    if not full or not lin:
-        return None
-    gap = {}
-    for c in cols:
-        if c in LOWER_IS_BETTER or full[0].get(c) is None:
-            continue
-        vals = [r[c] for r in lin if r.get(c) is not None]
-        if vals:
-            gap[c] = round(full[0][c] - max(vals), 6)
-    return gap
 
 
 # ----------------------------------------------------------------------------- tables

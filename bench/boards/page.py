@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from golinear.bench.boards.figures import png_bytes, pyplot
+from golinear.bench.boards.gaps import CONTROL_GAP_LABEL
 
 FOLDED = ("status", "source", "setting")  # long or repetitive: in the row's details cell, still searchable
 LEADING = ("model", "task", "cache", "share of full layers", "selection")  # what a row is, before its scores
@@ -139,8 +140,6 @@ def gap_plot(standard: pd.DataFrame, columns=("CR", "MMLU", "LAMBADA")) -> bytes
     if not columns:
         return None
     plt = pyplot()
-    from golinear.bench.boards.leaderboard import CONTROL_GAP_LABEL
-
     def who(source, model):  # a measured gap is with untrained full attention, or with the same-training control
         return ("ours" + (", vs the same-training control" if model == CONTROL_GAP_LABEL else "")
                 if source == "measured" else str(source))
