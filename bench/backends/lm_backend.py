@@ -168,6 +168,7 @@ class GolinearHF(HFLM):
     """Full attention on the golinear backbone loader (the baseline every linearized row is compared to)."""
 
     BACKEND = "golinear-hf"
+    fill_batches: bool | None = None  # fill a short last batch to the batch size (_fill); None: on CUDA
 
     def __init__(self, base=None, dtype="float32", device=None, batch_size=1, max_length=None, seed=0, **kwargs):
         args = check_model_args(self.BACKEND, {"base": base, "dtype": dtype, "device": device, **kwargs})
@@ -357,7 +358,8 @@ class GolinearHF(HFLM):
         (a new batch shape compiles and captures again, for seconds); the rows are independent, so a copy changes
         no other row's tokens."""
         size = self.batch_size if isinstance(self.batch_size, int) else 0
-        return max(0, size - n) if getattr(self, "fill_batches", self.device.type == "cuda") else 0
+        fill = self.device.type == "cuda" if self.fill_batches is None else self.fill_batches
+        return max(0, size - n) if fill else 0
 
     def get_model_info(self) -> dict:
         # HFLM's version asks the Hub for a model sha; ours is the golinear provenance instead

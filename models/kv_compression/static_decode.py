@@ -25,6 +25,7 @@ from golinear.models.cache.decode_state import assign_to
 from golinear.models.decoding.fast_decode import FastDecoder
 from golinear.models.kv_compression.generate import compressed_prefill, split_budget
 from golinear.models.kv_compression.kvpress_adapter import take_head_masks
+from golinear.models.attention.ops.decode_attention import allowed_slots
 from golinear.models.attention.projection import project_qkv
 from golinear.models.decoding.batch_generate import pad_rows
 
@@ -82,20 +83,13 @@ class PressDecoder(FastDecoder):
             _, q, k, v, _ = project_qkv(attn, x, pe, fused=False)  # q [B, Lq, H, D], k/v [B, Lq, Hkv, D]
             st["k"][rows, :, slot[rows, cols]] = k[rows, cols].to(st["k"].dtype)
             st["v"][rows, :, slot[rows, cols]] = v[rows, cols].to(st["v"].dtype)
-            L, Hkv = st["k"].shape[2], st["k"].shape[1]
-            s = torch.arange(L, device=dev)
-            allowed = (s[None, None] <= slot[:, :, None]).unsqueeze(1)  # [B, 1, Lq, L]
-            if st.get("holes") is not None:
-                holes = st["holes"].long()  # [B, Hkv, 2]
-                inside = (s[None, None] >= holes[..., :1]) & (s[None, None] < holes[..., 1:])  # [B, Hkv, L]
-                allowed = allowed & ~inside[:, :, None, :]  # [B, Hkv, Lq, L]
-            G = q.shape[2] // Hkv
-            kk = st["k"].repeat_interleave(G, 1).to(q.dtype)
-            vv = st["v"].repeat_interleave(G, 1).to(q.dtype)
-            mask = allowed.repeat_interleave(G, 1) if allowed.shape[1] > 1 else allowed
-            o = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), kk, vv, attn_mask=mask,
-                                                                  scale=attn.scaling)
-            h = h + attn.o_proj(o.transpose(1, 2).reshape(B, Lq, -1).to(x.dtype))
+            Hkv, H, D = st["k"].shape[1], q.shape[2], q.shape[3]
+            allowed = allowed_slots(st["k"].shape[2], slot, st.get("holes"))  # [B, Hkv or 1, Lq, L]
+            # the query heads of a KV head as its G x Lq query rows (no GQA copy of the buffers), as the decode step
+            qg = q.transpose(1, 2).reshape(B, Hkv, (H // Hkv) * Lq, D).to(st["k"].dtype)
+            o = torch.nn.functional.scaled_dot_product_attention(qg, st["k"], st["v"], scale=attn.scaling,
+                                                                  attn_mask=allowed.repeat(1, 1, H // Hkv, 1))
+            h = h + attn.o_proj(o.reshape(B, H, Lq, D).transpose(1, 2).reshape(B, Lq, -1).to(x.dtype))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         last = h[torch.arange(B, device=dev), lens - 1].unsqueeze(1)
         logits = self.model.lm_head(self.model.model.norm(last)).float()

@@ -34,17 +34,16 @@ def _named_tokenizer(name: str):
     """A backbone's tokenizer by name, loaded once per process (a cell builds its task from the name: loading and
     fingerprinting it took ~0.25 s of every S-NIAH cell)."""
     from golinear.models.backbones.backbone import load_tokenizer
-    tok = load_tokenizer(name)
-    tok._golinear_fingerprint = tokenizer_fingerprint(tok)
-    return tok
+    return load_tokenizer(name)
+
+
+@functools.lru_cache(maxsize=4)
+def _named_fingerprint(name: str) -> str:
+    return tokenizer_fingerprint(_named_tokenizer(name))
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
-    """The full fast-tokenizer spec (vocab, merges, normalizers) when there is one, else the vocab; a tokenizer
-    loaded by name (_named_tokenizer, never changed) keeps its fingerprint."""
-    known = getattr(tokenizer, "_golinear_fingerprint", None)
-    if known is not None:
-        return known
+    """The full fast-tokenizer spec (vocab, merges, normalizers) when there is one, else the vocab."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     spec = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
     return hashlib.sha256((type(tokenizer).__name__ + spec).encode()).hexdigest()[:16]
@@ -94,7 +93,8 @@ def cached_samples(task: str, tokenizer, max_seq_length, num_samples, seed, data
     spec = resolve_task(task)
     tok = _load_tokenizer(tokenizer)
     data_path = resolve_data_dir(data_dir)
-    key_fields = [spec.name, tokenizer_fingerprint(tok), str(max_seq_length), str(num_samples), str(seed),
+    fingerprint = _named_fingerprint(tokenizer) if isinstance(tokenizer, str) else tokenizer_fingerprint(tok)
+    key_fields = [spec.name, fingerprint, str(max_seq_length), str(num_samples), str(seed),
                   _data_fingerprint(spec.name, data_path), _source_fingerprint(), _package_versions()]
     key = hashlib.sha256(json.dumps(key_fields).encode()).hexdigest()[:24]
     if key in _MEMO:

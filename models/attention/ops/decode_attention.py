@@ -21,18 +21,24 @@ from __future__ import annotations
 import torch
 
 
+def allowed_slots(L: int, last: torch.Tensor, holes=None) -> torch.Tensor:
+    """[B, Hkv or 1, Q, L] bool: the slots query (b, i) attends to: slot <= last[b, i] ([B, Q]), outside its row's
+    KV head's hole ([start, end) in holes [B, Hkv, 2])."""
+    slots = torch.arange(L, device=last.device)
+    allowed = (slots.view(1, 1, L) <= last.unsqueeze(-1)).unsqueeze(1)
+    if holes is not None:
+        inside = (slots.view(1, 1, L) >= holes[..., :1]) & (slots.view(1, 1, L) < holes[..., 1:])  # [B, Hkv, L]
+        allowed = allowed & ~inside.unsqueeze(2)
+    return allowed
+
+
 def decode_attention_reference(q, k_buf, v_buf, lengths, scale: float, prefix: int | None = None, holes=None):
     """SDPA over the buffer (or its first `prefix` slots) with slots >= lengths[b] (and inside a hole) masked."""
     B, Hq, D = q.shape
     Hkv = k_buf.shape[1]
     if prefix is not None:
         k_buf, v_buf = k_buf[:, :, :prefix], v_buf[:, :, :prefix]
-    L = k_buf.shape[2]
-    slots = torch.arange(L, device=q.device)
-    allowed = (slots.view(1, L) < lengths.view(B, 1)).view(B, 1, 1, L)
-    if holes is not None:
-        inside = (slots.view(1, 1, L) >= holes[..., :1]) & (slots.view(1, 1, L) < holes[..., 1:])
-        allowed = allowed & ~inside.view(B, Hkv, 1, L)
+    allowed = allowed_slots(k_buf.shape[2], (lengths - 1).view(B, 1), holes)
     qg = q.reshape(B, Hkv, Hq // Hkv, D).to(k_buf.dtype)  # query head h*G+g -> row g of KV head h
     o = torch.nn.functional.scaled_dot_product_attention(qg, k_buf, v_buf, attn_mask=allowed, scale=scale)
     return o.reshape(B, Hq, v_buf.shape[-1]).to(q.dtype)
