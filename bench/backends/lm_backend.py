@@ -353,10 +353,9 @@ class GolinearHF(HFLM):
                              f"batch_size or batch_size=auto") from None
 
     def _fill(self, n: int) -> int:
-        """How many copies of its last prompt fill a batch of n up to the batch size: on CUDA (`fill_batches`) a short
-        last batch takes the shape of the others, so the decoder's compile and CUDA graph for that shape serve it
-        (a new batch shape compiles and captures again, for seconds); the rows are independent, so a copy changes
-        no other row's tokens."""
+        """Copies of its last prompt that fill a batch of n to the batch size (on CUDA, `fill_batches`): a short last
+        batch takes the others' shape, whose compile and CUDA graph serve it (a new shape compiles and captures again,
+        for seconds); rows are independent, so a copy changes no other row's tokens."""
         size = self.batch_size if isinstance(self.batch_size, int) else 0
         fill = self.device.type == "cuda" if self.fill_batches is None else self.fill_batches
         return max(0, size - n) if fill else 0
