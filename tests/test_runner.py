@@ -117,6 +117,33 @@ def test_bad_input_fails_before_any_work(tmp_path, monkeypatch, kwargs, exc, err
     assert Store(tmp_path / "store").cells() == [] and not (tmp_path / "store").exists()
 
 
+def test_every_tasks_samples_are_built_before_the_first_model_loads(tmp_path, monkeypatch):
+    """A cell's wall time is its evaluation: the samples of every long-context cell to run are generated (and
+    memoized) before any model loads, once per task and configuration, with the arguments the task's dataset
+    builder uses, so building the cell's dataset finds them instead of generating them again."""
+    from golinear.bench.run import runner
+    from golinear.tasks.ruler import cache
+
+    class Loaded(Exception):
+        pass
+
+    monkeypatch.setenv("GOLINEAR_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache, "_MEMO", {})
+    built = []
+    monkeypatch.setattr(cache, "build_samples", lambda task, *a, **k: built.append(task) or [])
+    monkeypatch.setattr(runner, "build_lm", lambda *a, **k: (_ for _ in ()).throw(Loaded()))
+    with pytest.raises(Loaded):
+        run_matrix("full;swa-sink", "sniah", tmp_path / "store", budgets=[128, 256], context_length=1024,
+                   num_samples=2, progress=False)
+    assert sorted(built) == ["golinear_sniah_1", "golinear_sniah_2", "golinear_sniah_3"]
+    from golinear.tasks.ruler.hooks import build_dataset
+    from golinear.bench.run.execute import long_metadata
+    cell = next(c for c in plan_cells(S.parse_models("swa-sink"), resolve_suites("sniah"), budgets=[128],
+                                      context_length=1024, num_samples=2) if c.entry.task == "golinear_sniah_2")
+    build_dataset(cell.entry.task, **long_metadata(cell, default_data_dir()))
+    assert len(built) == 3  # what the cell's dataset builder asks for is what was built
+
+
 def test_unwritable_store_fails_before_any_work(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(ValueError, match="not writable"):

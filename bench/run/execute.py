@@ -210,6 +210,34 @@ def env_info_once() -> None:
     lm_eval.evaluator.add_env_info = add_env_info
 
 
+def long_metadata(cell: Cell, data_dir) -> dict:
+    """What a long-context task's dataset builder reads (tasks/ruler/hooks.py): length, seed, count, tokenizer."""
+    cfg = cell.config
+    meta = {"max_seq_lengths": [cfg["context_length"]], "seed": cfg["seed"]}
+    if cfg["num_samples"] is not None:
+        meta["num_samples"] = cfg["num_samples"]
+    meta["tokenizer"] = cell.model.base_name  # prompts are sized with the evaluated model's tokenizer
+    if data_dir:
+        meta["data_dir"] = data_dir
+    return meta
+
+
+def build_samples_first(cells: list[Cell], data_dir, progress: bool = True) -> None:
+    """Generate the S-NIAH/RULER samples of every cell to run before any model loads (memoized in this process and
+    on disk, tasks/ruler/cache.py), so a cell's wall time is its evaluation: otherwise the first row evaluated pays
+    each task's sample building (~8 s a 4K task of 500 samples) and later rows read them."""
+    from tqdm.auto import tqdm
+
+    from golinear.tasks.ruler.hooks import build_dataset
+    todo = {}
+    for c in cells:
+        if c.entry.long:
+            meta = long_metadata(c, data_dir)
+            todo.setdefault(repr(sorted(meta.items())) + c.entry.task, (c.entry.task, meta))
+    for task, meta in tqdm(list(todo.values()), desc="samples", unit="task", disable=not progress or not todo):
+        build_dataset(task, **meta)
+
+
 def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info: ModelInfo, versions, git, world,
                   cache: Path | None = None) -> dict | None:
     """One cell through lm-eval. With `cache`, lm-eval's CachingLM keeps each scored request there as it
@@ -224,13 +252,7 @@ def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info: ModelInfo
     if cache is not None:
         resumed = request_cache.prepare(cache, getattr(lm, "rank", 0) or 0)
     if e.long:
-        meta = {"max_seq_lengths": [cfg["context_length"]], "seed": cfg["seed"]}
-        if cfg["num_samples"] is not None:
-            meta["num_samples"] = cfg["num_samples"]
-        meta["tokenizer"] = cell.model.base_name  # prompts are sized with the evaluated model's tokenizer
-        if data_dir:
-            meta["data_dir"] = data_dir
-        tm = with_metadata(tm, meta)
+        tm = with_metadata(tm, long_metadata(cell, data_dir))
     t0 = time.perf_counter()
     try:
         with request_cache.json_values():

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from golinear.bench.results import request_cache
 from golinear.bench.run import specs as S
-from golinear.bench.run.execute import (build_lm, build_task_manager, check_checkpoint_base, distributed_context, evaluate_cell,
-                           refuse_shadowing, validate_model)
+from golinear.bench.run.execute import (build_lm, build_samples_first, build_task_manager, check_checkpoint_base,
+                                        distributed_context, evaluate_cell, refuse_shadowing, validate_model)
 from golinear.bench.run.plan import LONG_SUITES  # noqa: F401 - bench.demo reads runner.LONG_SUITES
 from golinear.bench.run.plan import (ALL_SUITES, Cell, cell_data, check_data_dir, check_long_context_fits, check_presses,
                                  check_task_data, default_data_dir, plan_cells, resolve_suites)
@@ -141,6 +141,7 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
         missing = sorted({c.entry.task for c in todo} - names)
         if missing:
             raise ValueError(f"unknown task(s) {missing}: not registered with lm-eval (check tasks/ and --data-dir)")
+        build_samples_first(todo, data_dir, progress and not rank)
         versions, git = package_versions(), git_state()
         bar = tqdm(total=len(cells), initial=summary.skipped, desc="cells", unit="cell", disable=not progress or rank)
         try:  # the bar is closed before any error or Ctrl-C line is printed
