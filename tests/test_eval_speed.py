@@ -40,3 +40,32 @@ def test_rows_kinds_and_the_matrix_estimate(tmp_path):
     text = es.render(list(table.values()))
     assert "| gdn-w56-s8-sc | linearized | H100 | bfloat16 | batched | 4096 | 3 | 1500 | 80.0 | 18.8 | 50.0 |" in text
     assert f"| press (single pass) | {es.MATRIX['press (single pass)']} | 5.0 |" in text
+    assert f"| retention slots | {es.MATRIX['retention slots']} | not measured | - |" in text
+
+
+def test_the_matrix_counts_every_row_of_the_kv_compression_script_once():
+    """MATRIX's prompt-answers are the rows kv_compression.sh's sniah and sniah512 stages evaluate, by kind."""
+    es = load_script()
+    assert sum(es.MATRIX.values()) == (1 + 13 * 2 + 3 + 2 * 4 + 3) * 1500  # full, 13 presses at 256/1024, 3 at 512,
+    assert es.MATRIX["press (KVzip)"] == 3 * 1500  # 4 linearized rows at 256/1024 and the window + 2 at 512
+
+
+def test_parity_counts_differing_samples_and_names_an_uninformative_row(tmp_path):
+    spec = importlib.util.spec_from_file_location("parity", ROOT / "scripts" / "gpu" / "parity.py")
+    parity = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(parity)
+    for store, gen, flip in (("fast", "batched", 100.0), ("ref", "hf", 0.0)):
+        write_cell(tmp_path / store, "s1", "full", {}, 3, 1.0, full=True)
+        write_cell(tmp_path / store, "s1", "gdn-w56-s8-sc", {}, 3, 1.0)
+        for label, scores in (("full", [100.0, flip, 100.0]), ("gdn-w56-s8-sc", [0.0, 0.0, 0.0])):
+            path = tmp_path / store / "cells" / label / "s1.json"
+            cell = json.loads(path.read_text())
+            cell["provenance"]["hardware"]["generation"] = gen
+            cell.update(task="golinear_sniah_1", value=sum(scores) / 3,
+                        per_sample={f"golinear_sniah_1/{i}/h": s for i, s in enumerate(scores)})
+            path.write_text(json.dumps(cell))
+    df = parity.compare(parity.cells(tmp_path / "fast"), parity.cells(tmp_path / "ref")).set_index("row")
+    assert df.loc["full", "differ"] == 1 and df.loc["full", "differing_samples"] == "1"
+    assert df.loc["full", "note"] == "" and df.loc["full", "reference"] == "hf"
+    assert df.loc["gdn-w56-s8-sc", "differ"] == 0
+    assert df.loc["gdn-w56-s8-sc", "note"] == "every sample scores 0 on both paths: scores cannot show a flip"

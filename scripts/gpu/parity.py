@@ -25,6 +25,13 @@ def cells(store: Path) -> dict[str, dict]:
     return out
 
 
+def uninformative(sa: dict, sb: dict, common: list) -> str:
+    """A row whose every sample scores the same on both paths (e.g. 0: no answer found) shows no flipped answer
+    even where the generations differ; said beside it rather than counted as a match."""
+    values = {sa[k] for k in common} | {sb[k] for k in common}
+    return f"every sample scores {values.pop():g} on both paths: scores cannot show a flip" if len(values) == 1 else ""
+
+
 def compare(fast: dict[str, dict], ref: dict[str, dict]) -> pd.DataFrame:
     rows = []
     for name in sorted(set(fast) & set(ref)):
@@ -37,7 +44,8 @@ def compare(fast: dict[str, dict], ref: dict[str, dict]) -> pd.DataFrame:
                      "reference": b["provenance"].get("hardware", {}).get("generation", "?"),
                      "card": a["provenance"].get("hardware", {}).get("gpu", a["provenance"].get("hardware", {}).get("device")),
                      "samples": len(common), "differ": len(differ), "fast_value": a["value"], "reference_value": b["value"],
-                     "differing_samples": " ".join(k.split("/")[1] for k in differ[:8]) + (" ..." if len(differ) > 8 else "")})
+                     "differing_samples": " ".join(k.split("/")[1] for k in differ[:8]) + (" ..." if len(differ) > 8 else ""),
+                     "note": uninformative(sa, sb, common)})
     return pd.DataFrame(rows)
 
 

@@ -126,21 +126,25 @@ def main(argv=None) -> int:
         if undo:
             undo()
         torch.cuda.empty_cache()
-    card = torch.cuda.get_device_name()
+        text = render(rows, groups, args)  # written after every row: a run stopped early keeps the rows it profiled
+        args.out.write_text(text)
+    print(text)
+    return 0
+
+
+def render(rows: list, groups, args) -> str:
     head = ["row", "graph ms/step", "eager ms/step", "kernels/step", "kernel ms/step",
             *[f"{g} ms (n)" for g in groups]]
     lines = [f"Decode step at {args.model} dimensions (random bf16 weights), prompt {args.length}, batch "
-             f"{args.batch}, {card}, torch {torch.__version__}; kernel times from torch.profiler over {args.steps} "
-             f"eager steps (the graph replays the same kernels without the launch gaps).", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+             f"{args.batch}, {torch.cuda.get_device_name()}, torch {torch.__version__}; kernel times from "
+             f"torch.profiler over {args.steps} eager steps (the graph replays the same kernels without the launch "
+             "gaps).", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for spec, table, graph_ms, eager_ms in rows:
         kern = sum(v[0] for v in table.values()) / 1e3
         n = sum(v[1] for v in table.values())
         cells = [f"{table[g][0] / 1e3:.2f} ({table[g][1]:.0f})" if g in table else "-" for g in groups]
         lines.append(f"| {spec} | {graph_ms:.2f} | {eager_ms:.2f} | {n:.0f} | {kern:.2f} | " + " | ".join(cells) + " |")
-    args.out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
