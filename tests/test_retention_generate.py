@@ -10,7 +10,7 @@ from golinear.models.decoding.batch_generate import decoder_for, generate_batch
 from golinear.models.retention.ops import RetentionState, retention_step
 from golinear.models.retention.prefill import retention_prefill
 from golinear.models.retention.rows import RetentionRows, retention_rows_step
-from golinear.models.retention.generate import RetentionDecoder
+from golinear.models.retention.generate import RetentionDecoder, state_tensors
 from test_batched_generate import alone, prompts, tiny_model
 
 SCORES = ("delta_error", "proj_residual")
@@ -151,3 +151,44 @@ def test_gpu_graph_step_equals_the_eager_step(score, tmp_path):
     for (te, le), (tg, lg) in zip(eager, graph):
         assert torch.equal(te, tg)
         assert ((lg - le).norm() / le.norm()).item() <= 1e-4
+
+
+@pytest.mark.parametrize("score", SCORES)
+def test_a_second_batch_of_the_same_size_reuses_the_buffers_a_graph_holds(score):
+    """A prefill copies its states into the last prefill's buffers when the shapes match (so the step captured in a
+    CUDA graph stays valid: one capture for every batch of a run, not one per batch) and the tokens are those of a
+    fresh decoder; a batch with a row before sinks + window steps eagerly, which replaces the states: no graph is
+    kept over them."""
+    model = tiny_model("gdn", **RECIPE, retain_score=score)
+    first, second = prompts(LONG), prompts([9, 14, 6, 8], seed=1)  # same batch size, other lengths (max_len fixed)
+    fresh = RetentionDecoder(model, max_len=64)
+    want = generate_batch(fresh, second, 8)
+    dec = RetentionDecoder(model, max_len=64)
+    generate_batch(dec, first, 8)
+    before = [t.data_ptr() for st in dec.states for t in state_tensors(st)]
+    class Replay:  # stands in for the captured steady step: replays it on the decoder's buffers
+        def replay(self):
+            dec._step(steady=True)
+    held = dec.graph = Replay()
+    dec.graph_steady = True
+    assert generate_batch(dec, second, 8) == want
+    assert [t.data_ptr() for st in dec.states for t in state_tensors(st)] == before
+    assert dec.graph is held
+    generate_batch(dec, prompts([3, 12, 7, 9]), 8)  # a short row: eager steps replace the states
+    assert dec.graph is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_one_capture_serves_every_batch_of_the_same_size():
+    """On the GPU (fp32): two batches of the same size, every row past sinks + window, decode from one captured
+    graph (the second prefill copies into the buffers it holds) with the eager step's tokens."""
+    model = tiny_model("gdn", **RECIPE, retain_score="proj_residual").cuda()
+    batches = [prompts(LONG), prompts([9, 14, 6, 8], seed=1)]
+    eager = [generate_batch(RetentionDecoder(model, max_len=64, use_graph=False), ps, 10) for ps in batches]
+    dec = RetentionDecoder(model, max_len=64, use_graph=True)
+    got, graphs = [], []
+    for ps in batches:
+        got.append(generate_batch(dec, ps, 10))
+        graphs.append(dec.graph)
+    assert got == eager and graphs[0] is not None and graphs[1] is graphs[0]

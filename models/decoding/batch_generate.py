@@ -49,6 +49,7 @@ class WholePromptDecoder(FastDecoder):
     one_pass = False  # RetentionDecoder's prefill, each prompt alone (its one pass is retention's)
     prefill = RetentionDecoder.prefill  # (it stacks the rows' states with the methods below)
     _prefill_each = RetentionDecoder._prefill_each
+    _load = RetentionDecoder._load
     _stack_full = RetentionDecoder._stack_full
 
     @staticmethod

@@ -13,7 +13,8 @@ changes two things:
   - the linearized layers' step: once every row is past sinks + window (`steady`),
     models.retention.rows.steady_step_inplace: each row at its own position read from the device tensor
     io["pos"], the state updated in place, fixed work whatever the prompt length, no host sync; so on CUDA
-    (`use_graph`, as FastDecoder) it is captured once per prefill and replayed per token. Where
+    (`use_graph`, as FastDecoder) it is captured once and replayed per token; a later prefill of the same batch
+    size copies its states into the same buffers, so the graph stays valid. Where
     GOLINEAR_FUSED_DECODE says so (by default on CUDA, as FastDecoder's fused step) the layer's whole steady step
     (projections, short conv, RoPE, gates, the retention step, o_proj) runs through torch.compile: one graph
     for every layer of a shape (the layer is an argument; its parameters are the graph's inputs). Before that point
@@ -33,7 +34,7 @@ import torch
 
 from golinear.models.backbones.cache_arg import cache_kwarg
 from golinear.models.cache.hf_cache import LinearCache, LinearLayerCache
-from golinear.models.cache.decode_state import DecodeState
+from golinear.models.cache.decode_state import DecodeState, assign_to
 from golinear.models.decoding.fast_decode import FastDecoder
 from golinear.models.attention.ops import fused_decode
 from golinear.models.retention.rows import RetentionRows, retention_rows_step, steady_step_inplace
@@ -51,6 +52,13 @@ def _layer_step(attn, x, pe, state: DecodeState, pos: torch.Tensor) -> torch.Ten
 def _compiled_layer_step():
     """_layer_step through torch.compile (static shapes; GOLINEAR_FUSED_DECODE, models.attention.ops.fused_decode.enabled)."""
     return torch.compile(_layer_step, dynamic=False)
+
+
+def state_tensors(st) -> list:
+    """A layer's decode buffers: a linearized layer's DecodeState, a full-attention layer's KV (none before a prefill)."""
+    if not st:
+        return []
+    return st.tensors() if isinstance(st, DecodeState) else [st["k"], st["v"]]
 
 
 class RetentionDecoder(FastDecoder):
@@ -76,40 +84,67 @@ class RetentionDecoder(FastDecoder):
         on the right; lengths: each row's real length (None: all T)."""
         B, _, lens, max_len = self._prompt_shape(input_ids, lengths)
         self.prefill_mode = "rows" if self.one_pass else "each"
+        fresh = list(self.states)
         if self.prefill_mode == "rows":
-            logits = self._prefill_rows(input_ids, lens, max_len)
+            logits, changed = self._prefill_rows(input_ids, lens, max_len, fresh)
         else:
-            logits = self._prefill_each(input_ids, lens, max_len)
+            logits, changed = self._prefill_each(input_ids, lens, max_len, fresh), False
+        changed |= self._load(fresh)
         nxt = logits.argmax(-1)
         pos = torch.tensor(lens, device=self.device)
-        self.io = {"ids": nxt, "pos": pos, "pos_ids": pos.view(B, 1).clone(), "logits": logits,
-                   "rows": torch.arange(B, device=self.device)}
+        for name, value in (("ids", nxt), ("pos", pos), ("pos_ids", pos.view(B, 1)), ("logits", logits),
+                            ("rows", torch.arange(B, device=self.device))):
+            changed |= assign_to(self.io, name, value)
+        if changed:  # a buffer the captured step reads was replaced: capture again
+            self.graph = None
         self.positions = lens
-        self.graph = None  # new state tensors (a fresh capture per prefill)
         return nxt
 
-    def _prefill_rows(self, input_ids: torch.Tensor, lens: list[int], max_len: int) -> torch.Tensor:
+    def _load(self, fresh: list) -> bool:
+        """The prefilled states copied into the buffers of the last prefill where every tensor's shape and dtype
+        match (a batch of the same size: the captured graph stays valid, captured once, not once per batch), else
+        taken as they are. Returns whether any layer's buffers were replaced."""
+        changed = False
+        for i, new in enumerate(fresh):
+            old = self.states[i]
+            if new is old:  # filled in place (a hybrid's full-attention layer in the one-pass prefill)
+                continue
+            olds, news = state_tensors(old), state_tensors(new)
+            if old is None or len(olds) != len(news) or any(
+                    a.shape != b.shape or a.dtype != b.dtype for a, b in zip(olds, news)):
+                self.states[i], changed = new, True
+                continue
+            for a, b in zip(olds, news):
+                a.copy_(b)
+            if self.linear[i] and new.retention is not None:
+                old.retention.seen = list(new.retention.seen)  # the rows' host step counters
+        return changed
+
+    def _prefill_rows(self, input_ids: torch.Tensor, lens: list[int], max_len: int, fresh: list):
         """Every prompt in one right-padded pass (LinearizedAttention.prefill_rows; a hybrid's full-attention layers
-        as FastDecoder prefills them); returns the logits at each row's last token [B, 1, vocab] (fp32)."""
+        as FastDecoder prefills them, into their static buffers), the other states into `fresh`; returns the logits
+        at each row's last token [B, 1, vocab] (fp32) and whether a full-attention layer's buffers were replaced."""
         B, T = input_ids.shape
         h = self.model.model.embed_tokens(input_ids)
         pe = self.model.model.rotary_emb(h, torch.arange(T, device=self.device).unsqueeze(0))  # shared by the rows
         tails = [dict() for _ in self.layers]
+        changed = False
         for i, layer in enumerate(self.layers):
             x = layer.input_layernorm(h)
             if self.linear[i]:
-                a, self.states[i] = layer.self_attn.prefill_rows(x, pe, lens)
+                a, fresh[i] = layer.self_attn.prefill_rows(x, pe, lens)
             else:
                 a = self._prefill_full(layer.self_attn, x, pe, 0, tails[i])
-                self._finish_full(i, layer.self_attn, tails[i], T, B, max_len)
+                changed |= self._finish_full(i, layer.self_attn, tails[i], T, B, max_len)
+                fresh[i] = self.states[i]
             h = h + a
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         last = h[torch.arange(B, device=self.device), torch.tensor(lens, device=self.device) - 1].unsqueeze(1)
-        return self.model.lm_head(self.model.model.norm(last)).float()
+        return self.model.lm_head(self.model.model.norm(last)).float(), changed
 
-    def _prefill_each(self, input_ids: torch.Tensor, lens: list[int], max_len: int) -> torch.Tensor:
-        """Each row's prompt alone through the model's forward on a LinearCache, the rows' states then stacked;
-        returns the logits at each row's last token [B, 1, vocab] (fp32)."""
+    def _prefill_each(self, input_ids: torch.Tensor, lens: list[int], max_len: int, fresh: list) -> torch.Tensor:
+        """Each row's prompt alone through the model's forward on a LinearCache, the rows' states then stacked into
+        `fresh`; returns the logits at each row's last token [B, 1, vocab] (fp32)."""
         caches, logits = [], []
         for b, n in enumerate(lens):
             cache = LinearCache.for_model(self.model)
@@ -119,7 +154,7 @@ class RetentionDecoder(FastDecoder):
             logits.append(out.logits[:, -1:])
         for i in range(len(self.layers)):
             layers = [c.layers[i] for c in caches]
-            self.states[i] = self._stack_linear(layers) if self.linear[i] else self._stack_full(layers, lens, max_len)
+            fresh[i] = self._stack_linear(layers) if self.linear[i] else self._stack_full(layers, lens, max_len)
         return torch.cat(logits, 0).float()
 
     @torch.no_grad()
@@ -132,6 +167,7 @@ class RetentionDecoder(FastDecoder):
             while n > 0 and min(self.positions) < self.steady_from:
                 out.append(super().decode(1))
                 n -= 1
+                self.graph = None  # the eager step replaced the states a captured graph reads
         finally:
             self.use_graph = graph
         if n > 0 or not out:
