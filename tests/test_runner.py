@@ -182,16 +182,18 @@ def test_real_run_kill_resume_noop_and_render(tmp_path, capsys):
     store = tmp_path / "store"
     args = ["run", "--models", "full;swa-sink", "--suites", "lambada", "--limit", "3", "--store", str(store),
             "--batch-size", "4"]
-    proc = subprocess.Popen([sys.executable, "-m", "golinear.bench.cli", *args], cwd=ROOT, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 600
-    while time.time() < deadline and proc.poll() is None and not list(store.glob("cells/*/*.json")):
-        time.sleep(0.5)
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    with open(tmp_path / "first.err", "w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "golinear.bench.cli", *args], cwd=ROOT, env=_env(),
+                                stdout=subprocess.DEVNULL, stderr=err_file, start_new_session=True)
+        deadline = time.time() + 600
+        while time.time() < deadline and proc.poll() is None and not list(store.glob("cells/*/*.json")):
+            time.sleep(0.5)
+        ended = proc.poll()  # None: still running, as it should be
+        if ended is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     before = Store(store).cells()  # every file present is a whole cell (no partial writes)
-    assert len(before) == 1  # killed while the second model was loading or running
+    assert len(before) == 1, (ended, (tmp_path / "first.err").read_text()[-3000:])  # killed during the second
 
     code, out, err = _golinear_here(capsys, *args)
     assert code == 0, err[-3000:]
