@@ -228,14 +228,14 @@ def build_samples_first(cells: list[Cell], data_dir, progress: bool = True) -> N
     each task's sample building (~8 s a 4K task of 500 samples) and later rows read them."""
     from tqdm.auto import tqdm
 
-    from golinear.tasks.ruler.hooks import build_dataset
+    from golinear.tasks.ruler.hooks import samples
     todo = {}
     for c in cells:
         if c.entry.long:
             meta = long_metadata(c, data_dir)
             todo.setdefault(repr(sorted(meta.items())) + c.entry.task, (c.entry.task, meta))
     for task, meta in tqdm(list(todo.values()), desc="samples", unit="task", disable=not progress or not todo):
-        build_dataset(task, **meta)
+        samples(task, **meta)
 
 
 def evaluate_cell(lm, cell: Cell, tm, data_dir, bootstrap_iters, info: ModelInfo, versions, git, world,

@@ -157,13 +157,16 @@ class FastDecoder:
                 changed |= self.states[i].load(fresh[i])
             else:
                 changed |= self._finish_full(i, layer.self_attn, tails[i], T, B, max_len)
+        return self._load_io(logits, lens, changed)
+
+    def _load_io(self, logits: torch.Tensor, lens: list[int], changed: bool) -> torch.Tensor:
+        """The step's inputs (first tokens, positions, rows, logits) into their static buffers; the captured graph
+        is dropped when any buffer it reads was replaced (`changed`: the caches' too). Returns the first tokens."""
         nxt = logits.argmax(-1)
-        changed |= assign_to(self.io, "ids", nxt)
         pos = torch.tensor(lens, device=self.device)
-        changed |= assign_to(self.io, "pos", pos)
-        changed |= assign_to(self.io, "pos_ids", pos.view(B, 1))
-        changed |= assign_to(self.io, "rows", torch.arange(B, device=self.device))
-        changed |= assign_to(self.io, "logits", logits.float())
+        for name, value in (("ids", nxt), ("pos", pos), ("pos_ids", pos.view(-1, 1)), ("logits", logits.float()),
+                            ("rows", torch.arange(len(lens), device=self.device))):
+            changed |= assign_to(self.io, name, value)
         if changed:
             self.graph = None
         self.positions = lens  # host-side copy of io["pos"], for the steady switch and the capacity check

@@ -34,7 +34,7 @@ import torch
 
 from golinear.models.backbones.cache_arg import cache_kwarg
 from golinear.models.cache.hf_cache import LinearCache, LinearLayerCache
-from golinear.models.cache.decode_state import DecodeState, assign_to
+from golinear.models.cache.decode_state import DecodeState
 from golinear.models.decoding.fast_decode import FastDecoder
 from golinear.models.attention.ops import fused_decode
 from golinear.models.retention.rows import RetentionRows, retention_rows_step, steady_step_inplace
@@ -82,23 +82,14 @@ class RetentionDecoder(FastDecoder):
         """The prompts, right-padded in one pass (`prefill_mode` "rows"), or with `one_pass = False` each alone
         through the model's forward ("each"); returns each row's first new token [B, 1]. input_ids [B, T] padded
         on the right; lengths: each row's real length (None: all T)."""
-        B, _, lens, max_len = self._prompt_shape(input_ids, lengths)
+        _, _, lens, max_len = self._prompt_shape(input_ids, lengths)
         self.prefill_mode = "rows" if self.one_pass else "each"
         fresh = list(self.states)
         if self.prefill_mode == "rows":
             logits, changed = self._prefill_rows(input_ids, lens, max_len, fresh)
         else:
             logits, changed = self._prefill_each(input_ids, lens, max_len, fresh), False
-        changed |= self._load(fresh)
-        nxt = logits.argmax(-1)
-        pos = torch.tensor(lens, device=self.device)
-        for name, value in (("ids", nxt), ("pos", pos), ("pos_ids", pos.view(B, 1)), ("logits", logits),
-                            ("rows", torch.arange(B, device=self.device))):
-            changed |= assign_to(self.io, name, value)
-        if changed:  # a buffer the captured step reads was replaced: capture again
-            self.graph = None
-        self.positions = lens
-        return nxt
+        return self._load_io(logits, lens, changed | self._load(fresh))
 
     def _load(self, fresh: list) -> bool:
         """The prefilled states copied into the buffers of the last prefill where every tensor's shape and dtype

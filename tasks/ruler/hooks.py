@@ -60,13 +60,17 @@ def seq_length_from_metadata(metadata: dict) -> int:
     return check_seq_length(lengths[0])
 
 
-def build_dataset(task: str, **metadata) -> dict[str, datasets.Dataset]:
-    spec = resolve_task(task)
-    rows = cached_samples(spec.name, tokenizer_from_metadata(metadata),
+def samples(task: str, **metadata) -> list[dict]:
+    """The task's generated samples for this metadata (memoized: tasks/ruler/cache.py)."""
+    return cached_samples(resolve_task(task).name, tokenizer_from_metadata(metadata),
                           max_seq_length=seq_length_from_metadata(metadata),
                           num_samples=metadata.get("num_samples", DEFAULT_NUM_SAMPLES),
                           seed=metadata.get("seed", DEFAULT_SEED),
                           data_dir=metadata.get("data_dir") or metadata.get("golinear_data_dir"))
+
+
+def build_dataset(task: str, **metadata) -> dict[str, datasets.Dataset]:
+    rows = samples(task, **metadata)
     docs = [{**{k: row[k] for k in DOC_FIELDS if k in row}, "max_length": row["max_seq_length"],
              "depths": [float(d) for d in row["depths"]]} for row in rows]
     return {"test": datasets.Dataset.from_list(docs, split=datasets.Split.TEST)}
