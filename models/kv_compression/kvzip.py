@@ -60,15 +60,18 @@ def kvzip_prefill(model, x: torch.Tensor, keep: int):
 
 
 @torch.no_grad()
-def kvzip_prefill_row(model, x: torch.Tensor, keep: int):
+def kvzip_prefill_row(model, x: torch.Tensor, keep: int, cache=None):
+    """One prompt `x` [1, n]; `cache`: its context already prefilled (a DynamicCache of the n tokens), else
+    prefilled here."""
     import kvpress
     from transformers import DynamicCache
     kvpress_version()
     heads = model.config.num_key_value_heads
     press = kvpress.KVzipPress(compression_ratio=layerwise_ratio(x.shape[1], keep, heads), layerwise=True)
     backbone = model.model
-    cache = DynamicCache()
-    backbone(input_ids=x, use_cache=True, **cache_kwarg(backbone, cache))
+    if cache is None:
+        cache = DynamicCache()
+        backbone(input_ids=x, use_cache=True, **cache_kwarg(backbone, cache))
     if press.compression_ratio == 0:
         return cache
     tok = tokenizer_for(model.config.name_or_path)

@@ -14,6 +14,7 @@ forking and seeding the generators costs about 1.6 ms a layer on CUDA, a third o
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 # name -> (kvpress class name, options): the question-agnostic scorers a budget sweep runs
@@ -82,14 +83,28 @@ class ExactBudget:
         self.press.post_init_from_model(model)
 
     def forward_hook(self, module, args, kwargs, output):
-        import torch
         layer = kwargs["past_key_values"].layers[module.layer_idx]
         self.press.compression_ratio = ratio_for(layer.keys.shape[2], self.keep)
+        with self._seeded(layer.keys):
+            return self.press.forward_hook(module, args, kwargs, output)
+
+    def compress(self, module, hidden_states, keys, values, kwargs):
+        """The press's own compress of one prompt's keys and values [1, Hkv, n, D] at this budget: what its hook does
+        between reading the layer's cache and writing it back (models.kv_compression.batched_prefill)."""
+        self.press.compression_ratio = ratio_for(keys.shape[2], self.keep)
+        with self._seeded(keys):
+            return self.press.compress(module, hidden_states, keys, values, None, kwargs)
+
+    @contextlib.contextmanager
+    def _seeded(self, like):
+        """Seed 0 in a forked generator for a press that draws random numbers; nothing for the others."""
         if not self.seeded:
-            return self.press.forward_hook(module, args, kwargs, output)
-        with torch.random.fork_rng(devices=[layer.keys.device] if layer.keys.is_cuda else []):
+            yield
+            return
+        import torch
+        with torch.random.fork_rng(devices=[like.device] if like.is_cuda else []):
             torch.manual_seed(0)
-            return self.press.forward_hook(module, args, kwargs, output)
+            yield
 
 
 def build_press(name: str, keep: int) -> ExactBudget:

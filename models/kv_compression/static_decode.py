@@ -10,9 +10,10 @@ A head-adaptive press (models/kv_compression/presses.py) keeps the same entries 
 each head's kept entries fill its first slots, and the slots between them and the row's next slot (the count of
 the fullest head of any layer) are a hole the attention skips (`holes` [B, Hkv, 2] per layer: [start, end)). The
 buffers are sized by that fullest head: the decode-cache memory of such a row is the buffer's, not the entries'.
-The context is compressed one prompt at a time (a press scores a prompt's whole row); the questions, which no press
-touches, are then read for the whole batch in one pass over the static buffers (`read_questions`), each row's after
-its kept entries (and after its hole), at its own positions.
+The contexts run through the model in one batch, each row compressed on its own (a press scores a prompt's whole
+row: models.kv_compression.batched_prefill); the questions, which no press touches, are then read for the whole batch
+in one pass over the static buffers (`read_questions`), each row's after its kept entries (and after its hole), at
+its own positions.
 models.kv_compression.generate's DynamicCache path stays the definition; tests/test_kv_compression.py checks
 both give the same tokens on the same prompts.
 """
@@ -23,6 +24,7 @@ import torch
 from golinear.models.backbones.cache_arg import cache_kwarg
 from golinear.models.cache.decode_state import assign_to
 from golinear.models.decoding.fast_decode import FastDecoder
+from golinear.models.kv_compression.batched_prefill import batches, compress_contexts
 from golinear.models.kv_compression.generate import compressed_prefill, split_budget
 from golinear.models.kv_compression.kvpress_adapter import take_head_masks
 from golinear.models.attention.ops.decode_attention import allowed_slots
@@ -39,18 +41,25 @@ class PressDecoder(FastDecoder):
     @torch.no_grad()
     def prefill(self, prompts: list[tuple[list[int], int]], press: str, budget: int, question_aware: bool = False,
                 prefill_chunk: int = 0, fill: int = 0) -> torch.Tensor:
-        """prompts: (token ids, how many of the last ones are the question) per row. Each row's context is compressed
-        on its own (a press scores a whole row); then every row's question is read in one batched pass over the
-        static buffers (read_questions). `fill`: rows added as copies of the last one (its compressed context
+        """prompts: (token ids, how many of the last ones are the question) per row. The contexts run through the
+        model together, each row compressed on its own (models.kv_compression.batched_prefill; KVzip and a chunked
+        prefill one prompt at a time); then every row's question is read in one batched pass over the static
+        buffers (read_questions). `fill`: rows added as copies of the last one (its compressed context
         reused), so a short batch takes a captured shape; returns [len(prompts) + fill, 1]."""
-        caches, contexts, questions, masks = [], [], [], []
+        caches, contexts, questions, masks, keeps = [], [], [], [], []
         for ids, question_len in prompts:
             n_press, keep = split_budget(len(ids), question_len, budget, question_aware)
-            x = torch.tensor([ids[:n_press]], device=self.device)
-            caches.append(compressed_prefill(self.model, x, press, keep, prefill_chunk))
-            masks.append(take_head_masks(self.model))  # before the next prompt's prefill replaces them
             contexts.append(n_press)
+            keeps.append(keep)
             questions.append(ids[n_press:])
+        if batches(press, prefill_chunk):  # one forward for the batch, each row compressed on its own
+            done = compress_contexts(self.model, [ids[:n] for (ids, _), n in zip(prompts, contexts)], press, keeps)
+            caches, masks = [c for c, _ in done], [m for _, m in done]
+        else:
+            for (ids, _), n_press, keep in zip(prompts, contexts, keeps):
+                x = torch.tensor([ids[:n_press]], device=self.device)
+                caches.append(compressed_prefill(self.model, x, press, keep, prefill_chunk))
+                masks.append(take_head_masks(self.model))  # before the next prompt's prefill replaces them
         for part in (caches, masks, contexts, questions):
             part.extend(part[-1:] * fill)
         B = len(caches)

@@ -1,0 +1,109 @@
+"""Many prompts' contexts compressed under a press with one forward pass: the press row's prefill in batches.
+
+A press scores one prompt's whole row (SnapKV its last queries, Expected Attention the statistics of all of them),
+so a padded batch cannot be scored as one tensor. The costly part, the forward pass, is shared all the same: the
+contexts run right-padded in one batch (causal attention: no real token sees the padding after it, so each row's
+hidden states, keys and values are the ones it has alone), and after each attention layer the press's `compress`
+runs on each row's own slice (its tokens, keys, values and position embeddings) at its own budget. That is all
+kvpress's BasePress.forward_hook does for the presses golinear runs (none overrides it: a test checks), so a row
+keeps the entries it keeps alone. Each layer's uncompressed cache is dropped once its rows are compressed.
+KVzip (OWN_PREFILL) shares the contexts' forward pass; its reconstruction passes run one prompt at a time on each
+row's slice of the cache (kvpress's KVzipPress scores one prompt). A chunked prefill stays one prompt at a time
+(models.kv_compression.generate).
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from golinear.models.backbones.cache_arg import cache_kwarg
+from golinear.models.kv_compression.kvpress_adapter import kvpress_version, legacy_kwargs, take_head_masks
+from golinear.models.kv_compression.kvzip import kvzip_prefill_row
+from golinear.models.kv_compression.presses import OWN_PREFILL, build_press, check_press
+from golinear.models.decoding.batch_generate import pad_rows
+
+PREFILL_TOKENS = 1 << 18  # padded tokens a forward pass holds at most (64 contexts of 4K); more rows run in groups
+
+
+def batches(press: str, prefill_chunk: int) -> bool:
+    """Whether compress_contexts serves this press row (else one prompt at a time: a chunked prefill)."""
+    check_press(press)
+    return not prefill_chunk
+
+
+@torch.no_grad()
+def compress_contexts(model, contexts: list[list[int]], press: str, keeps: list[int],
+                      max_tokens: int = PREFILL_TOKENS) -> list[tuple[object, list | None]]:
+    """Per context (token ids at positions 0..n-1): (its compressed cache, `.layers[i].keys/.values` [1, Hkv, n', D],
+    and the entries a head-adaptive press evicted per layer as take_head_masks gives them, or None), each context
+    compressed to its `keeps` entries per layer and KV head exactly as compressed_prefill would alone."""
+    kvpress_version()
+    if len(contexts) != len(keeps) or any(not c for c in contexts):
+        raise ValueError("compress_contexts needs one keep per context and at least one token in each")
+    out = []
+    width = max(len(c) for c in contexts)
+    group = max(1, max_tokens // width)
+    run = _kvzip_group if check_press(press) in OWN_PREFILL else _compress_group
+    for g0 in range(0, len(contexts), group):
+        out.extend(run(model, contexts[g0:g0 + group], press, keeps[g0:g0 + group]))
+    return out
+
+
+def _kvzip_group(model, contexts, press, keeps):
+    """KVzip's passes over each context read that context's cache: the contexts' prefill is batched, the passes run
+    one prompt at a time (kvpress's KVzipPress scores one prompt) on each row's slice of the batch's cache."""
+    from transformers import DynamicCache
+    ids = pad_rows(contexts, 0, "right")[0].to(model.device)
+    batch = DynamicCache()
+    model.model(input_ids=ids, use_cache=True, **cache_kwarg(model.model, batch))
+    out = []
+    for b, (ctx, keep) in enumerate(zip(contexts, keeps)):
+        row, n = DynamicCache(), len(ctx)
+        for i, layer in enumerate(batch.layers):
+            row.update(layer.keys[b:b + 1, :, :n].clone(), layer.values[b:b + 1, :, :n].clone(), i)
+        out.append((kvzip_prefill_row(model, ids[b:b + 1, :n], keep, cache=row), take_head_masks(model)))
+    return out
+
+
+def _compress_group(model, contexts, press, keeps):
+    from transformers import DynamicCache
+    backbone = model.model.language_model if hasattr(model.model, "language_model") else model.model
+    lens = [len(c) for c in contexts]
+    ids, _ = pad_rows(contexts, 0, "right")
+    ids = ids.to(model.device)
+    layers = len(backbone.layers)
+    kept = [[None] * layers for _ in contexts]
+    evicted = [[None] * layers for _ in contexts]
+    scorer = build_press(press, keeps[0])
+    scorer.post_init_from_model(model)
+
+    def hook(module, args, kwargs, output):
+        kw = legacy_kwargs(kwargs)
+        layer = kw["past_key_values"].layers[module.layer_idx]
+        h, (cos, sin) = kw["hidden_states"], kw["position_embeddings"]
+        for b, n in enumerate(lens):
+            row = {**kw, "hidden_states": h[b:b + 1, :n], "position_embeddings": (cos[:, :n], sin[:, :n]),
+                   "cache_position": torch.arange(n, device=h.device)}
+            scorer.keep = keeps[b]
+            keys, values = scorer.compress(module, row["hidden_states"], layer.keys[b:b + 1, :, :n],
+                                           layer.values[b:b + 1, :, :n], row)
+            kept[b][module.layer_idx] = (keys.clone(), values.clone())  # a view would hold the whole batch's cache
+            evicted[b][module.layer_idx] = getattr(module, "masked_key_indices", None)
+            module.masked_key_indices = None
+        layer.keys = layer.values = layer.keys[:, :, :0]  # this layer's rows are done: free its cache
+        return output
+
+    hooks = []
+    try:
+        for layer in backbone.layers:
+            layer.self_attn.rotary_emb = backbone.rotary_emb  # kvpress's presses read the layer's RoPE there
+            hooks.append(layer.self_attn.register_forward_hook(hook, with_kwargs=True))
+        cache = DynamicCache()
+        backbone(input_ids=ids, use_cache=True, **cache_kwarg(backbone, cache),
+                 position_ids=torch.arange(ids.shape[1], device=ids.device)[None])
+    finally:
+        for h in hooks:
+            h.remove()
+    return [(SimpleNamespace(layers=[SimpleNamespace(keys=k, values=v) for k, v in rows]),
+             masks if any(m is not None for m in masks) else None) for rows, masks in zip(kept, evicted)]

@@ -1,0 +1,92 @@
+"""The press rows' batched prefill (models.kv_compression.batched_prefill): contexts of different lengths through one
+forward, each compressed on its own, keep what each keeps alone. Real kvpress presses on the real SmolLM2 backbone."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("kvpress")
+import torch  # noqa: E402
+
+from golinear.models.kv_compression import batched_prefill as BP  # noqa: E402
+from golinear.models.kv_compression.generate import compressed_prefill  # noqa: E402
+from golinear.models.kv_compression.kvpress_adapter import take_head_masks  # noqa: E402
+from golinear.models.kv_compression.presses import HEAD_ADAPTIVE, PRESSES, build_press  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    """In float64: a batched matmul rounds differently from a batch of one (about 1e-6 of a key in float32), which
+    flips a near-tie of Compactor's leverage scores; in float64 no tie is that close, so the rows must match."""
+    from golinear.models.load import load_model
+    model, tok, _ = load_model()
+    return model.double().eval(), tok
+
+
+def contexts(tok):
+    text = "The grass is green and the sky is blue. The river runs past the old mill to the sea. "
+    ids = tok(text * 12)["input_ids"]
+    return [ids[:150], ids[7:260], ids[:201]]  # different lengths (right padding) and contents
+
+
+def masks_as_set(masks, layer):
+    return None if masks is None or masks[layer] is None else {tuple(int(t) for t in e) for e in zip(*masks[layer])}
+
+
+@pytest.mark.parametrize("press", [*PRESSES, *HEAD_ADAPTIVE])
+def test_each_row_keeps_what_it_keeps_alone(smollm, press):
+    """Every press golinear runs through a hook: the batch's rows keep the same entries (keys, values, a head-adaptive
+    press's evictions) as each context prefilled and compressed alone (compressed_prefill, the definition)."""
+    model, tok = smollm
+    rows = contexts(tok)
+    keeps = [40, 64, 33]
+    got = BP.compress_contexts(model, rows, press, keeps, max_tokens=2 * 260)  # two groups: the grouping too
+    for ids, keep, (cache, masks) in zip(rows, keeps, got):
+        want = compressed_prefill(model, torch.tensor([ids]), press, keep)
+        want_masks = take_head_masks(model)
+        assert (masks is None) == (want_masks is None), press
+        for i, layer in enumerate(want.layers):
+            assert cache.layers[i].keys.shape == layer.keys.shape, (press, i)
+            torch.testing.assert_close(cache.layers[i].keys, layer.keys, rtol=1e-9, atol=1e-9)
+            torch.testing.assert_close(cache.layers[i].values, layer.values, rtol=1e-9, atol=1e-9)
+            assert masks_as_set(masks, i) == masks_as_set(want_masks, i), (press, i)
+    assert take_head_masks(model) is None  # nothing left on the modules for the next prompt
+
+
+def test_kvzip_rows_keep_what_they_keep_alone():
+    """KVzip shares the contexts' forward, then scores each row on its slice of the cache: the same evictions as each
+    context alone (in float32: kvpress's KVzip builds its masks in float32; the keys agree to rounding)."""
+    from golinear.models.load import load_model
+    model, tok, _ = load_model()
+    rows = contexts(tok)
+    got = BP.compress_contexts(model.eval(), rows, "kvzip", [40, 64, 33])
+    for ids, keep, (cache, masks) in zip(rows, [40, 64, 33], got):
+        want = compressed_prefill(model, torch.tensor([ids]), "kvzip", keep)
+        want_masks = take_head_masks(model)
+        for i, layer in enumerate(want.layers):
+            torch.testing.assert_close(cache.layers[i].keys, layer.keys, rtol=1e-4, atol=1e-4)
+            assert masks_as_set(masks, i) == masks_as_set(want_masks, i), i
+    assert take_head_masks(model) is None
+
+
+def test_the_press_hook_is_only_compress():
+    """batched_prefill calls a press's `compress` where kvpress's hook would: that holds while no press golinear
+    batches (nor the scorer it wraps) overrides BasePress.forward_hook, which reads the cache, compresses, writes."""
+    import kvpress
+    for name in (*PRESSES, *HEAD_ADAPTIVE):
+        press = build_press(name, 8).press
+        for p in (press, getattr(press, "press", None)):
+            if p is not None:
+                assert type(p).forward_hook is kvpress.BasePress.forward_hook, (name, type(p).__name__)
+
+
+def test_a_chunked_prefill_is_not_batched():
+    assert BP.batches("snapkv", 0) and BP.batches("adakv_expected_attention", 0) and BP.batches("kvzip", 0)
+    assert not BP.batches("snapkv", 512)
+    with pytest.raises(ValueError, match="unknown press 'nope'"):
+        BP.batches("nope", 0)
+
+
+def test_bad_input_is_refused(smollm):
+    model, _ = smollm
+    with pytest.raises(ValueError, match="one keep per context"):
+        BP.compress_contexts(model, [[1, 2, 3], []], "snapkv", [2, 2])
