@@ -156,9 +156,9 @@ class RetentionDecoder(FastDecoder):
         try:
             self.use_graph = False
             while n > 0 and min(self.positions) < self.steady_from:
+                self.graph = None  # else FastDecoder.decode replays it; and the eager step replaces the states it reads
                 out.append(super().decode(1))
                 n -= 1
-                self.graph = None  # the eager step replaced the states a captured graph reads
         finally:
             self.use_graph = graph
         if n > 0 or not out:
