@@ -18,7 +18,7 @@ def write_cell(store: Path, name: str, label: str, args: dict, n: int, wall: flo
     cell = {"suite": "sniah", "n": n, "wall_time_s": wall, "key": {"config": {"context_length": 4096}},
             "model": {"label": label, "args": args, "full_attention": full},
             "provenance": {"hardware": {"device": "cuda:0", "gpu": "H100", "dtype": "torch.bfloat16",
-                                        "generation": "batched"}}}
+                                        "generation": "batched"}, "git": {"commit": "abcdef0123", "dirty": full}}}
     path = store / "cells" / label.replace(" ", "_") / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(cell))
@@ -38,7 +38,9 @@ def test_rows_kinds_and_the_matrix_estimate(tmp_path):
     assert table["snapkv (kvpress) @1024"]["kind"] == "press (single pass)"
     assert table["full"]["kind"] == "full attention" and table["full"]["later_per_s"] is None
     text = es.render(list(table.values()))
-    assert "| gdn-w56-s8-sc | linearized | H100 | bfloat16 | batched | 4096 | 3 | 1500 | 80.0 | 18.8 | 50.0 |" in text
+    assert ("| gdn-w56-s8-sc | linearized | H100 | bfloat16 | batched | 4096 | abcdef0 | 3 | 1500 | 80.0 | 18.8 | 50.0 "
+            "| 60 | no |") in text
+    assert "| full | full attention | H100 | bfloat16 | batched | 4096 | abcdef0+ | 1 | 500 | 20.0 | 25.0 | - | 25 | yes |" in text
     assert f"| press (single pass) | {es.MATRIX['press (single pass)']} | 5.0 |" in text
     assert f"| retention slots | {es.MATRIX['retention slots']} | not measured | - |" in text
 
