@@ -90,3 +90,27 @@ def test_bad_input_is_refused(smollm):
     model, _ = smollm
     with pytest.raises(ValueError, match="one keep per context"):
         BP.compress_contexts(model, [[1, 2, 3], []], "snapkv", [2, 2])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("press", ["snapkv", "expected_attention", "compactor", "adakv_snapkv", "keydiff"])
+def test_gpu_each_row_keeps_what_it_keeps_alone(press):
+    """On CUDA (float64, a small random Llama: no near-tie is close enough to flip): the batch's rows keep what each
+    keeps alone; Compactor's seeded draws come from the CUDA generator here."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+    cfg._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(cfg).to("cuda", torch.float64).eval()
+    g = torch.Generator().manual_seed(1)
+    rows = [torch.randint(0, 512, (n,), generator=g).tolist() for n in (300, 180, 257)]
+    keeps = [64, 40, 100]
+    got = BP.compress_contexts(model, rows, press, keeps)
+    for ids, keep, (cache, masks) in zip(rows, keeps, got):
+        want = compressed_prefill(model, torch.tensor([ids], device="cuda"), press, keep)
+        want_masks = take_head_masks(model)
+        for i, layer in enumerate(want.layers):
+            torch.testing.assert_close(cache.layers[i].keys, layer.keys, rtol=1e-9, atol=1e-9)
+            assert masks_as_set(masks, i) == masks_as_set(want_masks, i), (press, i)
