@@ -118,14 +118,21 @@ class PressDecoder(FastDecoder):
         head-adaptive press evicted (take_head_masks; None: none). Returns next_ids [B, 1]."""
         masks = masks or [None] * len(caches)
         kept = [head_entries(c, m) for c, m in zip(caches, masks)]  # per cache, per layer: ([b, H, n] keep, counts)
-        counts = [entries(c) if m is None else max(int(n.max()) for _, n in k)  # uneven: the fullest head of any layer
-                  for c, m, k in zip(caches, masks, kept)]
+        # per cache its fullest head of any layer (an uneven row's next slot) and what a head holds (kept_per_head):
+        # computed on the device, to the host in one transfer (not one sync per row and layer)
+        sizes = {j: (entries(c),) * 2 for j, (c, m) in enumerate(zip(caches, masks)) if m is None}
+        adaptive = [j for j, m in enumerate(masks) if m is not None]
+        if adaptive:
+            fullest = [torch.stack([torch.stack([n.max() for _, n in kept[j]]).max(), _per_head(kept[j])])
+                       for j in adaptive]
+            sizes.update(zip(adaptive, map(tuple, torch.stack(fullest).tolist())))
+        counts, per_head = zip(*(sizes[j] for j in range(len(caches))))
         slots = [n for c, n in zip(caches, counts) for _ in range(c.layers[0].keys.shape[0])]
         pos_ids = [p for c, p in zip(caches, positions) for _ in range(c.layers[0].keys.shape[0])]
         # max_len counts a row's kept entries per head plus its new tokens: an uneven row needs its excess over that
-        excess = max(n - kept_per_head(c, m, k) for n, c, m, k in zip(counts, caches, masks, kept))
+        excess = max(n - h for n, h in zip(counts, per_head))
         B, L = len(slots), max(self.max_len or 0, max(slots) + 1) + excess
-        uneven = any(m is not None for m in masks)
+        uneven = bool(adaptive)
         changed = False
         for i in range(len(self.layers)):
             k0 = caches[0].layers[i].keys
@@ -138,12 +145,11 @@ class PressDecoder(FastDecoder):
                 b = keys.shape[0]
                 if keep is None:
                     kb[row:row + b, :, :n], vb[row:row + b, :, :n] = keys, values
-                else:  # each head's kept entries in order, then a hole up to the row's next slot
-                    for r in range(b):
-                        for h in range(keys.shape[1]):
-                            m = int(heads[r, h])
-                            kb[row + r, h, :m] = keys[r, h, keep[r, h]]
-                            vb[row + r, h, :m] = values[r, h, keep[r, h]]
+                else:  # each head's kept entries in order in its first slots (zeros after), then a hole to the next slot
+                    order = torch.argsort((~keep).to(torch.uint8), dim=-1, stable=True)[..., :n, None]
+                    held = (torch.arange(n, device=keep.device) < heads[..., None])[..., None]  # [b, H, n, 1]
+                    for buf, x in ((kb, keys), (vb, values)):
+                        buf[row:row + b, :, :n] = torch.where(held, x.gather(2, order.expand(-1, -1, -1, x.shape[3])), 0)
                 holes[row:row + b, :, 0] = heads.to(holes)
                 holes[row:row + b, :, 1] = n
                 row += b
@@ -166,18 +172,23 @@ class PressDecoder(FastDecoder):
 
 
 def head_entries(cache, masked) -> list[tuple[torch.Tensor | None, torch.Tensor]]:
-    """Per layer: (which entries each head keeps [b, H, n] bool, or None when all; each head's count [b, H]).
-    `masked`: a head-adaptive press's evicted entries per layer (take_head_masks), or None."""
+    """Per layer: (which entries each head keeps [b, H, n] bool, or None when all; each head's count [b, H], on the
+    cache's device). `masked`: a head-adaptive press's evicted entries per layer (take_head_masks), or None."""
     out = []
     for i, layer in enumerate(cache.layers):
         b, H, n, _ = layer.keys.shape
         if masked is None or masked[i] is None:
-            out.append((None, torch.full((b, H), n, dtype=torch.long)))
+            out.append((None, torch.full((b, H), n, dtype=torch.long, device=layer.keys.device)))
             continue
         keep = torch.ones(b, H, n, dtype=torch.bool, device=layer.keys.device)
         keep[tuple(t.to(keep.device) for t in masked[i])] = False
-        out.append((keep, keep.sum(-1).cpu()))
+        out.append((keep, keep.sum(-1)))
     return out
+
+
+def _per_head(per_layer) -> torch.Tensor:
+    """kept_per_head's count as a device scalar, from head_entries' per-layer counts."""
+    return torch.stack([-(-n.sum(-1).max() // n.shape[-1]) for _, n in per_layer]).max()
 
 
 def kept_per_head(cache, masked=None, per_layer=None) -> int:
@@ -186,8 +197,7 @@ def kept_per_head(cache, masked=None, per_layer=None) -> int:
     head_entries(cache, masked) when already computed."""
     if masked is None:
         return entries(cache)
-    per_layer = per_layer if per_layer is not None else head_entries(cache, masked)
-    return max(-(-int(n.sum(-1).max()) // n.shape[-1]) for _, n in per_layer)
+    return int(_per_head(per_layer if per_layer is not None else head_entries(cache, masked)))
 
 
 def entries(cache) -> int:
