@@ -47,3 +47,20 @@ def test_profile_of_a_linearized_row_times_prefill_and_decode(tmp_path, capsys):
 def test_usage_error_is_one_line(capsys):
     assert load_script().main(["out"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
+def test_profile_of_a_press_row_times_its_batched_compression(tmp_path, capsys):
+    """A press row's phases: its contexts compressed in one batched prefill (compress_contexts) and loaded."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    pytest.importorskip("kvpress")
+    from _tiny import write_tiny_backbone
+    prof = load_script()
+    base = write_tiny_backbone(tmp_path / "base")
+    rc = prof.main([str(tmp_path / "out"), "--", "--models", f"press=snapkv,kv_budget=256,base={base}",
+                    "--suites", "sniah", "--tasks", "golinear_sniah_1", "--context-length", "1024",
+                    "--num-samples", "2", "--batch-size", "2", "--device", "cpu", "--store", str(tmp_path / "store")])
+    assert rc == 0, capsys.readouterr().err[-2000:]
+    phases = json.loads((tmp_path / "out" / "cells.json").read_text())["cells"][0]["phases"]
+    # (a phase under 1 ms is not recorded: the tiny backbone's cache loads faster than that)
+    assert {"press: prefill, whole", "press: compressed context", "decode steps"} <= set(phases), phases

@@ -25,6 +25,7 @@ PHASES = [
     ("golinear.models.retention.generate", "RetentionDecoder", "prefill", "prefill (retention slots)"),
     ("golinear.models.retention.generate", "RetentionDecoder", "decode", "decode steps"),
     ("golinear.models.kv_compression.static_decode", "PressDecoder", "prefill", "press: prefill, whole"),
+    ("golinear.models.kv_compression.static_decode", None, "compress_contexts", "press: compressed context"),
     ("golinear.models.kv_compression.static_decode", None, "compressed_prefill", "press: compressed context"),
     ("golinear.models.kv_compression.static_decode", "PressDecoder", "load", "press: cache into static buffers"),
     ("golinear.bench.backends.press_backend", "PressLM", "split_all", "press: tokenise and split"),
