@@ -100,7 +100,7 @@ def _comparable(cfg: dict) -> dict:
 # ------------------------------------------------------------------ configs mirror the built-ins
 def our_yamls():
     here = Path(ts.__file__).parent
-    out = {p.stem: p for p in here.glob("golinear_*.yaml")}
+    out = {p.stem: p for p in here.glob("golinear_*.yaml") if p.stem != "golinear_books_lastword"}  # ours alone
     out |= {p.stem: p for p in (here / "mmlu").glob("golinear_mmlu_*.yaml")}
     return out
 

@@ -18,7 +18,7 @@ REF_STANDARD = {"piqa": "PIQA", "arc_easy": "ARC-e", "arc_challenge": "ARC-c", "
                 "winogrande": "WinoGrande", "cr": "CR", "mmlu": "MMLU", "lambada": "LAMBADA"}
 SNIAH_TASKS = ["S-NIAH-1", "S-NIAH-2", "S-NIAH-3"]
 RULER_COLS = ["MK", "MQ", "MV", "CWE", "FWE", "HQA", "SQA", "VT"]
-LOWER_IS_BETTER = {"LAMBADA ppl"}
+LOWER_IS_BETTER = {"LAMBADA ppl", "Books last word ppl"}
 
 
 # ----------------------------------------------------------------------------- columns

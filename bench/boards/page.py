@@ -22,7 +22,7 @@ from golinear.bench.boards.gaps import CONTROL_GAP_LABEL
 FOLDED = ("status", "source", "setting")  # long or repetitive: in the row's details cell, still searchable
 LEADING = ("model", "task", "cache", "share of full layers", "selection")  # what a row is, before its scores
 NOT_SCORES = {"n", "HQA n", "context", "params", "cache", "limit"}  # numbers, but not results
-LOWER_IS_BETTER = {"LAMBADA ppl"}
+LOWER_IS_BETTER = {"LAMBADA ppl", "Books last word ppl"}
 HEADLINE_SCORES = ("CR", "Avg", "MMLU", "LAMBADA")  # averages and headline tasks, in front of the rest
 EXTRA_FIGURES = {  # figures other commands write into the same folder, shown when present
     "kv-compression.png": ("Linearize or compress",

@@ -13,10 +13,10 @@ from golinear.bench.results.store import CellKey
 from golinear.models.training.data_hashes import verify_files
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-STANDARD_SUITES = ("cr", "mmlu", "lambada")
+STANDARD_SUITES = ("cr", "mmlu", "lambada", "validation")
 LONG_SUITES = ("sniah", "ruler", "sniah_values")
 ALL_SUITES = STANDARD_SUITES + LONG_SUITES
-DEFAULT_FEWSHOT = {"cr": 0, "mmlu": 5, "lambada": 0}
+DEFAULT_FEWSHOT = {"cr": 0, "mmlu": 5, "lambada": 0, "validation": 0}
 
 
 # ----------------------------------------------------------------------------- tasks

@@ -41,6 +41,11 @@ SUITES: dict[str, list[SuiteTask]] = {
         _t("golinear_lambada_openai", "perplexity", "LAMBADA ppl", "lambada_openai",
            "lambada/lambada_openai.yaml"),
     ],
+    # choosing a training recipe off the test sets: LAMBADA's task on golinear's held-out books (books_lastword.py)
+    "validation": [
+        _t("golinear_books_lastword", "acc", "Books last word", None, None),
+        _t("golinear_books_lastword", "perplexity", "Books last word ppl", None, None),
+    ],
 }
 
 
@@ -62,7 +67,7 @@ def builtin_yamls(task: str) -> list[str]:
     for entries in SUITES.values():
         for t in entries:
             if t["task"] == task:
-                return [t["builtin_yaml"]]
+                return [t["builtin_yaml"]] if t["builtin_yaml"] else []
     return []
 
 
@@ -72,6 +77,12 @@ def check_data(tasks: list[str], data_dir=None) -> str:
     Returns the resolved folder (or "hub"). Tasks that are not ours (e.g. RULER) are not checked here.
     """
     resolved = resolve_data_dir(data_dir)
+    if "golinear_books_lastword" in tasks:  # passages of the books corpus, which only a data folder holds
+        if resolved == HUB:
+            raise ValueError("golinear_books_lastword (the validation suite) reads the books corpus from a data folder; "
+                             "give --data-dir or run `golinear data fetch`")
+        from golinear.models.training.data import book_files
+        book_files(resolved)
     if resolved != HUB:
         for task in tasks:
             for builtin in builtin_yamls(task):
