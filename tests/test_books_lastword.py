@@ -13,16 +13,19 @@ DATA = ROOT.parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not (DATA / "corpus_classic_books").is_dir(), reason="needs the books corpus")
 
 
-def test_a_passage_ends_at_a_content_word_its_context_already_holds():
-    text = ("It was late. " * 3 + "The lantern swung above the door of the old mill, and Harrow watched it. "
-            "Nobody came out, and the rain kept falling on the yard and the roofs and the road to the sea. "
-            "He waited a long while in the dark and the wet beside the wall. At last he went in to find the lantern.")
+def test_a_passage_ends_at_a_content_word_named_beyond_the_window():
+    far = "The lantern swung above the door of the old mill. "
+    filler = "Nobody came out, and the rain kept falling on the yard and the roofs and the road to the sea. " * 4
+    text = far + filler + "At last he went in to find the lantern."
     got = BL.book_passages(text)
-    assert got and all(p.endswith(" lantern") for p in got)
+    assert len(got) == 1 and got[0].startswith("The lantern swung") and got[0].endswith("to find the lantern")
     context, target = got[0].rsplit(" ", 1)
-    assert target in context.split() and BL.WORDS[0] <= len(got[0].split()) <= BL.WORDS[1]
+    assert target in context.split()[: -BL.FAR] and BL.WORDS[0] <= len(got[0].split()) <= BL.WORDS[1]
     assert BL.book_passages(text.replace("find the lantern.", "find them.")) == []  # a function word: no item
     assert BL.book_passages(text.replace("find the lantern.", "find the candle.")) == []  # not in its context
+    near = far + filler + "He saw the lantern. At last he went in to find the lantern."
+    # named again within the window (the window holds it): no item ends there ("He saw the lantern" itself is one)
+    assert not [p for p in BL.book_passages(near) if p.endswith("find the lantern")]
 
 
 def test_the_config_is_lambada_openais_but_for_its_data():
