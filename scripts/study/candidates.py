@@ -1,7 +1,7 @@
 """leaderboards/candidates.{md,csv}: every recipe tried at the paper's budget (window 56 + 8 sinks) and its controls,
 with what a recipe is chosen on, off the test sets: held-out cross-entropy (`golinear train`'s, on the held-out books)
 and the validation suite (`golinear run --suites validation`: LAMBADA's task on other held-out books), each beside the
-default recipe as a paired difference, with the tokens and GPU minutes it took; recipes not trained yet are listed.
+default recipe as a paired difference, with the tokens and the training run's wall minutes on its GPU; recipes not trained yet are listed.
 
     python scripts/study/candidates.py --store STORE [--checkpoints checkpoints/smollm2-135m] [--out leaderboards/candidates]
 
@@ -110,7 +110,7 @@ def render(table: list[dict]) -> str:
              "(500 passages of other held-out books, greedy accuracy with its 95 % interval, and perplexity); vs "
              f"{DEFAULT}: the paired difference in accuracy points over the same passages, with its 95 % interval. "
              "Nothing here is a test set.", "",
-             "| candidate | `golinear train` options | tokens (M) | GPU min | card | held-out CE | Books last word acc "
+             "| candidate | `golinear train` options | tokens (M) | training wall min | card | held-out CE | Books last word acc "
              f"[95 % CI] | ppl | vs {DEFAULT} |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in table:
