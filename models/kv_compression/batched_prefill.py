@@ -77,6 +77,7 @@ def _compress_group(model, contexts, press, keeps):
     evicted = [[None] * layers for _ in contexts]
     scorer = build_press(press, keeps[0])
     scorer.post_init_from_model(model)
+    positions = [torch.arange(n, device=ids.device) for n in lens]  # each row's cache_position, made once
 
     def hook(module, args, kwargs, output):
         kw = legacy_kwargs(kwargs)
@@ -84,7 +85,7 @@ def _compress_group(model, contexts, press, keeps):
         h, (cos, sin) = kw["hidden_states"], kw["position_embeddings"]
         for b, n in enumerate(lens):
             row = {**kw, "hidden_states": h[b:b + 1, :n], "position_embeddings": (cos[:, :n], sin[:, :n]),
-                   "cache_position": torch.arange(n, device=h.device)}
+                   "cache_position": positions[b]}
             scorer.keep = keeps[b]
             keys, values = scorer.compress(module, row["hidden_states"], layer.keys[b:b + 1, :, :n],
                                            layer.values[b:b + 1, :, :n], row)
