@@ -3,13 +3,16 @@
 # CUDA-graph decode and training paths, retention on CUDA) in chunks of CHUNK tests, JOBS pytest processes at a time
 # on one GPU (Triton's and torch.compile's compiles are CPU work). Resumable: a chunk whose JUnit XML is in OUT_DIR is
 # not run again, so an interrupted run goes on where it stopped. Then the summary per file (passed, failed, skipped,
-# card, torch/triton/FLA versions, date) in OUT_DIR/gpu-tests.md and, with --docs, docs/gpu-tests.md.
+# card, torch/triton/FLA versions, date, commit) in OUT_DIR/gpu-tests.csv and .md and, with --docs, merged into
+# docs/gpu-tests.csv and .md: the files this run covers get new rows, the others keep theirs. So a rerun of the files
+# whose GPU code changed is enough, e.g. in a new OUT_DIR: --docs -k "test_gpu.py or test_latency.py".
 #   bash scripts/gpu/tests.sh OUT_DIR [--docs] [pytest options]     (JOBS=4, CHUNK=6, PYTHON=python3)
 #   bash run.sh OUT bash scripts/gpu/tests.sh {out}                  (inside a `golinear bundle --extra gpu`)
+# COMMIT=$(git rev-parse --short HEAD) names the commit where the checkout that runs has no .git, as in a bundle
 set -uo pipefail
 OUT_DIR=${1:?usage: tests.sh OUT_DIR [--docs] [pytest options]}; shift
 DOCS=""
-if [ "${1:-}" = "--docs" ]; then DOCS=docs/gpu-tests.md; shift; fi
+if [ "${1:-}" = "--docs" ]; then DOCS=docs/gpu-tests; shift; fi  # always a merge: a full run replaces every row
 JOBS=${JOBS:-4}
 CHUNK=${CHUNK:-6}
 PY=${PYTHON:-python3}
@@ -38,7 +41,8 @@ export PY
 printf '%s\n' "${todo[@]}" | xargs -r -P "$JOBS" -I{} bash -c 'run_chunk "$@"' _ {} "$@"
 cat "$OUT_DIR"/chunks/c*.log > "$OUT_DIR/gpu-tests.log" 2>/dev/null
 $PY scripts/gpu/test_summary.py "$OUT_DIR"/chunks/c*.xml --out "$OUT_DIR/gpu-tests.md" \
-    --expected "$(wc -l < "$OUT_DIR/gpu-tests.ids")" ${DOCS:+--also "$DOCS"}
+    --expected "$(wc -l < "$OUT_DIR/gpu-tests.ids")" ${DOCS:+--also "$DOCS.md" --merge "$DOCS.csv"} \
+    ${COMMIT:+--commit "$COMMIT"}
 grep -hE '^(FAILED|ERROR)' "$OUT_DIR"/chunks/c*.log
 ! grep -qhE '^(FAILED|ERROR)' "$OUT_DIR"/chunks/c*.log && [ "$(ls "$OUT_DIR"/chunks/c*.xml | wc -l)" = \
     "$(ls "$OUT_DIR"/chunks/c*.ids | wc -l)" ]
