@@ -51,7 +51,10 @@ class _FLA:
 
     def __getattr__(self, name):
         load_fla()
-        return self.__dict__[name]
+        try:
+            return self.__dict__[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 kernels = _FLA()
@@ -90,6 +93,8 @@ def load_fla():
         causal_conv1d_fwd=opaque(causal_conv1d_fwd), l2norm_fwd=opaque(l2norm_fwd),
         rotary_embedding_fwdbwd=opaque(rotary_embedding_fwdbwd),
         gdn_step_launch=opaque(functools.partial(_gdn_step_launch, fused_recurrent_gated_delta_rule_fwd_kernel)))
+    from golinear.models.attention.ops import kernel_configs
+    kernel_configs.pin()  # this card's recorded autotuning choices: no timing runs in a new process
 
 
 # ----------------------------------------------------------------------------------------------- GLA
