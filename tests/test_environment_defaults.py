@@ -34,6 +34,12 @@ def test_importing_models_keeps_triton_autotuning_results():
     assert probe("golinear.models", "TRITON_CACHE_AUTOTUNING", "0") == "0"
 
 
+def test_importing_models_keeps_cudnn_attention_from_planning_every_decode_step():
+    """SDPA prefers flash attention to cuDNN's (which plans anew for every key length); a user's choice is kept."""
+    assert probe("golinear.models", "TORCH_CUDNN_SDPA_DEPRIORITIZED", None) == "1"
+    assert probe("golinear.models", "TORCH_CUDNN_SDPA_DEPRIORITIZED", "0") == "0"
+
+
 def test_a_backbone_loads_without_the_hub_kernels_package(tmp_path, monkeypatch):
     """transformers 5 swaps layers for Hugging Face Hub kernels by default, and refuses to load a model where the
     `kernels` package is missing (as on a bare GPU machine): golinear loads its backbones without them."""
