@@ -140,3 +140,19 @@ def test_the_lazy_fla_namespace_is_not_a_kernel():
     else:
         assert getattr(fla_backend.kernels, "fn", None) is None
     assert isinstance(kernel_configs.autotuners(), dict)
+
+
+def test_a_cells_provenance_names_the_configurations_it_ran_with(tmp_path, monkeypatch):
+    """On CUDA a cell records which recorded configurations were pinned (name and content hash), or that none were."""
+    from golinear.bench.run.provenance import kernel_configs_used
+    monkeypatch.setenv("GOLINEAR_KERNEL_CONFIGS", "off")
+    assert kernel_configs_used() == "off"
+    path = tmp_path / "Some_Card.json"
+    path.write_text('{"card": "Some Card", "kernels": {}}\n')
+    monkeypatch.setenv("GOLINEAR_KERNEL_CONFIGS", str(path))
+    first = kernel_configs_used()
+    assert first.startswith("Some_Card.json sha256:")
+    path.write_text('{"card": "Some Card", "kernels": {"k": []}}\n')
+    assert kernel_configs_used() != first  # another file content, another hash
+    monkeypatch.setenv("GOLINEAR_KERNEL_CONFIGS", str(tmp_path / "missing.json"))
+    assert kernel_configs_used() == "none"

@@ -2,6 +2,7 @@
 package versions, git state, hardware and the hashes of the data files a task read (CellProvenance)."""
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import math
 import os
@@ -110,7 +111,24 @@ def hardware(lm) -> dict:
         out["ops"] = ops.backend_name(torch.empty(0, device=device))
     except Exception as exc:  # provenance must never stop an evaluation
         out["ops"] = f"unknown ({type(exc).__name__})"
+    if device.startswith("cuda"):  # the recorded Triton autotuning choices the kernels ran with (speed only)
+        out["kernel_configs"] = kernel_configs_used()
     return out
+
+
+def kernel_configs_used() -> str:
+    """Which file of recorded kernel configurations this process pins (models.attention.ops.kernel_configs): its
+    name and content hash, 'off' or 'none' (the kernels autotuned)."""
+    try:
+        from golinear.models.attention.ops import kernel_configs
+        if os.environ.get("GOLINEAR_KERNEL_CONFIGS", "").strip().lower() in ("off", "0", "none"):
+            return "off"
+        path = kernel_configs.card_file()
+        if path is None or not path.exists():
+            return "none"
+        return f"{path.name} sha256:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
+    except Exception as exc:  # provenance must never stop an evaluation
+        return f"unknown ({type(exc).__name__})"
 
 
 def git_state() -> dict:
