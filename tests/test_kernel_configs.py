@@ -156,3 +156,33 @@ def test_a_cells_provenance_names_the_configurations_it_ran_with(tmp_path, monke
     assert kernel_configs_used() != first  # another file content, another hash
     monkeypatch.setenv("GOLINEAR_KERNEL_CONFIGS", str(tmp_path / "missing.json"))
     assert kernel_configs_used() == "none"
+
+
+def test_the_recording_script_refuses_bad_input_before_running(tmp_path):
+    """No `--` before the run's arguments, or no CUDA device: one line and exit 2, nothing written."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    script = root / "scripts" / "gpu" / "kernel_configs.py"
+    r = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "x.json")], capture_output=True,
+                       text=True, cwd=root)
+    assert r.returncode == 2 and "usage" in r.stderr and not (tmp_path / "x.json").exists()
+    import torch
+    if not torch.cuda.is_available():
+        r = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "x.json"), "--", "--suites", "sniah"],
+                           capture_output=True, text=True, cwd=root)
+        assert r.returncode == 2 and "no CUDA device" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "x.json").exists()
+
+
+def test_a_card_with_no_recorded_file_is_told_so(monkeypatch):
+    import torch
+    monkeypatch.delenv("GOLINEAR_KERNEL_CONFIGS", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Some Unrecorded Card")
+    with pytest.warns(UserWarning, match="no recorded kernel configurations for 'Some Unrecorded Card'"):
+        assert kernel_configs.pin() == 0
+    assert kernel_configs.card_file() is None
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    assert kernel_configs.card_file().name == "NVIDIA_H100_80GB_HBM3.json"  # the shipped file, found by card name

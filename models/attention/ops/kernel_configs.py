@@ -179,7 +179,10 @@ def pin(path: Path | None = None) -> int:
     """Pin the recorded configurations onto the loaded autotuners; returns how many kernels got some."""
     try:
         path = path if path is not None else card_file()
-        kernels = json.loads(Path(path).read_text())["kernels"] if path is not None else {}
+        if path is None:
+            _say_none_recorded()
+            return 0
+        kernels = json.loads(Path(path).read_text())["kernels"]
     except (OSError, ValueError, KeyError) as e:  # only speed depends on pinning: warn and autotune
         warnings.warn(f"golinear: kernel configurations {str(path)!r} not used ({type(e).__name__}: {e})")
         return 0
@@ -189,3 +192,14 @@ def pin(path: Path | None = None) -> int:
             tuner.run = _pinned_run(tuner, kernels[name])
             pinned += 1
     return pinned
+
+
+def _say_none_recorded():
+    """On a CUDA card with no recorded file (and pinning not turned off): say once why the first cell is slow."""
+    import torch
+    if os.environ.get("GOLINEAR_KERNEL_CONFIGS", "").strip() or not torch.cuda.is_available():
+        return
+    card = torch.cuda.get_device_name()
+    warnings.warn(f"golinear: no recorded kernel configurations for {card!r}: FLA's kernels autotune in this process "
+                  f"(its first cell is slower); `python scripts/gpu/kernel_configs.py -- <golinear run arguments>` "
+                  f"records them for this card")
