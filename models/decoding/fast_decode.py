@@ -25,6 +25,7 @@ for its chunk shapes): on 8K-token chunks the eager RMSNorm's passes over fp32 c
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -42,6 +43,18 @@ DEFAULT_PREFILL_CHUNK = 8192
 # eager loop knows to be filled); "sdpa": SDPA over the whole buffer with a per-row mask (the definition, and the
 # step as it was before the kernel: bench/decode_step.py times both)
 FULL_DECODE = ("split-k", "sdpa")
+# GOLINEAR_COMPILED_STEP=1: the decode step a CUDA graph captures runs through torch.compile first (static shapes,
+# one compile per decoder and step variant), so Inductor fuses the step's small elementwise kernels, the norms and
+# the GEMVs' neighbours, as gpt-fast compiles its whole step; the graph then replays the compiled kernels. Off by
+# default: the eager step is the measured one until `golinear latency` times both (bench/speed/latency.py).
+COMPILED_STEP_MODES = ("0", "1")
+
+
+def compiled_step_enabled() -> bool:
+    value = os.environ.get("GOLINEAR_COMPILED_STEP", "0").strip() or "0"
+    if value not in COMPILED_STEP_MODES:
+        raise ValueError(f"GOLINEAR_COMPILED_STEP={value!r}; allowed: {list(COMPILED_STEP_MODES)}")
+    return value == "1"
 __all__ = ["DEFAULT_PREFILL_CHUNK", "FastDecoder", "decoder_layers"]  # decoder_layers: bench/speed/latency.py imports it here
 
 
@@ -329,6 +342,15 @@ class FastDecoder:
         return attn.o_proj(o.reshape(B, 1, -1).to(x.dtype))
 
     # ------------------------------------------------------------------ CUDA graph
+    def _graph_step(self, steady: bool):
+        """The step with static shapes (prefix None), as a CUDA graph captures it: `_step`, or with
+        GOLINEAR_COMPILED_STEP=1 `_step` through torch.compile (built on first use, per decoder)."""
+        if not compiled_step_enabled():
+            return self._step(steady)
+        if getattr(self, "_compiled_step", None) is None:
+            self._compiled_step = torch.compile(self._step, dynamic=False)
+        return self._compiled_step(steady)
+
     def _buffers(self):
         out = list(self.io.values())
         for st in self.states:
@@ -345,14 +367,14 @@ class FastDecoder:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(2):
-                self._step(steady)
+            for _ in range(2):  # (with GOLINEAR_COMPILED_STEP=1 the first compiles)
+                self._graph_step(steady)
         torch.cuda.current_stream().wait_stream(side)
         for b, c in zip(bufs, saved):
             b.copy_(c)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self._step(steady)
+            self._graph_step(steady)
         for b, c in zip(bufs, saved):  # capture does not run kernels, but be exact about the state
             b.copy_(c)
         del saved
