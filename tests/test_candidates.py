@@ -23,14 +23,15 @@ def write_run(ckpts: Path, name: str, ce: float, seq_len: int = 4096, finished: 
         "results": {"heldout_loss_full_attention": 3.47, "heldout_loss_trained": ce}}))
 
 
-def write_cell(store: Path, name: str, hits: list[int], ckpt: str | None):
+def write_cell(store: Path, name: str, hits: list[int], ckpt: str | None, gpu: str | None = None):
     n = len(hits)
     acc = sum(hits) / n
     cell = {"task": "golinear_books_lastword", "n": n,
             "model": {"label": name, "full_attention": ckpt is None, "info": {"checkpoint": ckpt}},
             "metrics": {"acc,none": {"value": acc, "stderr": (acc * (1 - acc) / (n - 1)) ** 0.5},
                         "perplexity,none": {"value": 50.0, "stderr": 1.0}},
-            "per_sample": {f"golinear_books_lastword/{i}/x": float(h) for i, h in enumerate(hits)}}
+            "per_sample": {f"golinear_books_lastword/{i}/x": float(h) for i, h in enumerate(hits)},
+            "provenance": {"hardware": {"device": "cuda:0", "gpu": gpu} if gpu else {"device": "cpu"}}}
     (store / "cells" / name).mkdir(parents=True)
     (store / "cells" / name / "c.json").write_text(json.dumps(cell))
 
@@ -59,3 +60,24 @@ def test_rows_and_render(tmp_path):
 def test_a_missing_store_is_one_line(tmp_path, capsys):
     assert load_script().main(["--store", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_candidate_is_paired_with_the_default_of_its_own_device(tmp_path):
+    """Cells from two stores (a CPU's and a GPU's): a row per device, each paired only within its device."""
+    cand = load_script()
+    ckpts, cpu, gpu = tmp_path / "ckpt", tmp_path / "cpu", tmp_path / "gpu"
+    for name in ("gdn-w56-s8-sc", "gdn-w56-s8-sc-onorm"):
+        write_run(ckpts, name, 3.5)
+    write_cell(cpu, "gdn-w56-s8-sc", [1, 0] * 100, str(ckpts / "gdn-w56-s8-sc"))
+    write_cell(cpu, "gdn-w56-s8-sc-onorm", [1, 1] * 100, str(ckpts / "gdn-w56-s8-sc-onorm"))
+    write_cell(gpu, "gdn-w56-s8-sc-onorm", [0, 0] * 100, str(ckpts / "gdn-w56-s8-sc-onorm"), gpu="Some GPU")
+    table = cand.rows([cpu, gpu], ckpts, r"^gdn-w56-s8-sc(-onorm)?$")
+    onorm = {r["val_device"]: r for r in table if r["candidate"] == "gdn-w56-s8-sc-onorm"}
+    assert set(onorm) == {"cpu", "Some GPU"}
+    assert onorm["cpu"]["vs_default"]["diff"] == 50.0
+    assert onorm["Some GPU"]["vs_default"] is None  # no default recipe evaluated on that GPU: no mixed pairing
+    write_cell(gpu, "gdn-w56-s8-sc", [1, 0] * 100, str(ckpts / "gdn-w56-s8-sc"), gpu="Some GPU")
+    table = cand.rows([cpu, gpu], ckpts, r"^gdn-w56-s8-sc(-onorm)?$")
+    onorm = {r["val_device"]: r for r in table if r["candidate"] == "gdn-w56-s8-sc-onorm"}
+    assert onorm["Some GPU"]["vs_default"]["diff"] == -50.0
+    assert "| Some GPU | 0.0 [" in cand.render(table)
