@@ -68,6 +68,30 @@ def test_kvzip_rows_keep_what_they_keep_alone():
     assert take_head_masks(model) is None
 
 
+def test_kvzip_passes_of_many_rows_evict_what_each_row_alone_does(monkeypatch):
+    """KVzip's reconstruction passes for the whole batch (models.kv_compression.kvzip_rows) against kvpress's
+    KVzipPress on each context alone, with 64-token chunks: rows of 1 to 4 chunks, so a later pass runs fewer rows, and
+    a row that fits its keep (nothing evicted). In float32: kvpress's KVzip cannot run in float64 (its mask is a
+    float32 tensor filled with the dtype's minimum)."""
+    from golinear.models.kv_compression import kvzip
+    from golinear.models.load import load_model
+    monkeypatch.setattr(kvzip, "CHUNK", 64)
+    model, tok, _ = load_model()
+    model.eval()
+    rows = [*contexts(tok), contexts(tok)[0][:60], contexts(tok)[1][:90]]
+    keeps = [40, 64, 33, 20, 200]
+    got = BP.compress_contexts(model, rows, "kvzip", keeps)
+    assert got[4][1] is None
+    for ids, keep, (cache, masks) in zip(rows, keeps, got):
+        want = compressed_prefill(model, torch.tensor([ids]), "kvzip", keep)
+        want_masks = take_head_masks(model)
+        assert (masks is None) == (want_masks is None)
+        for i, layer in enumerate(want.layers):
+            torch.testing.assert_close(cache.layers[i].keys, layer.keys, rtol=1e-4, atol=1e-4)
+            assert masks_as_set(masks, i) == masks_as_set(want_masks, i), (len(ids), i)
+    assert take_head_masks(model) is None
+
+
 def test_the_press_hook_is_only_compress():
     """batched_prefill calls a press's `compress` where kvpress's hook would: that holds while no press golinear
     batches (nor the scorer it wraps) overrides BasePress.forward_hook, which reads the cache, compresses, writes."""

@@ -312,7 +312,8 @@ def test_prompts_split_together_as_one_at_a_time(monkeypatch):
 
 
 def test_kvzip_batch_is_its_rows_one_after_another(smollm):
-    """kvpress's KVzip scores one prompt at a time: a batch (a latency row) joins its rows' caches and evictions."""
+    """kvpress's KVzip scores one prompt at a time: a batch (a latency row) runs its passes together
+    (models.kv_compression.kvzip_rows) and gets each row's cache and evictions alone, joined."""
     from golinear.models.kv_compression.kvpress_adapter import take_head_masks
     from golinear.models.kv_compression.kvzip import kvzip_prefill
     model, tok = smollm

@@ -7,8 +7,8 @@ hidden states, keys and values are the ones it has alone), and after each attent
 runs on each row's own slice (its tokens, keys, values and position embeddings) at its own budget. That is all
 kvpress's BasePress.forward_hook does for the presses golinear runs (none overrides it: a test checks), so a row
 keeps the entries it keeps alone. Each layer's uncompressed cache is dropped once its rows are compressed.
-KVzip (OWN_PREFILL) shares the contexts' forward pass; its reconstruction passes run one prompt at a time on each
-row's slice of the cache (kvpress's KVzipPress scores one prompt). A chunked prefill stays one prompt at a time
+KVzip (OWN_PREFILL) shares the contexts' forward pass and its reconstruction passes (models.kv_compression.kvzip_rows:
+one pass per chunk for every row, masked to each row's own tokens). A chunked prefill stays one prompt at a time
 (models.kv_compression.generate).
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ from types import SimpleNamespace
 import torch
 
 from golinear.models.backbones.cache_arg import cache_kwarg
-from golinear.models.kv_compression.kvpress_adapter import kvpress_version, legacy_kwargs, take_head_masks
-from golinear.models.kv_compression.kvzip import kvzip_prefill_row
+from golinear.models.kv_compression.kvpress_adapter import kvpress_version, legacy_kwargs
+from golinear.models.kv_compression.kvzip_rows import kvzip_evictions
 from golinear.models.kv_compression.presses import OWN_PREFILL, build_press, check_press
 from golinear.models.decoding.batch_generate import pad_rows
 
@@ -51,18 +51,19 @@ def compress_contexts(model, contexts: list[list[int]], press: str, keeps: list[
 
 
 def _kvzip_group(model, contexts, press, keeps):
-    """KVzip's passes over each context read that context's cache: the contexts' prefill is batched, the passes run
-    one prompt at a time (kvpress's KVzipPress scores one prompt) on each row's slice of the batch's cache."""
+    """KVzip: the contexts' prefill in one batch, then its reconstruction passes for every row at once
+    (models.kv_compression.kvzip_rows: the evictions each row gets alone); each row's cache is its slice."""
     from transformers import DynamicCache
     ids = pad_rows(contexts, 0, "right")[0].to(model.device)
     batch = DynamicCache()
     model.model(input_ids=ids, use_cache=True, **cache_kwarg(model.model, batch))
+    masks = kvzip_evictions(model, batch, contexts, keeps)
     out = []
-    for b, (ctx, keep) in enumerate(zip(contexts, keeps)):
+    for b, ctx in enumerate(contexts):
         row, n = DynamicCache(), len(ctx)
         for i, layer in enumerate(batch.layers):
             row.update(layer.keys[b:b + 1, :, :n].clone(), layer.values[b:b + 1, :, :n].clone(), i)
-        out.append((kvzip_prefill_row(model, ids[b:b + 1, :n], keep, cache=row), take_head_masks(model)))
+        out.append((row, masks[b]))
     return out
 
 

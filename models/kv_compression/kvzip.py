@@ -16,8 +16,12 @@ import functools
 import torch
 
 from golinear.models.backbones.cache_arg import cache_kwarg
-from golinear.models.kv_compression.kvpress_adapter import (kvpress_version, legacy_kwargs, put_head_masks,
-                                                            take_head_masks)
+from golinear.models.kv_compression.kvpress_adapter import kvpress_version, legacy_kwargs, put_head_masks
+
+
+CHUNK = 2048  # context tokens a reconstruction pass repeats (KVzipPress.chunk_size's default)
+N_SINK = 4  # first entries never evicted (KVzipPress.n_sink's default)
+PREV_POSTFIX = 8  # a later chunk's prompt ends with the previous chunk's last tokens (KVzipPress.prepare)
 
 
 @functools.cache
@@ -29,6 +33,15 @@ def tokenizer_for(name_or_path: str):
         return load_tokenizer(name_or_path)
     except (OSError, ValueError):
         return load_tokenizer()
+
+
+def repeat_prompts(tok) -> tuple[list[int], list[int], list[int]]:
+    """KVzipPress.prepare's token ids: the first chunk's instruction, a later chunk's (the previous chunk's last
+    PREV_POSTFIX tokens follow it), and the suffix before the repeated chunk (a newline: no chat template)."""
+    def enc(text):
+        return tok.encode(text, add_special_tokens=False)
+    return (enc("\n\nRepeat the previous context exactly."),
+            enc("\n\nRepeat the part of the previous context exactly, starting with"), enc("\n"))
 
 
 def layerwise_ratio(length: int, keep: int, heads: int) -> float:
@@ -43,20 +56,20 @@ def layerwise_ratio(length: int, keep: int, heads: int) -> float:
 def kvzip_prefill(model, x: torch.Tensor, keep: int):
     """A DynamicCache of the tokens `x` ([B, n]) and, on each attention module, the entries KVzip evicts
     (`masked_key_indices`, read by models.kv_compression.kvpress_adapter.take_head_masks). kvpress's KVzipPress
-    scores one prompt at a time: rows of a batch run one after another and their caches and evictions are joined."""
+    scores one prompt at a time; a batch's rows run their passes together (models.kv_compression.kvzip_rows: each
+    row the evictions it gets alone) and their evictions are joined."""
     if x.shape[0] == 1:
         return kvzip_prefill_row(model, x, keep)
-    caches, masks = [], []
-    for r in range(x.shape[0]):
-        caches.append(kvzip_prefill_row(model, x[r:r + 1], keep))
-        masks.append(take_head_masks(model))
-    for i, layer in enumerate(caches[0].layers):
-        layer.keys = torch.cat([c.layers[i].keys for c in caches])
-        layer.values = torch.cat([c.layers[i].values for c in caches])
+    from transformers import DynamicCache
+
+    from golinear.models.kv_compression.kvzip_rows import kvzip_evictions
+    cache = DynamicCache()
+    model.model(input_ids=x, use_cache=True, **cache_kwarg(model.model, cache))
+    masks = kvzip_evictions(model, cache, x.tolist(), [keep] * x.shape[0])
     if masks[0] is not None:
         put_head_masks(model, [tuple(torch.cat([m[i][j] + (r if j == 0 else 0) for r, m in enumerate(masks)])
                                      for j in range(3)) for i in range(len(masks[0]))])
-    return caches[0]
+    return cache
 
 
 @torch.no_grad()
@@ -67,7 +80,8 @@ def kvzip_prefill_row(model, x: torch.Tensor, keep: int, cache=None):
     from transformers import DynamicCache
     kvpress_version()
     heads = model.config.num_key_value_heads
-    press = kvpress.KVzipPress(compression_ratio=layerwise_ratio(x.shape[1], keep, heads), layerwise=True)
+    press = kvpress.KVzipPress(compression_ratio=layerwise_ratio(x.shape[1], keep, heads), layerwise=True,
+                               chunk_size=CHUNK, n_sink=N_SINK)
     backbone = model.model
     if cache is None:
         cache = DynamicCache()
