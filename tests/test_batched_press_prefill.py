@@ -138,3 +138,30 @@ def test_gpu_each_row_keeps_what_it_keeps_alone(press):
         for i, layer in enumerate(want.layers):
             torch.testing.assert_close(cache.layers[i].keys, layer.keys, rtol=1e-9, atol=1e-9)
             assert masks_as_set(masks, i) == masks_as_set(want_masks, i), (press, i)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_kvzip_passes_of_many_rows_evict_what_each_row_alone_does(monkeypatch):
+    """On CUDA (float32 with TF32 off: kvpress's KVzip cannot run in float64; a small random Llama with the default
+    backbone's vocabulary, whose tokenizer writes KVzip's instruction): the batch's passes evict what kvpress's
+    KVzipPress evicts for each context alone, rows of 1 to 3 chunks."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from golinear.models.kv_compression import kvzip
+    monkeypatch.setattr(kvzip, "CHUNK", 128)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=128, intermediate_size=256, num_hidden_layers=3,
+                      num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=1024)
+    cfg._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(cfg).to("cuda", torch.float32).eval()
+    g = torch.Generator().manual_seed(1)
+    rows = [torch.randint(0, 49152, (n,), generator=g).tolist() for n in (300, 100, 257)]
+    keeps = [64, 40, 100]
+    got = BP.compress_contexts(model, rows, "kvzip", keeps)
+    for ids, keep, (cache, masks) in zip(rows, keeps, got):
+        compressed_prefill(model, torch.tensor([ids], device="cuda"), "kvzip", keep)
+        want_masks = take_head_masks(model)
+        for i in range(len(masks)):
+            assert masks_as_set(masks, i) == masks_as_set(want_masks, i), (len(ids), i)

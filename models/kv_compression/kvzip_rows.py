@@ -64,9 +64,11 @@ def _pass(model, cache, rows, lens, repeats, c, score):
     n = torch.tensor(lens, device=dev).view(B, 1)
     reps = torch.tensor([len(r) for r in repeats], device=dev).view(B, 1)
     idx = torch.tensor(rows, device=dev)
-    sub = DynamicCache()
-    for i, layer in enumerate(cache.layers):
-        sub.update(layer.keys.index_select(0, idx), layer.values.index_select(0, idx), i)
+    sub = cache  # every row: the batch's own cache (each layer cut back to its width after the pass)
+    if B < cache.layers[0].keys.shape[0]:
+        sub = DynamicCache()
+        for i, layer in enumerate(cache.layers):
+            sub.update(layer.keys.index_select(0, idx), layer.values.index_select(0, idx), i)
     # row b's repeat token j: the row's context and repeat tokens 0..j (a padded token sees the same: no NaN)
     j = torch.arange(L, device=dev)
     keys_at = torch.arange(width + L, device=dev)
