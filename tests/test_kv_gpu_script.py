@@ -38,6 +38,8 @@ def test_every_stage_is_a_command_golinear_accepts(tmp_path):
     for c in runs:
         assert option(c, "--num-samples") == "500" and option(c, "--context-length") == "4096"
         assert option(c, "--batch-size") == "64"
+        # one dtype for every row (in float32 a batched prefill's grouped-KV attention would hold the whole matrix)
+        assert all(spec.endswith(",dtype=bfloat16") for spec in option(c, "--models").split(";")), c
         specs = parse_models(option(c, "--models"))  # every spec parses, every checkpoint resolves
         budgets.append({s.kv_budget for s in specs if s.press})
         if c is runs[1]:

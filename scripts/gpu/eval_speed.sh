@@ -18,12 +18,8 @@ PARITY_SAMPLES=${PARITY_SAMPLES:-200}
 BATCH=${BATCH:-64}
 DTYPE=${DTYPE:-bfloat16}
 PY=${PYTHON:-python3}
-with_dtype() {  # ';'-separated specs, each with dtype=DTYPE
-    local out="" spec
-    IFS=';' read -ra specs <<< "$1"
-    for spec in "${specs[@]}"; do out+="$spec,dtype=$DTYPE;"; done
-    echo "${out%;}"
-}
+# shellcheck source=scripts/gpu/with_dtype.sh
+source "$(dirname "${BASH_SOURCE[0]}")/with_dtype.sh"
 MODELS=$(with_dtype "$ROWS")
 COMMON=(--suites sniah --context-length 4096 --device cuda --batch-size "$BATCH" --models "$MODELS")
 nvidia-smi --query-gpu=name,memory.total --format=csv || true

@@ -23,9 +23,15 @@ adakv_expected_attention criticalkv_snapkv criticalkv_expected_attention kvzip"
 # a larger batch amortises a decode step's kernel launches over more samples (leaderboards/eval-profile.md); scores do
 # not depend on it
 EVAL_BATCH=${EVAL_BATCH:-64}
+# every row in one dtype (bf16: in float32 a batched prefill's attention has no fused kernel for grouped KV heads and
+# falls back to one that holds the whole attention matrix)
+DTYPE=${DTYPE:-bfloat16}
+# shellcheck source=scripts/gpu/with_dtype.sh
+source "$(dirname "${BASH_SOURCE[0]}")/with_dtype.sh"
 COMMON=(--context-length 4096 --num-samples 500 --store "$OUT_DIR/store" --device cuda --batch-size "$EVAL_BATCH")
-RUN=(golinear run --suites sniah "${COMMON[@]}")
-RULER=(golinear run --suites ruler "${COMMON[@]}")
+run() {  # run SUITE SPECS
+    golinear run --suites "$1" "${COMMON[@]}" --models "$(with_dtype "$2")"
+}
 nvidia-smi --query-gpu=name,memory.total --format=csv || true
 
 presses() {  # presses() BUDGET NAME... -> ';'-separated press specs
@@ -38,14 +44,14 @@ presses() {  # presses() BUDGET NAME... -> ';'-separated press specs
 for stage in $STAGES; do
     case $stage in
     sniah)
-        "${RUN[@]}" --models "full;$(presses 256 $ALL_PRESSES);mechanism=none,window=248,sinks=8;gdn-w248-s8-sc;\
+        run sniah "full;$(presses 256 $ALL_PRESSES);mechanism=none,window=248,sinks=8;gdn-w248-s8-sc;\
 gdn-w124-s8-r124-fit-sc;gdn-w248-s8-sc,window=124,retain=124,retain_score=proj_residual"
-        "${RUN[@]}" --models "$(presses 1024 $ALL_PRESSES);mechanism=none,window=1016,sinks=8;gdn-w1016-s8-sc;\
+        run sniah "$(presses 1024 $ALL_PRESSES);mechanism=none,window=1016,sinks=8;gdn-w1016-s8-sc;\
 gdn-w508-s8-r508-fit-sc;gdn-w1016-s8-sc,window=508,retain=508,retain_score=proj_residual" ;;
     sniah512)
-        "${RUN[@]}" --models "$(presses 512 ${TOP_PRESSES//,/ });mechanism=none,window=504,sinks=8;$TOP_LINEAR_512" ;;
+        run sniah "$(presses 512 ${TOP_PRESSES//,/ });mechanism=none,window=504,sinks=8;$TOP_LINEAR_512" ;;
     ruler)
-        "${RULER[@]}" --models "full;$(presses 1024 ${TOP_PRESSES//,/ });$TOP_LINEAR_1024" ;;
+        run ruler "full;$(presses 1024 ${TOP_PRESSES//,/ });$TOP_LINEAR_1024" ;;
     latency)
         configs="full-static;gdn-default"
         for p in ${TOP_PRESSES//,/ }; do

@@ -54,6 +54,7 @@ def build(spec_text: str, model, length: int, batch: int, device, dtype):
     return decoder, undo
 
 
+@torch.no_grad()
 def profile_step(decoder, steps: int) -> tuple[dict, float, float]:
     """(group -> (us per step, launches per step), graph replay ms per step, eager ms per step)."""
     from torch.profiler import ProfilerActivity, profile

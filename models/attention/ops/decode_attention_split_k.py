@@ -46,7 +46,8 @@ def _split_k_partials(Q, K, V, LENGTHS, HOLES, MID_O, MID_M, MID_L, scale,
             inside = inside & ((keys < hole_start) | (keys >= hole_end))
         k = tl.load(K + b * stride_kb + h * stride_kh + keys[:, None] * stride_kl + d[None, :],
                     mask=inside[:, None] & (d[None, :] < D), other=0.0)
-        scores = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=PRECISION) * scale
+        # (float32 whatever type scale arrives as: torch.compile passes a Python float to a Triton kernel as fp64)
+        scores = (tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=PRECISION) * scale).to(tl.float32)
         scores = tl.where(inside[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a block wholly in a hole adds nothing (not NaN)
