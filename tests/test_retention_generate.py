@@ -94,6 +94,28 @@ def test_rows_step_equals_each_row_alone(score):
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("score", SCORES)
+def test_packed_rows_step_in_place_as_the_unpacked_ones(score):
+    """RetentionRows.pack (sinks, window and slots in one K/V buffer, a spare slot per field) changes the layout, not
+    the step: steady_step_inplace on packed rows gives the unpacked rows' outputs and states, step after step."""
+    from golinear.models.retention.rows import steady_step_inplace
+    lengths = [9, 14, 23, 11]  # all past sinks + window (6)
+    states, _ = _states(lengths, score)
+    plain, packed = RetentionRows.stack(states), RetentionRows.stack(states).pack()
+    assert packed.buffers is not None and packed.state.ret["k"].data_ptr() != plain.state.ret["k"].data_ptr()
+    pos = torch.tensor(lengths)
+    for step in range(8):  # enough steps for tokens to take slots and to fold
+        _, toks = _states(lengths, score, seed=step + 1)
+        cat = [torch.cat([tk[i] for tk in toks]) for i in range(3)]
+        lin = {key: torch.cat([tk[3][key] for tk in toks]) for key in toks[0][3]}
+        want = steady_step_inplace(plain, *cat, lin, pos + step, 0.3, 1.0, score)
+        got = steady_step_inplace(packed, *cat, lin, pos + step, 0.3, 1.0, score)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        for a, b in zip(packed.tensors(), plain.tensors()):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert packed.state.sink_k.data_ptr() == packed.buffers["k"].data_ptr()  # still views of the buffers
+
+
 def test_stack_and_select_keep_each_row():
     states, _ = _states([8, 3], "proj_residual")
     rows = RetentionRows.stack(states).select(torch.tensor([1, 0, 1]))

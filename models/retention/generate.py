@@ -89,7 +89,16 @@ class RetentionDecoder(FastDecoder):
             logits, changed = self._prefill_rows(input_ids, lens, max_len, fresh)
         else:
             logits, changed = self._prefill_each(input_ids, lens, max_len, fresh), False
-        return self._load_io(logits, lens, changed | self._load(fresh))
+        changed |= self._load(fresh)
+        self._pack()
+        return self._load_io(logits, lens, changed)
+
+    def _pack(self):
+        """Every linearized layer's rows in the in-place step's layout (RetentionRows.pack), where they are not yet:
+        new buffers (a captured graph must be captured again)."""
+        for st, lin in zip(self.states, self.linear):
+            if lin and st.retention is not None and st.retention.buffers is None:
+                st.retention = st.retention.pack()
 
     def _load(self, fresh: list) -> bool:
         """The prefilled states copied into the buffers of the last prefill where every tensor's shape and dtype
@@ -161,6 +170,8 @@ class RetentionDecoder(FastDecoder):
                 n -= 1
         finally:
             self.use_graph = graph
+        if out:  # the eager steps replaced the rows: lay them out for the in-place step (the graph is recaptured)
+            self._pack()
         if n > 0 or not out:
             out.append(super().decode(n))
         for st, lin in zip(self.states, self.linear):  # the host copy of each row's position (the steady step

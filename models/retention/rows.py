@@ -38,6 +38,7 @@ class RetentionRows:
     state: RetentionState
     win_pos: torch.Tensor
     seen: list
+    buffers: dict | None = None  # pack(): the state's sinks, window and slots as views of these (plus a spare slot)
 
     @classmethod
     def stack(cls, states: list) -> "RetentionRows":
@@ -84,6 +85,29 @@ class RetentionRows:
 
     def tensors(self) -> list:
         return self.state.tensors() + [self.win_pos]
+
+    def pack(self) -> "RetentionRows":
+        """The same rows laid out for the in-place step (steady_step_inplace): sinks, window and slots of the softmax
+        keys (and values) as views of one buffer [B, Hkv, s + w + r + 1, D], so the step's attention reads them
+        without a concatenation, and every slot field with one spare slot after the r, so a token that takes no
+        slot (the lowest score was its own) is written there: one scatter a field, no read of the rest. Copying
+        into the state's tensors (a later prefill of the same shapes) fills the buffers."""
+        st = self.state
+        s, w, r = st.sink_k.shape[2], st.win["k"].shape[2], st.ret_pos.shape[-1]
+        if r == 0 or w == 0:  # (no in-place step without them)
+            return self
+
+        def joined(parts):
+            x = torch.cat([*parts, parts[-1][:, :, :1]], 2)
+            return x, [x[:, :, a:a + p.shape[2]] for a, p in zip((0, s, s + w), parts)]
+        kb, (sink_k, win_k, ret_k) = joined([st.sink_k, st.win["k"], st.ret["k"]])
+        vb, (sink_v, win_v, ret_v) = joined([st.sink_v, st.win["v"], st.ret["v"]])
+        spare = {key: torch.cat([x, x[:, :, :1]], 2) for key, x in st.ret.items() if key not in ("k", "v")}
+        pos = torch.cat([st.ret_pos, st.ret_pos[:, :, :1]], 2)
+        ret = {key: (ret_k if key == "k" else ret_v if key == "v" else spare[key][:, :, :r]) for key in st.ret}
+        state = dataclasses.replace(st, sink_k=sink_k, sink_v=sink_v, win={**st.win, "k": win_k, "v": win_v},
+                                    ret=ret, ret_pos=pos[:, :, :r])
+        return RetentionRows(state, self.win_pos, list(self.seen), {"k": kb, "v": vb, "ret": spare, "ret_pos": pos})
 
     def select(self, index: torch.Tensor) -> "RetentionRows":
         """The rows `index` (reordered, repeated)."""
@@ -177,19 +201,34 @@ def steady_step_inplace(rows: RetentionRows, q, k, v, lin, pos, scale, lin_scale
     u = be.unsqueeze(-1) * (f["lv"] - torch.einsum("bhkv,bhk->bhv", S, f["lk"]))
     S.view(B * H, *S.shape[2:]).baddbmm_(f["lk"].reshape(B * H, -1, 1), u.reshape(B * H, 1, -1))
     st.folded.add_(valid.squeeze(-1))
-    hot = torch.arange(r, device=dev) == e  # [B, Hkv, r]: the slot the leaving token takes (none if e == r)
-    for key, x in st.ret.items():
-        rest = (1,) * (x.dim() - 3)
-        if key in Q_KEYS:
-            xg = grouped(x, r)
-            torch.where(hot.view(B, Hkv, 1, r, *rest), leaving[key].view(B, Hkv, G, 1, *x.shape[3:]), xg, out=xg)
-        else:
-            torch.where(hot.view(B, Hkv, r, *rest), leaving[key].unsqueeze(2), x, out=x)
-    torch.where(hot, cand_pos[..., r:], st.ret_pos, out=st.ret_pos)
+    if rows.buffers is None:
+        hot = torch.arange(r, device=dev) == e  # [B, Hkv, r]: the slot the leaving token takes (none if e == r)
+        for key, x in st.ret.items():
+            rest = (1,) * (x.dim() - 3)
+            if key in Q_KEYS:
+                xg = grouped(x, r)
+                torch.where(hot.view(B, Hkv, 1, r, *rest), leaving[key].view(B, Hkv, G, 1, *x.shape[3:]), xg, out=xg)
+            else:
+                torch.where(hot.view(B, Hkv, r, *rest), leaving[key].unsqueeze(2), x, out=x)
+        torch.where(hot, cand_pos[..., r:], st.ret_pos, out=st.ret_pos)
+        keys = torch.cat([st.sink_k, st.win["k"], st.ret["k"]], 2)  # [B, Hkv, s + w + r, D]
+        vals = torch.cat([st.sink_v, st.win["v"], st.ret["v"]], 2)
+    else:  # packed (RetentionRows.pack): slot e of each field written, e == r being the spare slot
+        buf = rows.buffers
+        for key in ("k", "v"):
+            buf[key].scatter_(2, (s + w + e).unsqueeze(-1).expand(B, Hkv, 1, buf[key].shape[-1]),
+                              leaving[key].unsqueeze(2))
+        for key, x in buf["ret"].items():
+            rest = x.shape[3:]
+            if key in Q_KEYS:
+                at = e.view(B, Hkv, 1, 1, *(1,) * len(rest)).expand(B, Hkv, G, 1, *rest)
+                grouped(x, r + 1).scatter_(3, at, leaving[key].view(B, Hkv, G, 1, *rest))
+            else:
+                x.scatter_(2, e.view(B, Hkv, 1, *(1,) * len(rest)).expand(B, Hkv, 1, *rest), leaving[key].unsqueeze(2))
+        buf["ret_pos"].scatter_(2, e, cand_pos[..., r:])
+        keys, vals = buf["k"][:, :, :s + w + r], buf["v"][:, :, :s + w + r]
     # the output: the linear state's read-out + the softmax over sinks, window and the filled slots (one SDPA)
     y = lin_scale * torch.einsum("bhk,bhkv->bhv", lin["q"][:, 0].to(dt), S)
-    keys = torch.cat([st.sink_k, st.win["k"], st.ret["k"]], 2)  # [B, Hkv, s + w + r, D]
-    vals = torch.cat([st.sink_v, st.win["v"], st.ret["v"]], 2)
     ok = F.pad(st.ret_pos >= 0, (s + w, 0), value=True).unsqueeze(2)  # [B, Hkv, 1, s + w + r]
     o = F.scaled_dot_product_attention(q1.view(B, Hkv, G, D), keys, vals, attn_mask=ok, scale=scale)
     return (y + o.reshape(B, H, -1)).unsqueeze(1).to(q.dtype)
