@@ -433,3 +433,19 @@ def test_a_conversion_under_another_transformers_is_checked_where_it_was_written
     backbone.convert_smollm2(target)
     assert backbone_content.weights_sha256(target / "model.safetensors") == backbone_content.WEIGHTS_SHA256
     assert backbone_content.recorded(target)
+
+
+@pytest.mark.slow
+def test_the_backbone_converts_to_its_pinned_files_offline(tmp_path):
+    """An offline cluster (HF_HUB_OFFLINE=1, as `golinear bundle`'s run.sh sets) converts the GGUF to the pinned
+    files: transformers would otherwise write local_files_only=true into tokenizer_config.json, a file that is not
+    the pinned one. A fresh process, since the hub's offline flag is read when it is imported."""
+    import subprocess
+    import sys
+    code = ("import pathlib, sys; from golinear.models.backbones import backbone; "
+            "backbone.convert_smollm2(pathlib.Path(sys.argv[1]))")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", GOLINEAR_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "smollm2")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert '"local_files_only": false' in (tmp_path / "smollm2" / "tokenizer_config.json").read_text()

@@ -72,6 +72,10 @@ def convert_smollm2(target: Path) -> None:
     with atomic_path(target, folder=True) as tmp:  # a killed conversion leaves no half-written cache
         plain.save_pretrained(tmp)
         tok.clean_up_tokenization_spaces = False  # BPE: clean-up would strip spaces before punctuation
+        # how it was loaded is not what it is: transformers writes its local_files_only into tokenizer_config.json,
+        # True under HF_HUB_OFFLINE=1, and the converted files would not be the pinned ones (written online)
+        if "local_files_only" in tok.init_kwargs:
+            tok.init_kwargs["local_files_only"] = False
         tok.save_pretrained(tmp)
         backbone_content.check_pinned(backbone_content.content(tmp), target, tmp)  # before it is put in place
         backbone_content.write_record(tmp, gguf_sha256)
