@@ -116,18 +116,23 @@ def test_bad_input_is_refused(smollm):
         BP.compress_contexts(model, [[1, 2, 3], []], "snapkv", [2, 2])
 
 
+def small_llama(vocab: int, heads: int, dtype) -> torch.nn.Module:
+    """A small random Llama on CUDA (3 layers, 2 KV heads), seeded."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=128, intermediate_size=256, num_hidden_layers=3,
+                      num_attention_heads=heads, num_key_value_heads=2, max_position_embeddings=1024)
+    cfg._attn_implementation = "sdpa"
+    return LlamaForCausalLM(cfg).to("cuda", dtype).eval()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("press", ["snapkv", "expected_attention", "compactor", "adakv_snapkv", "keydiff"])
 def test_gpu_each_row_keeps_what_it_keeps_alone(press):
     """On CUDA (float64, a small random Llama: no near-tie is close enough to flip): the batch's rows keep what each
     keeps alone; Compactor's seeded draws come from the CUDA generator here."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=3,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
-    cfg._attn_implementation = "sdpa"
-    model = LlamaForCausalLM(cfg).to("cuda", torch.float64).eval()
+    model = small_llama(512, 4, torch.float64)
     g = torch.Generator().manual_seed(1)
     rows = [torch.randint(0, 512, (n,), generator=g).tolist() for n in (300, 180, 257)]
     keeps = [64, 40, 100]
@@ -146,16 +151,10 @@ def test_gpu_kvzip_passes_of_many_rows_evict_what_each_row_alone_does(monkeypatc
     """On CUDA (float32 with TF32 off: kvpress's KVzip cannot run in float64; a small random Llama with the default
     backbone's vocabulary, whose tokenizer writes KVzip's instruction): the batch's passes evict what kvpress's
     KVzipPress evicts for each context alone, rows of 1 to 3 chunks."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from golinear.models.kv_compression import kvzip
     monkeypatch.setattr(kvzip, "CHUNK", 128)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=128, intermediate_size=256, num_hidden_layers=3,
-                      num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=1024)
-    cfg._attn_implementation = "sdpa"
-    model = LlamaForCausalLM(cfg).to("cuda", torch.float32).eval()
+    model = small_llama(49152, 6, torch.float32)
     g = torch.Generator().manual_seed(1)
     rows = [torch.randint(0, 49152, (n,), generator=g).tolist() for n in (300, 100, 257)]
     keeps = [64, 40, 100]
