@@ -315,7 +315,7 @@ def test_kvzip_batch_is_its_rows_one_after_another(smollm):
     """kvpress's KVzip scores one prompt at a time: a batch (a latency row) runs its passes together
     (models.kv_compression.kvzip_rows) and gets each row's cache and evictions alone, joined."""
     from golinear.models.kv_compression.kvpress_adapter import take_head_masks
-    from golinear.models.kv_compression.kvzip import kvzip_prefill
+    from golinear.models.kv_compression.kvzip_rows import kvzip_prefill
     model, tok = smollm
     a, b = prompt_ids(tok, 200), list(reversed(prompt_ids(tok, 200)))
     rows = []

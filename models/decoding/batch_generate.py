@@ -50,6 +50,7 @@ class WholePromptDecoder(FastDecoder):
     prefill = RetentionDecoder.prefill  # (it stacks the rows' states with the methods below)
     _prefill_each = RetentionDecoder._prefill_each
     _load = RetentionDecoder._load
+    _pack = RetentionDecoder._pack  # (no retention rows here: nothing to lay out)
     _stack_full = RetentionDecoder._stack_full
 
     @staticmethod

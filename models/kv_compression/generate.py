@@ -48,7 +48,7 @@ def compressed_prefill(model, x: torch.Tensor, press: str, keep: int, prefill_ch
     tokens, compressed after each."""
     from transformers import DynamicCache
     if press in OWN_PREFILL:
-        from golinear.models.kv_compression.kvzip import kvzip_prefill
+        from golinear.models.kv_compression.kvzip_rows import kvzip_prefill
         return kvzip_prefill(model, x, keep)
     cache = DynamicCache()
     with apply_press(build_press(press, keep), model, every_forward=bool(prefill_chunk)):

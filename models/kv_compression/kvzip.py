@@ -16,7 +16,7 @@ import functools
 import torch
 
 from golinear.models.backbones.cache_arg import cache_kwarg
-from golinear.models.kv_compression.kvpress_adapter import kvpress_version, legacy_kwargs, put_head_masks
+from golinear.models.kv_compression.kvpress_adapter import kvpress_version, legacy_kwargs
 
 
 CHUNK = 2048  # context tokens a reconstruction pass repeats (KVzipPress.chunk_size's default)
@@ -50,26 +50,6 @@ def layerwise_ratio(length: int, keep: int, heads: int) -> float:
     if keep >= length:
         return 0.0
     return (heads * (length - keep) + 0.5) / (heads * length)
-
-
-@torch.no_grad()
-def kvzip_prefill(model, x: torch.Tensor, keep: int):
-    """A DynamicCache of the tokens `x` ([B, n]) and, on each attention module, the entries KVzip evicts
-    (`masked_key_indices`, read by models.kv_compression.kvpress_adapter.take_head_masks). kvpress's KVzipPress
-    scores one prompt at a time; a batch's rows run their passes together (models.kv_compression.kvzip_rows: each
-    row the evictions it gets alone) and their evictions are joined."""
-    if x.shape[0] == 1:
-        return kvzip_prefill_row(model, x, keep)
-    from transformers import DynamicCache
-
-    from golinear.models.kv_compression.kvzip_rows import kvzip_evictions
-    cache = DynamicCache()
-    model.model(input_ids=x, use_cache=True, **cache_kwarg(model.model, cache))
-    masks = kvzip_evictions(model, cache, x.tolist(), [keep] * x.shape[0])
-    if masks[0] is not None:
-        put_head_masks(model, [tuple(torch.cat([m[i][j] + (r if j == 0 else 0) for r, m in enumerate(masks)])
-                                     for j in range(3)) for i in range(len(masks[0]))])
-    return cache
 
 
 @torch.no_grad()

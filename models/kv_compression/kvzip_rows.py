@@ -21,10 +21,28 @@ import math
 import torch
 
 from golinear.models.backbones.cache_arg import cache_kwarg
-from golinear.models.kv_compression.kvpress_adapter import legacy_kwargs
+from golinear.models.kv_compression.kvpress_adapter import legacy_kwargs, put_head_masks
 from golinear.models.kv_compression import kvzip as KZ
 
 SCORE_ELEMENTS = 1 << 30  # attention weights a hook holds at once (rows are scored in groups below it)
+
+
+@torch.no_grad()
+def kvzip_prefill(model, x: torch.Tensor, keep: int):
+    """A DynamicCache of the tokens `x` ([B, n]) and, on each attention module, the entries KVzip evicts
+    (`masked_key_indices`, read by models.kv_compression.kvpress_adapter.take_head_masks). kvpress's KVzipPress
+    scores one prompt at a time; a batch's rows run their passes together (kvzip_evictions: each row the
+    evictions it gets alone) and their evictions are joined."""
+    if x.shape[0] == 1:
+        return KZ.kvzip_prefill_row(model, x, keep)
+    from transformers import DynamicCache
+    cache = DynamicCache()
+    model.model(input_ids=x, use_cache=True, **cache_kwarg(model.model, cache))
+    masks = kvzip_evictions(model, cache, x.tolist(), [keep] * x.shape[0])
+    if masks[0] is not None:
+        put_head_masks(model, [tuple(torch.cat([m[i][j] + (r if j == 0 else 0) for r, m in enumerate(masks)])
+                                     for j in range(3)) for i in range(len(masks[0]))])
+    return cache
 
 
 @torch.no_grad()
