@@ -53,9 +53,8 @@ def layerwise_ratio(length: int, keep: int, heads: int) -> float:
 
 
 @torch.no_grad()
-def kvzip_prefill_row(model, x: torch.Tensor, keep: int, cache=None):
-    """One prompt `x` [1, n]; `cache`: its context already prefilled (a DynamicCache of the n tokens), else
-    prefilled here."""
+def kvzip_prefill_row(model, x: torch.Tensor, keep: int):
+    """One prompt `x` [1, n], prefilled and scored by kvpress's KVzipPress (the definition)."""
     import kvpress
     from transformers import DynamicCache
     kvpress_version()
@@ -63,9 +62,8 @@ def kvzip_prefill_row(model, x: torch.Tensor, keep: int, cache=None):
     press = kvpress.KVzipPress(compression_ratio=layerwise_ratio(x.shape[1], keep, heads), layerwise=True,
                                chunk_size=CHUNK, n_sink=N_SINK)
     backbone = model.model
-    if cache is None:
-        cache = DynamicCache()
-        backbone(input_ids=x, use_cache=True, **cache_kwarg(backbone, cache))
+    cache = DynamicCache()
+    backbone(input_ids=x, use_cache=True, **cache_kwarg(backbone, cache))
     if press.compression_ratio == 0:
         return cache
     tok = tokenizer_for(model.config.name_or_path)

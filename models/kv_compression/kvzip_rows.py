@@ -12,7 +12,8 @@ runs every row that has a chunk c:
     row's own) at exactly zero weight, and the padded queries left out of the maximum;
   - after each layer the repeat tokens are cut from the cache again, as kvpress's hook does.
 Evictions then follow KVzipPress.compress_post (layerwise: the same count per layer, bottom-k over heads) per row.
-tests/test_batched_press_prefill.py checks every row's evictions against the row alone in float64.
+tests/test_batched_press_prefill.py checks every row's evictions against the row alone (float32 on the CPU, float64
+on CUDA).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import math
 import torch
 
 from golinear.models.backbones.cache_arg import cache_kwarg
+from golinear.models.decoding.batch_generate import pad_rows
 from golinear.models.kv_compression.kvpress_adapter import legacy_kwargs, put_head_masks
 from golinear.models.kv_compression import kvzip as KZ
 
@@ -75,12 +77,10 @@ def _pass(model, cache, rows, lens, repeats, c, score):
     from transformers import DynamicCache
     backbone = model.model
     dev, width = score.device, cache.layers[0].keys.shape[2]
-    B, L = len(rows), max(len(r) for r in repeats)
-    ids = torch.zeros(B, L, dtype=torch.long, device=dev)
-    for i, r in enumerate(repeats):
-        ids[i, :len(r)] = torch.tensor(r, device=dev)
+    ids, real = pad_rows(repeats, 0, "right")
+    ids, B, L = ids.to(dev), *ids.shape
     n = torch.tensor(lens, device=dev).view(B, 1)
-    reps = torch.tensor([len(r) for r in repeats], device=dev).view(B, 1)
+    reps = real.sum(1, keepdim=True).to(dev)
     idx = torch.tensor(rows, device=dev)
     sub = cache  # every row: the batch's own cache (each layer cut back to its width after the pass)
     if B < cache.layers[0].keys.shape[0]:
@@ -148,8 +148,6 @@ def _evict(score: torch.Tensor, n: int, keep: int, heads: int) -> list:
     score = score.clone()
     score[..., :KZ.N_SINK] = score.amax() + 1.0
     pruned = int(heads * n * KZ.layerwise_ratio(n, keep, heads))
-    out = []
-    for layer in score:
-        i = torch.topk(-layer.reshape(1, -1), pruned, dim=1).indices.flatten().cpu()
-        out.append((torch.zeros(pruned, dtype=torch.long), i // n, i % n))
-    return out
+    # per layer, as kvpress does (one topk a layer: the same choice among ties), then one copy to the host
+    picked = torch.stack([torch.topk(-layer.reshape(1, -1), pruned, dim=1).indices.flatten() for layer in score]).cpu()
+    return [(torch.zeros(pruned, dtype=torch.long), i // n, i % n) for i in picked]
