@@ -191,8 +191,13 @@ def steady_step_inplace(rows: RetentionRows, q, k, v, lin, pos, scale, lin_scale
     def grouped(x, n):  # [B, H, n, *] as [B, Hkv, G, n, *]: a KV head's decision serves its G query heads
         return x.view(B, Hkv, G, n, *x.shape[3:])
 
+    buf = rows.buffers
+    if buf is not None:  # packed: the leaving token is candidate r in the spare slot (no copy of the slots)
+        for key in Q_KEYS:
+            buf["ret"][key][:, :, r] = leaving[key]
+
     def folding(key):  # candidate e's field [B, H, *]
-        c = grouped(torch.cat([st.ret[key], leaving[key].unsqueeze(2)], 2), r + 1)
+        c = grouped(torch.cat([st.ret[key], leaving[key].unsqueeze(2)], 2) if buf is None else buf["ret"][key], r + 1)
         idx = e.view(B, Hkv, 1, 1, *([1] * (c.dim() - 4))).expand(B, Hkv, G, 1, *c.shape[4:])
         return c.gather(3, idx).view(B, H, *c.shape[4:])
     f = {key: folding(key) for key in Q_KEYS}
@@ -201,7 +206,7 @@ def steady_step_inplace(rows: RetentionRows, q, k, v, lin, pos, scale, lin_scale
     u = be.unsqueeze(-1) * (f["lv"] - torch.einsum("bhkv,bhk->bhv", S, f["lk"]))
     S.view(B * H, *S.shape[2:]).baddbmm_(f["lk"].reshape(B * H, -1, 1), u.reshape(B * H, 1, -1))
     st.folded.add_(valid.squeeze(-1))
-    if rows.buffers is None:
+    if buf is None:
         hot = torch.arange(r, device=dev) == e  # [B, Hkv, r]: the slot the leaving token takes (none if e == r)
         for key, x in st.ret.items():
             rest = (1,) * (x.dim() - 3)
@@ -214,7 +219,6 @@ def steady_step_inplace(rows: RetentionRows, q, k, v, lin, pos, scale, lin_scale
         keys = torch.cat([st.sink_k, st.win["k"], st.ret["k"]], 2)  # [B, Hkv, s + w + r, D]
         vals = torch.cat([st.sink_v, st.win["v"], st.ret["v"]], 2)
     else:  # packed (RetentionRows.pack): slot e of each field written, e == r being the spare slot
-        buf = rows.buffers
         for key in ("k", "v"):
             buf[key].scatter_(2, (s + w + e).unsqueeze(-1).expand(B, Hkv, 1, buf[key].shape[-1]),
                               leaving[key].unsqueeze(2))
