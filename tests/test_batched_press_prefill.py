@@ -116,14 +116,21 @@ def test_bad_input_is_refused(smollm):
         BP.compress_contexts(model, [[1, 2, 3], []], "snapkv", [2, 2])
 
 
-def small_llama(vocab: int, heads: int, dtype) -> torch.nn.Module:
-    """A small random Llama on CUDA (3 layers, 2 KV heads), seeded."""
+def small_llama(vocab: int, heads: int, dtype, device="cuda") -> torch.nn.Module:
+    """A small random Llama (3 layers, 2 KV heads, head dim 32), seeded."""
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=128, intermediate_size=256, num_hidden_layers=3,
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32 * heads, intermediate_size=256, num_hidden_layers=3,
                       num_attention_heads=heads, num_key_value_heads=2, max_position_embeddings=1024)
     cfg._attn_implementation = "sdpa"
-    return LlamaForCausalLM(cfg).to("cuda", dtype).eval()
+    return LlamaForCausalLM(cfg).to(device, dtype).eval()
+
+
+@pytest.mark.parametrize("heads", [4, 6])
+def test_the_gpu_tests_small_llama_builds(heads):
+    """The GPU tests' model is built on the CPU too, so a configuration transformers refuses fails here first."""
+    model = small_llama(64, heads, torch.float32, device="cpu")
+    assert model.config.num_attention_heads == heads and model.config.head_dim == 32
 
 
 @pytest.mark.gpu
