@@ -176,7 +176,7 @@ def test_a_row_fitted_to_the_test_format_is_shown_but_never_the_best_linearized(
               for task in ("S-NIAH-1", "S-NIAH-2", "S-NIAH-3")]
     t = K.table(measured_frame(cells() + fitted))
     assert list(t[t["row"] == label]["kind"]) == [K.KINDS["fitted"]]
-    (_, _, budget, press, lin, _), = [p for p in K.best_pairs(t) if p[2] == "256"]
+    (_, budget, press, lin, _), = [p for p in K.best_pairs(t) if p[1] == "256"]
     assert lin["row"] != label and lin["S-NIAH"] == pytest.approx(20.0)
     assert "linearized, scorer fitted to the test's needle format" in K.to_markdown(t)
 
@@ -204,3 +204,32 @@ def test_each_panel_spans_its_own_budgets_names_its_own_rows_and_shows_every_int
         xs = [x for line in ax.get_lines() if line.get_marker() == "o" for x in line.get_xdata()]
         assert len(xs) == len(drawn) and len(set(xs)) == len(xs)  # no two points (and their bars) at one x
     K.pyplot().close(fig)
+
+
+def test_a_bf16_run_is_a_table_of_its_own_and_the_study_setting_supersedes_the_others():
+    """Rows are compared only within one setting (context, samples, dtype): the GPU matrix in bf16 at 4K and 500
+    samples is its own table, first, its recipe's checkpoints one family there (the float32 ones of the same recipe
+    crowd nothing), and the smaller float32 tables are marked superseded (and the paired CSV says so)."""
+    lin = dict(mechanism="gdn", sinks=8)  # the recipe of cells()' float32 row at 256
+    gpu = []
+    for task in ("S-NIAH-1", "S-NIAH-2", "S-NIAH-3"):
+        for b in (256, 1024):
+            gpu.append(cell(f"base=smollm2-135m,press=snapkv,kv_budget={b},dtype=bfloat16", f"snapkv (kvpress) @{b}",
+                            task, 1.0, b, family="snapkv (kvpress)", n=500))
+            gpu.append(cell(f"checkpoint=gdn-w{b - 8}-s8-sc,dtype=bfloat16", f"gdn-w{b - 8}-s8-sc,dtype=bfloat16", task,
+                            b / 16, b, n=500, linearize=dict(lin, window=b - 8)))
+        gpu.append(cell("base=smollm2-135m,dtype=bfloat16", "full,dtype=bfloat16", task, 80.0, None, full=True, n=500))
+    for c in gpu:
+        c["model"]["args"] = {"dtype": "bfloat16"}
+    t = K.table(measured_frame(cells() + gpu))
+    assert list(dict.fromkeys(zip(t["n"], t["dtype"], t["superseded"]))) == [(500, "bfloat16", False),
+                                                                          (50, "float32", True)]
+    bf16 = t[t["dtype"] == "bfloat16"]
+    lin_rows = bf16[bf16["kind"] == K.KINDS["linearized"]]
+    assert lin_rows["row"].nunique() == 1 and lin_rows["row"].iloc[0].endswith(", untrained")  # as cells() has it
+    assert list(bf16[bf16["kind"] == K.KINDS["full"]]["S-NIAH"]) == [80.0]  # the float32 full row is not averaged in
+    md = K.to_markdown(t)
+    assert md.index("500 samples a task, bfloat16, the same samples") < md.index(
+        "50 samples a task, float32 (superseded by the 500-sample table at 4096 tokens above)")
+    paired = K.paired_table(t)
+    assert set(zip(paired["dtype"], paired["superseded"])) == {("bfloat16", False), ("float32", True)}

@@ -56,33 +56,39 @@ def test_the_readme_is_a_short_entry_page():
 
 
 def test_the_kv_compression_row_names_the_best_of_each_family_at_each_budget(tmp_path):
+    """One row per current setting (context, samples, dtype), naming how many presses it holds; a superseded setting
+    (an earlier, smaller run) is left to kv-compression.md."""
     board = _copied_board(tmp_path)
     default = "gdn + window + 8 sinks + short conv, trained at each budget"
     (board / "kv-compression.csv").write_text(
-        "context,n,budget,kind,row,S-NIAH-1,S-NIAH-2,S-NIAH-3,S-NIAH\n"
-        "4096,50,256,KV-cache compression (kvpress),snapkv (kvpress),1,2,3,2.0\n"
-        "4096,50,256,KV-cache compression (kvpress),streaming_llm (kvpress),4,5,6,5.0\n"
-        f'4096,50,256,linearized,"{default}",7,8,9,8.0\n'
-        "4096,50,1024,KV-cache compression (kvpress),snapkv (kvpress),30,30,30,30.0\n"
-        "4096,50,1024,linearized,other,,,,\n"
-        "4096,50,inf,full attention,full attention,90,90,90,90.0\n")
+        "context,n,dtype,superseded,budget,kind,row,S-NIAH-1,S-NIAH-2,S-NIAH-3,S-NIAH\n"
+        "4096,500,bfloat16,False,256,KV-cache compression (kvpress),snapkv (kvpress),1,2,3,2.0\n"
+        "4096,500,bfloat16,False,256,KV-cache compression (kvpress),streaming_llm (kvpress),4,5,6,5.0\n"
+        f'4096,500,bfloat16,False,256,linearized,"{default}",7,8,9,8.0\n'
+        "4096,500,bfloat16,False,1024,KV-cache compression (kvpress),snapkv (kvpress),30,30,30,30.0\n"
+        "4096,500,bfloat16,False,1024,linearized,other,,,,\n"
+        "4096,500,bfloat16,False,inf,full attention,full attention,90,90,90,90.0\n"
+        "1024,50,float32,True,256,KV-cache compression (kvpress),kvzip (kvpress),99,99,99,99.0\n"
+        f'1024,50,float32,True,256,linearized,"{default}",7,8,9,8.0\n')
     row = [r for r in readme_results.rows(board) if "kv-compression.md" in r]
-    assert len(row) == 1  # at 1024 the linearized row has no mean: 256 alone is compared
-    assert "budget 256, S-NIAH at 4K, 50 samples" in row[0]
+    assert len(row) == 1  # at 1024 the linearized row has no mean: 256 alone is compared; 1K is superseded
+    assert "budget 256, S-NIAH at 4K, 500 samples a task (same samples, bfloat16): best of 2 kvpress presses" in row[0]
     assert "| 5.00 (streaming_llm) | 8.00 (default recipe) |" in row[0]
 
 
 def test_the_full_attention_reference_reads_the_study_setting_only(tmp_path):
-    """A full-attention S-NIAH cell at another sample count (the 50-sample KV-compression matrix) is not averaged
-    into the study's reference (4K, 500 samples)."""
+    """A full-attention S-NIAH cell at another sample count (the 50-sample KV-compression matrix) or in another
+    dtype (the bf16 GPU matrix) is not averaged into the study's reference (4K, 500 samples, float32)."""
     board = _copied_board(tmp_path)
     sniah = board / "sniah.csv"
     head, *lines = sniah.read_text().splitlines()
-    study = [ln for ln in lines if ",full attention,S-NIAH-" in ln and ",4096,500," in ln]
+    study = [ln for ln in lines if ",full attention,S-NIAH-" in ln and ",4096,500,float32," in ln]
     mean = sum(float(ln.rsplit(",", 1)[1]) for ln in study) / len(study)
     others = [ln for ln in lines if not (",full attention," in ln and ",4096,50," in ln)]
     odd = [ln.replace(",4096,500,", ",4096,50,").rsplit(",", 1)[0] + ",0.0000" for ln in study]
-    sniah.write_text("\n".join([head, *others, *odd]) + "\n")
+    gpu = [ln.replace(",float32,", ",bfloat16,").rsplit(",", 1)[0] + ",0.0000" for ln in study]  # another dtype
+    assert gpu != study
+    sniah.write_text("\n".join([head, *others, *odd, *gpu]) + "\n")
     row = next(r for r in readme_results.rows(board) if r.startswith("| default recipe trained at cache budget "
                                                                        "1024, 4K context | S-NIAH mean"))
     assert f"| S-NIAH mean | {mean:.2f} |" in row

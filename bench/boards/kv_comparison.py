@@ -15,7 +15,7 @@ from golinear.bench.boards.families import families
 from golinear.bench.boards.fitted_format import fitted_value_type, needle_value_types
 from golinear.bench.boards.markdown import md_cell
 from golinear.bench.boards.figures import png_bytes, pyplot
-from golinear.bench.boards.measured import SNIAH_TASKS, budget_value
+from golinear.bench.boards.measured import SNIAH_TASKS, STUDY_CONTEXT, STUDY_SAMPLES, budget_value
 
 KINDS = {"full": "full attention", "linearized": "linearized", "press": "KV-cache compression (kvpress)",
          "window": "untrained window + sinks",
@@ -33,8 +33,10 @@ NOTE = ("The budget is the number of KV entries per layer and KV head kept for d
         "paired difference, its 95 % interval): a winner is named only where the interval excludes 0.")
 STREAMING = "streaming_llm (kvpress)"  # the press that keeps what the untrained window + sinks attends to
 PLUS = " ±"  # the column of a value's 95 % half-width
-COLUMNS = ["context", "n", "budget", "kind", "row", *SNIAH_TASKS, "S-NIAH", *(c + PLUS for c in (*SNIAH_TASKS, "S-NIAH")),
-           "samples"]
+COLUMNS = ["context", "n", "dtype", "superseded", "budget", "kind", "row", *SNIAH_TASKS, "S-NIAH",
+           *(c + PLUS for c in (*SNIAH_TASKS, "S-NIAH")), "samples"]
+SETTING = ["context_length", "num_samples", "dtype"]  # a table: rows compared only with rows of the same setting
+TABLE = ["context", "n", "dtype"]
 
 
 def kind_of(r) -> str:
@@ -51,16 +53,20 @@ def kind_of(r) -> str:
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (setting, budget, model) at the settings where a press has S-NIAH cells; the mean only where
-    all three tasks are measured."""
+    all three tasks are measured. A setting is a context length, a sample count and a dtype (a bf16 GPU run is not
+    compared with a float32 one); once the study's setting (4K, 500 samples) has a table, the others are marked
+    superseded."""
     sub = df[df["column"].isin(SNIAH_TASKS) & df["limit"].isna()] if len(df) else df
     if not len(sub) or not sub["model_key"].str.contains("press=", regex=False).any():
         return pd.DataFrame(columns=COLUMNS)
     sub = sub.assign(kind=sub.apply(kind_of, axis=1))
-    settings = set(map(tuple, sub[sub["kind"].str.startswith("press")][["context_length", "num_samples"]].values))
-    sub = sub[[s in settings for s in map(tuple, sub[["context_length", "num_samples"]].values)]]
-    sub = sub.assign(row=families(sub))  # within the comparison's settings: the study's seeds there crowd no family
+    settings = set(map(tuple, sub[sub["kind"].str.startswith("press")][SETTING].values))
+    sub = sub[[s in settings for s in map(tuple, sub[SETTING].values)]]
+    # families within each setting: the same recipe in another setting or dtype crowds no family
+    sub = sub.assign(row=pd.concat([families(g) for _, g in sub.groupby(SETTING)]))
+    study = any(c == STUDY_CONTEXT and n == STUDY_SAMPLES for c, n, _ in settings)
     out = []
-    for (ctx, n, budget, kind, row), g in sub.groupby(["context_length", "num_samples", "budget", "kind", "row"]):
+    for (ctx, n, dtype, budget, kind, row), g in sub.groupby([*SETTING, "budget", "kind", "row"]):
         vals = g.groupby("column")["value"].mean()
         cells = {t: float(vals[t]) for t in SNIAH_TASKS if t in vals}
         mean = sum(cells.values()) / 3 if len(cells) == 3 else None
@@ -69,13 +75,15 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
                                          in g[g["column"] == t][["value", "stderr", "n"]].values]) for t in cells}
         widths = {t + PLUS: None if se is None else intervals.Z * se for t, se in ses.items()}
         widths["S-NIAH" + PLUS] = intervals.half_width(list(ses.values())) if mean is not None else None
-        out.append({"context": int(ctx), "n": int(n), "budget": budget,
+        out.append({"context": int(ctx), "n": int(n), "dtype": dtype,
+                    "superseded": study and (ctx, n) != (STUDY_CONTEXT, STUDY_SAMPLES), "budget": budget,
                     "kind": KINDS[kind], "row": KINDS["full"] if kind == "full" else row, **cells, "S-NIAH": mean,
                     **widths, "samples": row_samples(g)})
     t = pd.DataFrame(out, columns=COLUMNS)
     order = {k: i for i, k in enumerate(KINDS.values())}
     t["_b"], t["_k"] = t["budget"].map(budget_value), t["kind"].map(order)
-    return t.sort_values(["context", "n", "_b", "_k", "row"]).drop(columns=["_b", "_k"]).reset_index(drop=True)
+    t = t.sort_values(["superseded", "context", "n", "dtype", "_b", "_k", "row"])  # the current table first
+    return t.drop(columns=["_b", "_k"]).reset_index(drop=True)
 
 
 def row_samples(g: pd.DataFrame) -> dict | None:
@@ -92,26 +100,28 @@ def row_samples(g: pd.DataFrame) -> dict | None:
 
 
 def best_pairs(t: pd.DataFrame):
-    """(context, n, budget, best press row, best linearized row, paired comparison) at each budget of each setting
-    where both families have an S-NIAH mean."""
+    """((context, n, dtype), budget, best press row, best linearized row, paired comparison) at each budget of each
+    setting where both families have an S-NIAH mean."""
     done = t[t["S-NIAH"].notna()]
-    for (ctx, n, budget), g in done.groupby(["context", "n", "budget"], sort=False):
+    for (ctx, n, dtype, budget), g in done.groupby([*TABLE, "budget"], sort=False):
         press, lin = g[g["kind"] == KINDS["press"]], g[g["kind"] == KINDS["linearized"]]
         if len(press) and len(lin):
             a, b = press.loc[press["S-NIAH"].idxmax()], lin.loc[lin["S-NIAH"].idxmax()]
             both = isinstance(a["samples"], dict) and isinstance(b["samples"], dict)
-            yield ctx, n, budget, a, b, intervals.paired(a["samples"], b["samples"]) if both else None
+            yield (ctx, n, dtype), budget, a, b, intervals.paired(a["samples"], b["samples"]) if both else None
 
 
 def paired_table(t: pd.DataFrame) -> pd.DataFrame:
     """kv-compression-paired.csv: each budget's best press against its best linearized row on the same samples."""
     out = []
-    for ctx, n, budget, a, b, p in best_pairs(t):
-        out.append({"context": int(ctx), "n": int(n), "budget": budget, "press": a["row"], "press S-NIAH": a["S-NIAH"],
+    for (ctx, n, dtype), budget, a, b, p in best_pairs(t):
+        out.append({"context": int(ctx), "n": int(n), "dtype": dtype, "superseded": a["superseded"], "budget": budget,
+                    "press": a["row"], "press S-NIAH": a["S-NIAH"],
                     "linearized": b["row"], "linearized S-NIAH": b["S-NIAH"],
                     **({"pairs": p["n"], "difference": p["diff"], "low": p["lo"], "high": p["hi"]} if p else {}),
                     "verdict": intervals.verdict(p, "press", "linearized").split(":")[0]})
-    return pd.DataFrame(out, columns=["context", "n", "budget", "press", "press S-NIAH", "linearized",
+    return pd.DataFrame(out, columns=["context", "n", "dtype", "superseded", "budget", "press", "press S-NIAH",
+                                      "linearized",
                                       "linearized S-NIAH", "pairs", "difference", "low", "high", "verdict"])
 
 
@@ -151,7 +161,7 @@ def agreement(g: pd.DataFrame, n: int) -> str:
 def to_markdown(t: pd.DataFrame) -> str:
     head = "| budget | family | row | " + " | ".join(SNIAH_TASKS) + " | mean |\n|---|---|---|" + "---:|" * 4
     parts = []
-    for (ctx, n), g in t.groupby(["context", "n"], sort=False):
+    for (ctx, n, dtype), g in t.groupby(TABLE, sort=False):
         lines = [f"| {r['budget']} | {r['kind']} | {md_cell(r['row'])} | "
                  + " | ".join(fmt_pm(r[c], r[c + PLUS], n) for c in SNIAH_TASKS)
                  + (f" | **{fmt_pm(r['S-NIAH'], r['S-NIAH' + PLUS], 3 * n)}** |" if pd.notna(r["S-NIAH"]) else " |  |")
@@ -159,10 +169,13 @@ def to_markdown(t: pd.DataFrame) -> str:
         check = agreement(g, n)
         pairs = [f"- at {budget}: {md_cell(a['row'])} against {md_cell(b['row'])}: "
                  + intervals.verdict(p, "the press", "the linearized row")
-                 for c, m, budget, a, b, p in best_pairs(t) if (c, m) == (ctx, n)]
+                 for setting, budget, a, b, p in best_pairs(t) if setting == (ctx, n, dtype)]
         paired = ("\n\nThe best press against the best linearized row, paired on the same samples (S-NIAH-1/2/3 "
                   "together):\n\n" + "\n".join(pairs)) if pairs else ""
-        parts.append(f"S-NIAH-1/2/3 at {ctx} tokens, {n} samples a task, the same samples for every row:\n\n"
+        old = (f" (superseded by the {STUDY_SAMPLES}-sample table at {STUDY_CONTEXT} tokens above)"
+               if g["superseded"].iloc[0] else "")
+        parts.append(f"S-NIAH-1/2/3 at {ctx} tokens, {n} samples a task, {dtype}{old}, the same samples for every "
+                     "row:\n\n"
                      + head + "\n" + "\n".join(lines) + paired + (f"\n\n{check}" if check else ""))
     return "\n\n".join(parts) if parts else "No press has been evaluated on S-NIAH yet (`golinear run --models " \
                                              "press=snapkv --suites sniah --budgets 256,1024`)."
@@ -173,20 +186,22 @@ MARGIN = 0.5  # octaves of axis beside the outermost budgets
 
 
 def figure(t: pd.DataFrame):
-    """S-NIAH mean against the budget with its 95 % interval: a line per row, solid for linearized, dashed for
-    presses. Each panel spans the budgets it holds (ticks at them) and has its own legend of the rows it draws; the
+    """S-NIAH mean against the budget with its 95 % interval, a panel per setting not superseded: a line per row,
+    solid for linearized, dashed for presses. Each panel spans the budgets it holds (ticks at them) and has its own legend of the rows it draws; the
     rows at one budget sit side by side around it. None when no row has a mean."""
     t = t[t["S-NIAH"].notna()]
+    if (~t["superseded"]).any():  # the current table alone: the superseded ones stay in the markdown
+        t = t[~t["superseded"]]
     if not len(t):
         return None
     plt = pyplot()
-    settings = list(t.groupby(["context", "n"], sort=False))
+    settings = list(t.groupby(TABLE, sort=False))
     fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 4), squeeze=False)
     style = {KINDS["linearized"]: "-", KINDS["press"]: "--", KINDS["window"]: ":", KINDS["press_qa"]: "-.",
              KINDS["fitted"]: "-."}
     rows = list(dict.fromkeys(t[t["kind"] != KINDS["full"]]["row"]))  # one colour per row across the panels
     colour = {r: plt.get_cmap("tab20")(i % 20) for i, r in enumerate(rows)}
-    for ax, ((ctx, n), g) in zip(axes[0], settings):
+    for ax, ((ctx, n, dtype), g) in zip(axes[0], settings):
         full = g[g["kind"] == KINDS["full"]]["S-NIAH"]
         if len(full):
             ax.axhline(full.mean(), color="black", lw=1, label="full attention")
@@ -202,7 +217,8 @@ def figure(t: pd.DataFrame):
         ax.set_xticks(budgets, [f"{b:g}" for b in budgets])
         ax.minorticks_off()
         ax.set_xlabel("cache budget (KV entries per layer and KV head)")
-        ax.set_title(f"S-NIAH mean and 95 % interval, {ctx} tokens, {n} samples a task", fontsize=9)
+        ax.set_title(f"S-NIAH mean and 95 % interval, {ctx} tokens, {n} samples a task, {dtype}"
+                     + (" (superseded)" if g["superseded"].iloc[0] else ""), fontsize=9)
         ax.set_ylim(-2, 102)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16))

@@ -27,8 +27,8 @@ from golinear.bench.boards.markdown import csv_cell, md_cell
 from golinear.bench.boards.figures import legend_entries, png_bytes, pyplot
 from golinear.bench.boards import kv_comparison, kv_memory
 from golinear.bench.boards.hybrid import hybrid_plot, hybrid_table
-from golinear.bench.boards.measured import (REF_STANDARD, RULER_COLS, SNIAH_TASKS, STANDARD_COLS, add_cr,
-                            budget_label, budget_value, measured_frame)
+from golinear.bench.boards.measured import (REF_STANDARD, RULER_COLS, SNIAH_TASKS, STANDARD_COLS, STUDY_DTYPE,
+                            add_cr, budget_label, budget_value, measured_frame)
 from golinear.bench.boards.gaps import (CONTROL, CONTROL_GAP_LABEL, GAP_LABEL, MEASURED_GAP_LABEL,  # noqa: F401
                                          PAPER_BUDGET, gap_row)
 from golinear.bench.boards.page import render_page
@@ -112,38 +112,44 @@ def standard_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataF
     return table
 
 
+def families_by_dtype(sub: pd.DataFrame) -> pd.Series:
+    """bench.boards.families within each dtype: a bf16 run of a recipe does not crowd its float32 family."""
+    return pd.concat([families(g) for _, g in sub.groupby("dtype")]) if len(sub) else families(sub)
+
+
 def sniah_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFrame:
     """Table 8 analog: rows (model family, task), columns cache budgets (inf = full attention)."""
     rows = {}
     sub = df[df["column"].isin(SNIAH_TASKS)] if len(df) else df
-    fams = families(sub)
+    fams = families_by_dtype(sub)
     for i, r in (sub.iterrows() if len(sub) else []):
         fam = "full attention" if r["full_attention"] else row_label(fams[i], r["model"], [r["column"]])
-        key = ("measured", "measured", r["backbone"], fam, r["column"], r["context_length"], r["n"])
+        key = ("measured", "measured", r["backbone"], fam, r["column"], r["context_length"], r["n"], r["dtype"])
         rows.setdefault(key, {})[r["budget"]] = float(r["value"])
     if reference is not None:
         for _, r in reference.iterrows():
-            key = ("reported", r["source"], r["backbone"], r["model"], r["task"], r["context_length"], None)
+            key = ("reported", r["source"], r["backbone"], r["model"], r["task"], r["context_length"], None, "")
             rows.setdefault(key, {})[budget_label(r["budget"])] = float(r["value"])
     budgets = sorted({b for v in rows.values() for b in v}, key=budget_value)
     out = []
     for key in sorted(rows, key=lambda k: (k[0] != "measured", str(k[1]), str(k[2]), k[3] != "full attention",
                                            str(k[3]), str(k[4]))):
-        status, source, backbone, model, task, ctx, n = key
+        status, source, backbone, model, task, ctx, n, dtype = key
         out.append({"status": status, "source": source, "backbone": backbone, "model": model, "task": task,
                     "context": int(ctx) if ctx == ctx and ctx is not None else "",
-                    "n": int(n) if n is not None and n == n else "", **rows[key]})
-    return pd.DataFrame(out, columns=["status", "source", "backbone", "model", "task", "context", "n"] + budgets)
+                    "n": int(n) if n is not None and n == n else "", "dtype": dtype, **rows[key]})
+    return pd.DataFrame(out, columns=["status", "source", "backbone", "model", "task", "context", "n", "dtype"]
+                        + budgets)
 
 
 def ruler_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFrame:
     """Table 9 analog: rows (model family, budget), columns the RULER subsets and their average."""
     rows = {}
     sub = df[df["column"].isin(RULER_COLS)] if len(df) else df
-    fams = families(sub)
+    fams = families_by_dtype(sub)
     for i, r in (sub.iterrows() if len(sub) else []):
         fam = "full attention" if r["full_attention"] else row_label(fams[i], r["model"], RULER_COLS)
-        key = ("measured", "measured", r["backbone"], fam, r["budget"], r["context_length"])
+        key = ("measured", "measured", r["backbone"], fam, r["budget"], r["context_length"], r["dtype"])
         d = rows.setdefault(key, {})
         d[r["column"]] = float(r["value"])
         d["HQA n" if r["column"] == "HQA" else "n"] = int(r["n"]) if r["column"] == "HQA" else max(
@@ -151,19 +157,20 @@ def ruler_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFram
     if reference is not None:
         for _, r in reference.iterrows():
             key = ("reported", r["source"], r["backbone"], r["model"], budget_label(r["budget"]),
-                   r["context_length"])
+                   r["context_length"], "")
             rows[key] = {c: float(r[c]) for c in RULER_COLS} | {"Avg": float(r["avg"])}
     out = []
     for key in sorted(rows, key=lambda k: (k[0] != "measured", str(k[1]), str(k[2]), k[3] != "full attention",
                                            str(k[3]), budget_value(k[4]))):
-        status, source, backbone, model, budget, ctx = key
+        status, source, backbone, model, budget, ctx, dtype = key
         d = dict(rows[key])
         if "Avg" not in d and all(c in d for c in RULER_COLS):
             d["Avg"] = sum(d[c] for c in RULER_COLS) / len(RULER_COLS)
         out.append({"status": status, "source": source, "backbone": backbone, "model": model, "cache": budget,
-                    "context": int(ctx) if ctx == ctx and ctx is not None else "", "n": "", "HQA n": "", **d})
-    return pd.DataFrame(out, columns=["status", "source", "backbone", "model", "cache", "context"] + RULER_COLS
-                        + ["Avg", "n", "HQA n"])
+                    "context": int(ctx) if ctx == ctx and ctx is not None else "", "dtype": dtype, "n": "",
+                    "HQA n": "", **d})
+    return pd.DataFrame(out, columns=["status", "source", "backbone", "model", "cache", "context", "dtype"]
+                        + RULER_COLS + ["Avg", "n", "HQA n"])
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -194,6 +201,8 @@ def plotted_rows(table: pd.DataFrame) -> tuple[pd.DataFrame, object]:
     contexts = (measured if len(measured) else table)["context"]
     context = contexts.mode().iloc[0] if len(contexts) else None
     rows = table[table["context"] == context] if context is not None else table
+    if "dtype" in rows:  # the study's dtype (a bf16 GPU run has its own table, kv-compression.md)
+        rows = rows[rows["dtype"].fillna("").isin(["", STUDY_DTYPE])]
     samples = pd.to_numeric(rows["n"], errors="coerce").fillna(0)
     rows = rows.assign(_n=samples).sort_values("_n", ascending=False, kind="stable")
     rows = rows.drop_duplicates(["status", "model", "task"]).drop(columns="_n").sort_index()
@@ -208,7 +217,7 @@ def sniah_plot(table: pd.DataFrame) -> bytes | None:
     if table.empty:
         return None
     plt = pyplot()
-    meta = ("status", "source", "backbone", "model", "task", "context", "n")
+    meta = ("status", "source", "backbone", "model", "task", "context", "n", "dtype")
     finite = [b for b in table.columns if b not in meta and b != "inf"]
     if not finite:
         return None

@@ -78,6 +78,7 @@ def measured_frame(cells: list[dict]) -> pd.DataFrame:
                          "budget": budget_label(model.get("budget")), "new_params": model.get("new_parameters"),
                          "limit": cfg.get("limit"), "context_length": cfg.get("context_length"),
                          "num_samples": cfg.get("num_samples"), "digest": c.get("digest"),
+                         "dtype": (model.get("args") or {}).get("dtype") or "float32",
                          "per_sample": c.get("per_sample") or None})
     return pd.DataFrame(rows)
 
@@ -86,6 +87,7 @@ def measured_frame(cells: list[dict]) -> pd.DataFrame:
 # context length and sample count only; cells at other settings (the needle-type and KV-compression matrices at
 # 1K or 50 samples) have tables of their own and must not be averaged into a study cell.
 STUDY_CONTEXT, STUDY_SAMPLES = 4096, 500
+STUDY_DTYPE = "float32"  # the study's cells; a bf16 GPU run (the KV-compression matrix) has tables of its own
 
 
 def study_setting(frame: pd.DataFrame) -> pd.DataFrame:
@@ -93,7 +95,8 @@ def study_setting(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty:
         return frame
     long = frame["context_length"].notna()
-    return frame[~long | ((frame["context_length"] == STUDY_CONTEXT) & (frame["num_samples"] == STUDY_SAMPLES))]
+    setting = (frame["context_length"] == STUDY_CONTEXT) & (frame["num_samples"] == STUDY_SAMPLES)
+    return frame[(~long | setting) & (frame["dtype"] == STUDY_DTYPE)]
 
 
 def add_cr(row: dict) -> dict:
