@@ -25,7 +25,8 @@ def smollm():
 def contexts(tok):
     text = "The grass is green and the sky is blue. The river runs past the old mill to the sea. "
     ids = tok(text * 12)["input_ids"]
-    return [ids[:150], ids[7:260], ids[:201]]  # different lengths (right padding) and contents
+    # different lengths (right padding) and contents; two rows of one length and budget (compressed by one call)
+    return [ids[:150], ids[7:260], ids[:201], ids[30:180]]
 
 
 def masks_as_set(masks, layer):
@@ -38,8 +39,8 @@ def test_each_row_keeps_what_it_keeps_alone(smollm, press):
     press's evictions) as each context prefilled and compressed alone (compressed_prefill, the definition)."""
     model, tok = smollm
     rows = contexts(tok)
-    keeps = [40, 64, 33]
-    got = BP.compress_contexts(model, rows, press, keeps, max_tokens=2 * 260)  # two groups: the grouping too
+    keeps = [40, 64, 33, 40]
+    got = BP.compress_contexts(model, rows, press, keeps, max_tokens=3 * 260)  # two groups: the grouping too
     for ids, keep, (cache, masks) in zip(rows, keeps, got):
         want = compressed_prefill(model, torch.tensor([ids]), press, keep)
         want_masks = take_head_masks(model)
@@ -57,7 +58,7 @@ def test_kvzip_rows_keep_what_they_keep_alone():
     context alone (in float32: kvpress's KVzip builds its masks in float32; the keys agree to rounding)."""
     from golinear.models.load import load_model
     model, tok, _ = load_model()
-    rows = contexts(tok)
+    rows = contexts(tok)[:3]
     got = BP.compress_contexts(model.eval(), rows, "kvzip", [40, 64, 33])
     for ids, keep, (cache, masks) in zip(rows, [40, 64, 33], got):
         want = compressed_prefill(model, torch.tensor([ids]), "kvzip", keep)
@@ -78,7 +79,7 @@ def test_kvzip_passes_of_many_rows_evict_what_each_row_alone_does(monkeypatch):
     monkeypatch.setattr(kvzip, "CHUNK", 64)
     model, tok, _ = load_model()
     model.eval()
-    rows = [*contexts(tok), contexts(tok)[0][:60], contexts(tok)[1][:90]]
+    rows = [*contexts(tok)[:3], contexts(tok)[0][:60], contexts(tok)[1][:90]]
     keeps = [40, 64, 33, 20, 200]
     got = BP.compress_contexts(model, rows, "kvzip", keeps)
     assert got[4][1] is None

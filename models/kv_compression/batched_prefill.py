@@ -6,7 +6,11 @@ contexts run right-padded in one batch (causal attention: no real token sees the
 hidden states, keys and values are the ones it has alone), and after each attention layer the press's `compress`
 runs on each row's own slice (its tokens, keys, values and position embeddings) at its own budget. That is all
 kvpress's BasePress.forward_hook does for the presses golinear runs (none overrides it: a test checks), so a row
-keeps the entries it keeps alone. Each layer's uncompressed cache is dropped once its rows are compressed.
+keeps the entries it keeps alone. Rows of the same length and budget are one slice of the batch (the contexts are
+sorted by length first) and are compressed by one call, as kvpress scores a batch of equal rows: a press's scores
+are per row, its kept entries a top-k per row and head (a test holds each row to itself alone); a press a batch
+changes (ROW_BY_ROW: random draws, CriticalKV's head budgets summed over the batch) compresses each row on its own.
+Each layer's uncompressed cache is dropped once its rows are compressed.
 KVzip (OWN_PREFILL) shares the contexts' forward pass and its reconstruction passes (models.kv_compression.kvzip_rows:
 one pass per chunk for every row, masked to each row's own tokens). A chunked prefill stays one prompt at a time
 (models.kv_compression.generate).
@@ -20,7 +24,7 @@ import torch
 from golinear.models.backbones.cache_arg import cache_kwarg
 from golinear.models.kv_compression.kvpress_adapter import kvpress_version, legacy_kwargs
 from golinear.models.kv_compression.kvzip_rows import kvzip_evictions
-from golinear.models.kv_compression.presses import OWN_PREFILL, build_press, check_press
+from golinear.models.kv_compression.presses import OWN_PREFILL, ROW_BY_ROW, build_press, check_press
 from golinear.models.decoding.batch_generate import pad_rows
 
 PREFILL_TOKENS = 1 << 18  # padded tokens a forward pass holds at most (64 contexts of 4K); more rows run in groups
@@ -41,13 +45,18 @@ def compress_contexts(model, contexts: list[list[int]], press: str, keeps: list[
     kvpress_version()
     if len(contexts) != len(keeps) or any(not c for c in contexts):
         raise ValueError("compress_contexts needs one keep per context and at least one token in each")
+    order = sorted(range(len(contexts)), key=lambda i: (len(contexts[i]), keeps[i]))  # equal rows side by side
+    contexts, keeps = [contexts[i] for i in order], [keeps[i] for i in order]
     out = []
     width = max(len(c) for c in contexts)
     group = max(1, max_tokens // width)
     run = _kvzip_group if check_press(press) in OWN_PREFILL else _compress_group
     for g0 in range(0, len(contexts), group):
         out.extend(run(model, contexts[g0:g0 + group], press, keeps[g0:g0 + group]))
-    return out
+    back = [None] * len(out)
+    for j, i in enumerate(order):
+        back[i] = out[j]
+    return back
 
 
 def _kvzip_group(model, contexts, press, keeps):
@@ -78,20 +87,24 @@ def _compress_group(model, contexts, press, keeps):
     evicted = [[None] * layers for _ in contexts]
     scorer = build_press(press, keeps[0])
     scorer.post_init_from_model(model)
-    positions = [torch.arange(n, device=ids.device) for n in lens]  # each row's cache_position, made once
+    positions = {n: torch.arange(n, device=ids.device) for n in lens}  # each length's cache_position, made once
+    runs = _runs(lens, keeps, alone=press in ROW_BY_ROW)
 
     def hook(module, args, kwargs, output):
         kw = legacy_kwargs(kwargs)
         layer = kw["past_key_values"].layers[module.layer_idx]
         h, (cos, sin) = kw["hidden_states"], kw["position_embeddings"]
-        for b, n in enumerate(lens):
-            row = {**kw, "hidden_states": h[b:b + 1, :n], "position_embeddings": (cos[:, :n], sin[:, :n]),
-                   "cache_position": positions[b]}
-            scorer.keep = keeps[b]
-            keys, values = scorer.compress(module, row["hidden_states"], layer.keys[b:b + 1, :, :n],
-                                           layer.values[b:b + 1, :, :n], row)
-            kept[b][module.layer_idx] = (keys.clone(), values.clone())  # a view would hold the whole batch's cache
-            evicted[b][module.layer_idx] = getattr(module, "masked_key_indices", None)
+        for b0, b1 in runs:
+            n = lens[b0]
+            row = {**kw, "hidden_states": h[b0:b1, :n], "position_embeddings": (cos[:, :n], sin[:, :n]),
+                   "cache_position": positions[n]}
+            scorer.keep = keeps[b0]
+            keys, values = scorer.compress(module, row["hidden_states"], layer.keys[b0:b1, :, :n],
+                                           layer.values[b0:b1, :, :n], row)
+            masked = getattr(module, "masked_key_indices", None)
+            for j in range(b1 - b0):  # a clone: a view would hold the whole batch's cache
+                kept[b0 + j][module.layer_idx] = (keys[j:j + 1].clone(), values[j:j + 1].clone())
+                evicted[b0 + j][module.layer_idx] = None if masked is None else _row_of(masked, j)
             module.masked_key_indices = None
         layer.keys = layer.values = layer.keys[:, :, :0]  # this layer's rows are done: free its cache
         return output
@@ -109,3 +122,21 @@ def _compress_group(model, contexts, press, keeps):
             h.remove()
     return [(SimpleNamespace(layers=[SimpleNamespace(keys=k, values=v) for k, v in rows]),
              masks if any(m is not None for m in masks) else None) for rows, masks in zip(kept, evicted)]
+
+
+def _runs(lens: list[int], keeps: list[int], alone: bool) -> list[tuple[int, int]]:
+    """[b0, b1) of each run of consecutive rows with the same length and budget (each row alone if `alone`)."""
+    out = []
+    for b, key in enumerate(zip(lens, keeps)):
+        if out and not alone and (lens[out[-1][0]], keeps[out[-1][0]]) == key:
+            out[-1] = (out[-1][0], b + 1)
+        else:
+            out.append((b, b + 1))
+    return out
+
+
+def _row_of(masked: tuple, j: int) -> tuple:
+    """A head-adaptive press's evictions (batch, head, position indices) of row j of its call, as row 0 alone."""
+    batch, head, pos = masked
+    at = batch == j
+    return torch.zeros_like(batch[at]), head[at], pos[at]

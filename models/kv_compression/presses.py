@@ -46,6 +46,9 @@ UNAVAILABLE = {
 OWN_PREFILL = {"kvzip": ("KVzipPress", "context reconstruction, layerwise")}
 # presses whose scores draw random numbers (tests/test_kv_compression.py checks this against kvpress's sources)
 DRAWS_RANDOM = {"compactor"}
+# presses a batch of rows changes: their draws, or (CriticalAdaKVPress) head budgets summed over the batch; batched
+# prefill compresses each of their rows on its own
+ROW_BY_ROW = DRAWS_RANDOM | {name for name, (wrapper, _) in HEAD_ADAPTIVE.items() if wrapper == "CriticalAdaKVPress"}
 ALL_PRESSES = {**PRESSES, **HEAD_ADAPTIVE, **OWN_PREFILL}
 
 
