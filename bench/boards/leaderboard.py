@@ -114,7 +114,9 @@ def standard_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataF
 
 def families_by_dtype(sub: pd.DataFrame) -> pd.Series:
     """bench.boards.families within each dtype: a bf16 run of a recipe does not crowd its float32 family."""
-    return pd.concat([families(g) for _, g in sub.groupby("dtype")]) if len(sub) else families(sub)
+    if not len(sub) or "dtype" not in sub:  # (a frame built without dtypes: one dtype)
+        return families(sub)
+    return pd.concat([families(g) for _, g in sub.groupby("dtype")])
 
 
 def sniah_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFrame:
@@ -124,7 +126,8 @@ def sniah_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFram
     fams = families_by_dtype(sub)
     for i, r in (sub.iterrows() if len(sub) else []):
         fam = "full attention" if r["full_attention"] else row_label(fams[i], r["model"], [r["column"]])
-        key = ("measured", "measured", r["backbone"], fam, r["column"], r["context_length"], r["n"], r["dtype"])
+        key = ("measured", "measured", r["backbone"], fam, r["column"], r["context_length"], r["n"],
+               r.get("dtype", STUDY_DTYPE))
         rows.setdefault(key, {})[r["budget"]] = float(r["value"])
     if reference is not None:
         for _, r in reference.iterrows():
@@ -149,7 +152,8 @@ def ruler_table(df: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFram
     fams = families_by_dtype(sub)
     for i, r in (sub.iterrows() if len(sub) else []):
         fam = "full attention" if r["full_attention"] else row_label(fams[i], r["model"], RULER_COLS)
-        key = ("measured", "measured", r["backbone"], fam, r["budget"], r["context_length"], r["dtype"])
+        key = ("measured", "measured", r["backbone"], fam, r["budget"], r["context_length"],
+               r.get("dtype", STUDY_DTYPE))
         d = rows.setdefault(key, {})
         d[r["column"]] = float(r["value"])
         d["HQA n" if r["column"] == "HQA" else "n"] = int(r["n"]) if r["column"] == "HQA" else max(

@@ -96,7 +96,7 @@ def study_setting(frame: pd.DataFrame) -> pd.DataFrame:
         return frame
     long = frame["context_length"].notna()
     setting = (frame["context_length"] == STUDY_CONTEXT) & (frame["num_samples"] == STUDY_SAMPLES)
-    return frame[(~long | setting) & (frame["dtype"] == STUDY_DTYPE)]
+    return frame[(~long | setting) & (frame.get("dtype", STUDY_DTYPE) == STUDY_DTYPE)]
 
 
 def add_cr(row: dict) -> dict:
