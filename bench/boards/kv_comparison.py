@@ -121,8 +121,8 @@ def paired_table(t: pd.DataFrame) -> pd.DataFrame:
                     **({"pairs": p["n"], "difference": p["diff"], "low": p["lo"], "high": p["hi"]} if p else {}),
                     "verdict": intervals.verdict(p, "press", "linearized").split(":")[0]})
     return pd.DataFrame(out, columns=["context", "n", "dtype", "superseded", "budget", "press", "press S-NIAH",
-                                      "linearized",
-                                      "linearized S-NIAH", "pairs", "difference", "low", "high", "verdict"])
+                                      "linearized", "linearized S-NIAH", "pairs", "difference", "low", "high",
+                                      "verdict"])
 
 
 def fmt(v) -> str:
@@ -187,8 +187,8 @@ MARGIN = 0.5  # octaves of axis beside the outermost budgets
 
 def figure(t: pd.DataFrame):
     """S-NIAH mean against the budget with its 95 % interval, a panel per setting not superseded: a line per row,
-    solid for linearized, dashed for presses. Each panel spans the budgets it holds (ticks at them) and has its own legend of the rows it draws; the
-    rows at one budget sit side by side around it. None when no row has a mean."""
+    solid for linearized, dashed for presses. Each panel spans the budgets it holds (ticks at them) and has its own
+    legend of the rows it draws; the rows at one budget sit side by side around it. None when no row has a mean."""
     t = t[t["S-NIAH"].notna()]
     if (~t["superseded"]).any():  # the current table alone: the superseded ones stay in the markdown
         t = t[~t["superseded"]]

@@ -45,12 +45,13 @@ def compress_contexts(model, contexts: list[list[int]], press: str, keeps: list[
     kvpress_version()
     if len(contexts) != len(keeps) or any(not c for c in contexts):
         raise ValueError("compress_contexts needs one keep per context and at least one token in each")
+    press = check_press(press)
     order = sorted(range(len(contexts)), key=lambda i: (len(contexts[i]), keeps[i]))  # equal rows side by side
     contexts, keeps = [contexts[i] for i in order], [keeps[i] for i in order]
     out = []
     width = max(len(c) for c in contexts)
     group = max(1, max_tokens // width)
-    run = _kvzip_group if check_press(press) in OWN_PREFILL else _compress_group
+    run = _kvzip_group if press in OWN_PREFILL else _compress_group
     for g0 in range(0, len(contexts), group):
         out.extend(run(model, contexts[g0:g0 + group], press, keeps[g0:g0 + group]))
     back = [None] * len(out)
