@@ -177,9 +177,9 @@ def steady_step_inplace(rows: RetentionRows, q, k, v, lin, pos, scale, lin_scale
     # the window ring: the token in the row's slot leaves, the new one takes the slot
     rows_ix, slot = torch.arange(B, device=dev), torch.remainder(pos - s, w)
     leaving = {key: x[rows_ix, :, slot] for key, x in st.win.items()}  # [B, Hx, *]
-    for key, x in st.win.items():
-        x[rows_ix, :, slot] = new[key]
-    rows.win_pos[rows_ix, slot] = pos
+    buf = rows.buffers
+    if buf is None:
+        _write_window(st.win, rows.win_pos, new, slot, pos)
     if score == "delta_error":
         Sk = torch.einsum("bhkv,bhk->bhv", st.S, leaving["lk"])
         leaving["score"] = delta_error(Sk, leaving["lv"], leaving["log_a"], G)
@@ -191,15 +191,13 @@ def steady_step_inplace(rows: RetentionRows, q, k, v, lin, pos, scale, lin_scale
     def grouped(x, n):  # [B, H, n, *] as [B, Hkv, G, n, *]: a KV head's decision serves its G query heads
         return x.view(B, Hkv, G, n, *x.shape[3:])
 
-    buf = rows.buffers
-    if buf is not None:  # packed: the leaving token is candidate r in the spare slot (no copy of the slots)
-        for key in Q_KEYS:
-            buf["ret"][key][:, :, r] = leaving[key]
+    held, mine = e.clamp(max=r - 1), e == r  # a slot's index, and whether the leaving token itself folds
 
-    def folding(key):  # candidate e's field [B, H, *]
-        c = grouped(torch.cat([st.ret[key], leaving[key].unsqueeze(2)], 2) if buf is None else buf["ret"][key], r + 1)
-        idx = e.view(B, Hkv, 1, 1, *([1] * (c.dim() - 4))).expand(B, Hkv, G, 1, *c.shape[4:])
-        return c.gather(3, idx).view(B, H, *c.shape[4:])
+    def folding(key):  # candidate e's field [B, H, *]: slot e, or the leaving token where e == r
+        c, one = grouped(st.ret[key], r), (1,) * (st.ret[key].dim() - 3)
+        at = held.view(B, Hkv, 1, 1, *one).expand(B, Hkv, G, 1, *c.shape[4:])
+        mine_g = mine.view(B, Hkv, 1, 1, *one)
+        return torch.where(mine_g, grouped(leaving[key].unsqueeze(2), 1), c.gather(3, at)).view(B, H, *c.shape[4:])
     f = {key: folding(key) for key in Q_KEYS}
     la, be = (torch.where(valid, f[key].view(B, Hkv, G), 0).view(B, H) for key in ("log_a", "beta"))
     S = st.S.mul_(la.exp()[..., None, None])
@@ -218,21 +216,41 @@ def steady_step_inplace(rows: RetentionRows, q, k, v, lin, pos, scale, lin_scale
         torch.where(hot, cand_pos[..., r:], st.ret_pos, out=st.ret_pos)
         keys = torch.cat([st.sink_k, st.win["k"], st.ret["k"]], 2)  # [B, Hkv, s + w + r, D]
         vals = torch.cat([st.sink_v, st.win["v"], st.ret["v"]], 2)
-    else:  # packed (RetentionRows.pack): slot e of each field written, e == r being the spare slot
-        for key in ("k", "v"):
-            buf[key].scatter_(2, (s + w + e).unsqueeze(-1).expand(B, Hkv, 1, buf[key].shape[-1]),
-                              leaving[key].unsqueeze(2))
-        for key, x in buf["ret"].items():
-            rest = x.shape[3:]
-            if key in Q_KEYS:
-                at = e.view(B, Hkv, 1, 1, *(1,) * len(rest)).expand(B, Hkv, G, 1, *rest)
-                grouped(x, r + 1).scatter_(3, at, leaving[key].view(B, Hkv, G, 1, *rest))
-            else:
-                x.scatter_(2, e.view(B, Hkv, 1, *(1,) * len(rest)).expand(B, Hkv, 1, *rest), leaving[key].unsqueeze(2))
-        buf["ret_pos"].scatter_(2, e, cand_pos[..., r:])
+    else:  # packed (RetentionRows.pack): every write in one place, outside a compiled graph (_write_packed)
+        _write_packed(st.win, rows.win_pos, buf, new, leaving, slot, pos, e, cand_pos[..., r:], s + w, G)
         keys, vals = buf["k"][:, :, :s + w + r], buf["v"][:, :, :s + w + r]
     # the output: the linear state's read-out + the softmax over sinks, window and the filled slots (one SDPA)
     y = lin_scale * torch.einsum("bhk,bhkv->bhv", lin["q"][:, 0].to(dt), S)
     ok = F.pad(st.ret_pos >= 0, (s + w, 0), value=True).unsqueeze(2)  # [B, Hkv, 1, s + w + r]
     o = F.scaled_dot_product_attention(q1.view(B, Hkv, G, D), keys, vals, attn_mask=ok, scale=scale)
     return (y + o.reshape(B, H, -1)).unsqueeze(1).to(q.dtype)
+
+
+def _write_window(win: dict, win_pos, new: dict, slot, pos) -> None:
+    """The new token into each row's ring slot (in place; one scatter a field)."""
+    for key, x in win.items():
+        rest = x.shape[3:]
+        x.scatter_(2, slot.view(-1, 1, 1, *(1,) * len(rest)).expand(*x.shape[:2], 1, *rest), new[key].unsqueeze(2))
+    win_pos.scatter_(1, slot.view(-1, 1), pos.view(-1, 1).to(win_pos.dtype))
+
+
+@torch.compiler.disable
+def _write_packed(win: dict, win_pos, buf: dict, new: dict, leaving: dict, slot, pos, e, e_pos, at: int, G: int) -> None:
+    """The packed step's writes, in place: the new token into its ring slot, the leaving one into slot e of every
+    slot field (e == r: the spare slot, a write nobody reads). Kept out of torch.compile (GOLINEAR_FUSED_DECODE):
+    inductor turns an in-place write into a buffer that is a graph input, or a view of one, into a copy of the
+    whole buffer and a copy back, which at batch 64 made most of the compiled step's time; eager, each is one
+    small kernel (a CUDA graph captures them as it captures the rest)."""
+    _write_window(win, win_pos, new, slot, pos)
+    B, Hkv = e.shape[:2]
+    at_kv = (at + e).unsqueeze(-1)
+    for key in ("k", "v"):
+        buf[key].scatter_(2, at_kv.expand(B, Hkv, 1, buf[key].shape[-1]), leaving[key].unsqueeze(2))
+    for key, x in buf["ret"].items():
+        rest = x.shape[3:]
+        if key in Q_KEYS:
+            at_e = e.view(B, Hkv, 1, 1, *(1,) * len(rest)).expand(B, Hkv, G, 1, *rest)
+            x.view(B, Hkv, G, x.shape[2], *rest).scatter_(3, at_e, leaving[key].view(B, Hkv, G, 1, *rest))
+        else:
+            x.scatter_(2, e.view(B, Hkv, 1, *(1,) * len(rest)).expand(B, Hkv, 1, *rest), leaving[key].unsqueeze(2))
+    buf["ret_pos"].scatter_(2, e, e_pos)
