@@ -101,13 +101,15 @@ def _prepare(q_raw, k_raw, v_raw, ab, conv_parts, conv, cos, sin, A_log, dt_bias
         buf.index_put_((rows, slot), cur[key].to(buf.dtype))
     ring_k.index_put_((rows, slot), k.to(ring_k.dtype))
     ring_v.index_put_((rows, slot), v.to(ring_v.dtype))
-    keys = ring_k if sink_k is None else torch.cat([sink_k, ring_k], 1)  # [B, L, Hkv, D]
-    vals = ring_v if sink_v is None else torch.cat([sink_v, ring_v], 1)
-    # products and sums, not matmuls: a few rows against s + w keys, which inductor fuses into its reductions
+    # products and sums, not matmuls: a few rows against s + w keys, which inductor fuses into its reductions; the
+    # sinks and the ring apart (a concatenation of them would be a copy of the whole window a step), one softmax
     qg = q.reshape(B, 1, Hkv, groups, D).float()
-    scores = (qg * keys.float().unsqueeze(3)).sum(-1) * scale  # [B, L, Hkv, G]
+    parts = [(ring_k, ring_v)] if sink_k is None else [(sink_k, sink_v), (ring_k, ring_v)]
+    scores = torch.cat([(qg * kp.float().unsqueeze(3)).sum(-1) for kp, _ in parts], 1) * scale  # [B, L, Hkv, G]
     p = torch.softmax(scores, 1)
-    swa = (p.unsqueeze(-1) * vals.float().unsqueeze(3)).sum(1).reshape(B, 1, H, D).to(dtype)
+    at = [0, parts[0][0].shape[1], scores.shape[1]]
+    swa = sum((p[:, a:b].unsqueeze(-1) * vp.float().unsqueeze(3)).sum(1) for (_, vp), a, b in zip(parts, at, at[1:]))
+    swa = swa.reshape(B, 1, H, D).to(dtype)
     lk, lv, la, lb = leaving
     return qk_n[:, :H].unsqueeze(1).contiguous(), lk, lv, la, lb.to(dtype), swa  # (FLA reads dense rows)
 
