@@ -10,7 +10,7 @@ import torch  # noqa: E402
 from golinear.models.kv_compression import batched_prefill as BP  # noqa: E402
 from golinear.models.kv_compression.generate import compressed_prefill  # noqa: E402
 from golinear.models.kv_compression.kvpress_adapter import take_head_masks  # noqa: E402
-from golinear.models.kv_compression.presses import HEAD_ADAPTIVE, PRESSES, build_press  # noqa: E402
+from golinear.models.kv_compression.presses import HEAD_ADAPTIVE, PRESSES, ExactBudget, build_press  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +25,8 @@ def smollm():
 def contexts(tok):
     text = "The grass is green and the sky is blue. The river runs past the old mill to the sea. "
     ids = tok(text * 12)["input_ids"]
-    # different lengths (right padding) and contents; two rows of one length and budget (compressed by one call)
-    return [ids[:150], ids[7:260], ids[:201], ids[30:180]]
+    # different lengths (right padding) and contents; three rows of one length (150) and budget (compressed by one call)
+    return [ids[:150], ids[7:260], ids[:201], ids[30:180], ids[60:210]]
 
 
 def masks_as_set(masks, layer):
@@ -34,13 +34,21 @@ def masks_as_set(masks, layer):
 
 
 @pytest.mark.parametrize("press", [*PRESSES, *HEAD_ADAPTIVE])
-def test_each_row_keeps_what_it_keeps_alone(smollm, press):
+def test_each_row_keeps_what_it_keeps_alone(smollm, press, monkeypatch):
     """Every press golinear runs through a hook: the batch's rows keep the same entries (keys, values, a head-adaptive
-    press's evictions) as each context prefilled and compressed alone (compressed_prefill, the definition)."""
+    press's evictions) as each context prefilled and compressed alone (compressed_prefill, the definition). The three
+    rows of one length and budget are one call of the press (Compactor and CriticalKV too: batch_faithful.py)."""
     model, tok = smollm
     rows = contexts(tok)
-    keeps = [40, 64, 33, 40]
-    got = BP.compress_contexts(model, rows, press, keeps, max_tokens=3 * 260)  # two groups: the grouping too
+    keeps = [40, 64, 33, 40, 40]
+    calls, compress = [], ExactBudget.compress  # the rows of each call of the press
+
+    def counted(self, module, hidden_states, keys, *rest):
+        calls.append(keys.shape[0])
+        return compress(self, module, hidden_states, keys, *rest)
+    monkeypatch.setattr(ExactBudget, "compress", counted)
+    got = BP.compress_contexts(model, rows, press, keeps, max_tokens=4 * 260)  # two groups: the grouping too
+    assert max(calls) == 3, calls
     for ids, keep, (cache, masks) in zip(rows, keeps, got):
         want = compressed_prefill(model, torch.tensor([ids]), press, keep)
         want_masks = take_head_masks(model)

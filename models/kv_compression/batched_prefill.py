@@ -8,8 +8,9 @@ runs on each row's own slice (its tokens, keys, values and position embeddings) 
 kvpress's BasePress.forward_hook does for the presses golinear runs (none overrides it: a test checks), so a row
 keeps the entries it keeps alone. Rows of the same length and budget are one slice of the batch (the contexts are
 sorted by length first) and are compressed by one call, as kvpress scores a batch of equal rows: a press's scores
-are per row, its kept entries a top-k per row and head (a test holds each row to itself alone); a press a batch
-changes (ROW_BY_ROW: random draws, CriticalKV's head budgets summed over the batch) compresses each row on its own.
+are per row, its kept entries a top-k per row and head (a test holds each row to itself alone). kvpress's Compactor
+and CriticalAdaKV couple a batch's rows (a sketch drawn with the batch's shape, z-scores and head budgets over the
+batch): golinear builds them from models.kv_compression.batch_faithful, which gives each row what it gets alone.
 Each layer's uncompressed cache is dropped once its rows are compressed.
 KVzip (OWN_PREFILL) shares the contexts' forward pass and its reconstruction passes (models.kv_compression.kvzip_rows:
 one pass per chunk for every row, masked to each row's own tokens). A chunked prefill stays one prompt at a time
@@ -24,7 +25,7 @@ import torch
 from golinear.models.backbones.cache_arg import cache_kwarg
 from golinear.models.kv_compression.kvpress_adapter import kvpress_version, legacy_kwargs
 from golinear.models.kv_compression.kvzip_rows import kvzip_evictions
-from golinear.models.kv_compression.presses import OWN_PREFILL, ROW_BY_ROW, build_press, check_press
+from golinear.models.kv_compression.presses import OWN_PREFILL, build_press, check_press
 from golinear.models.decoding.batch_generate import pad_rows
 
 PREFILL_TOKENS = 1 << 18  # padded tokens a forward pass holds at most (64 contexts of 4K); more rows run in groups
@@ -89,7 +90,7 @@ def _compress_group(model, contexts, press, keeps):
     scorer = build_press(press, keeps[0])
     scorer.post_init_from_model(model)
     positions = {n: torch.arange(n, device=ids.device) for n in lens}  # each length's cache_position, made once
-    runs = _runs(lens, keeps, alone=press in ROW_BY_ROW)
+    runs = _runs(lens, keeps)
 
     def hook(module, args, kwargs, output):
         kw = legacy_kwargs(kwargs)
@@ -125,11 +126,11 @@ def _compress_group(model, contexts, press, keeps):
              masks if any(m is not None for m in masks) else None) for rows, masks in zip(kept, evicted)]
 
 
-def _runs(lens: list[int], keeps: list[int], alone: bool) -> list[tuple[int, int]]:
-    """[b0, b1) of each run of consecutive rows with the same length and budget (each row alone if `alone`)."""
+def _runs(lens: list[int], keeps: list[int]) -> list[tuple[int, int]]:
+    """[b0, b1) of each run of consecutive rows with the same length and budget."""
     out = []
     for b, key in enumerate(zip(lens, keeps)):
-        if out and not alone and (lens[out[-1][0]], keeps[out[-1][0]]) == key:
+        if out and (lens[out[-1][0]], keeps[out[-1][0]]) == key:
             out[-1] = (out[-1][0], b + 1)
         else:
             out.append((b, b + 1))

@@ -11,6 +11,10 @@ tokens, as golinear's window + sinks models do.
 A press that draws random numbers (DRAWS_RANDOM: Compactor's leverage sketch) draws the same ones for every prompt:
 seed 0 in a forked generator, so a row's answer does not depend on what ran before it. The others run without it:
 forking and seeding the generators costs about 1.6 ms a layer on CUDA, a third of a 4K prompt's compressed prefill.
+Compactor, CriticalAdaKV and the scorers it wraps are built from subclasses in models/kv_compression/batch_faithful.py
+(BATCH_FAITHFUL): kvpress's classes couple a batch's rows (a sketch drawn with the batch's shape, z-scores, head
+budgets and pad values over the batch); the subclasses give each row of a call what kvpress's class gives it alone,
+so batched prefill compresses a run of equal rows in one call for every press.
 """
 from __future__ import annotations
 
@@ -46,9 +50,10 @@ UNAVAILABLE = {
 OWN_PREFILL = {"kvzip": ("KVzipPress", "context reconstruction, layerwise")}
 # presses whose scores draw random numbers (tests/test_kv_compression.py checks this against kvpress's sources)
 DRAWS_RANDOM = {"compactor"}
-# presses a batch of rows changes: their draws, or (CriticalAdaKVPress) head budgets summed over the batch; batched
-# prefill compresses each of their rows on its own
-ROW_BY_ROW = DRAWS_RANDOM | {name for name, (wrapper, _) in HEAD_ADAPTIVE.items() if wrapper == "CriticalAdaKVPress"}
+# kvpress classes whose rows a batch couples -> their batch-faithful subclass (models/kv_compression/batch_faithful.py);
+# SnapKV's and Expected Attention's pad values only matter under CriticalAdaKV, which weighs them
+BATCH_FAITHFUL = {f"{name}Press": f"Rowwise{name}Press" for name in
+                  ("Compactor", "CriticalAdaKV", "SnapKV", "ExpectedAttention")}
 ALL_PRESSES = {**PRESSES, **HEAD_ADAPTIVE, **OWN_PREFILL}
 
 
@@ -112,14 +117,22 @@ class ExactBudget:
 
 def build_press(name: str, keep: int) -> ExactBudget:
     """A fresh press `name` that keeps `keep` entries per layer and KV head (in total per layer, head-adaptive)."""
-    import kvpress
     name = check_press(name)
     if name in OWN_PREFILL:
         raise ValueError(f"press {name!r} prefills on its own (models.kv_compression.kvzip), not through a hook")
     if name in HEAD_ADAPTIVE:
         wrapper, scorer = HEAD_ADAPTIVE[name]
         cls, options = PRESSES[scorer]
-        return ExactBudget(getattr(kvpress, wrapper)(press=getattr(kvpress, cls)(**options)), keep,
+        return ExactBudget(press_class(wrapper)(press=press_class(cls)(**options)), keep,
                            seeded=scorer in DRAWS_RANDOM)
     cls, options = PRESSES[name]
-    return ExactBudget(getattr(kvpress, cls)(**options), keep, seeded=name in DRAWS_RANDOM)
+    return ExactBudget(press_class(cls)(**options), keep, seeded=name in DRAWS_RANDOM)
+
+
+def press_class(name: str) -> type:
+    """kvpress's press class `name`, or its batch-faithful subclass (BATCH_FAITHFUL) where kvpress's couples rows."""
+    if name in BATCH_FAITHFUL:
+        from golinear.models.kv_compression import batch_faithful
+        return getattr(batch_faithful, BATCH_FAITHFUL[name])
+    import kvpress
+    return getattr(kvpress, name)

@@ -235,7 +235,8 @@ def _write_window(win: dict, win_pos, new: dict, slot, pos) -> None:
 
 
 @torch.compiler.disable
-def _write_packed(win: dict, win_pos, buf: dict, new: dict, leaving: dict, slot, pos, e, e_pos, at: int, G: int) -> None:
+def _write_packed(win: dict, win_pos, buf: dict, new: dict, leaving: dict, slot, pos, e, e_pos, at: int,
+                  G: int) -> None:
     """The packed step's writes, in place: the new token into its ring slot, the leaving one into slot e of every
     slot field (e == r: the spare slot, a write nobody reads). Kept out of torch.compile (GOLINEAR_FUSED_DECODE):
     inductor turns an in-place write into a buffer that is a graph input, or a view of one, into a copy of the
