@@ -1,0 +1,37 @@
+"""scripts/gpu/profile_prefill.py on the CPU (its check mode: aten ops instead of CUDA kernels): a row per config with
+its prefill time and grouped ops; bad values refused before any model is built."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("profile_prefill", ROOT / "scripts" / "gpu" / "profile_prefill.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_row_per_config(tmp_path):
+    out = tmp_path / "prefill.md"
+    assert load().main(["--device", "cpu", "--model", "smollm2-135m", "--configs", "full-static;gdn-default",
+                        "--length", "24", "--batch", "2", "--reps", "1", "--out", str(out)]) == 0
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| full-static") or
+            line.startswith("| gdn-default")]
+    assert len(rows) == 2
+    for row in rows:
+        cells = row.split(" | ")
+        assert float(cells[1]) > 0 and float(cells[2]) > 0  # prefill ms, ops
+
+
+@pytest.mark.parametrize("flag", ["--length", "--batch", "--reps"])
+def test_bad_values_are_refused(tmp_path, capsys, flag):
+    with pytest.raises(SystemExit) as e:
+        load().main(["--device", "cpu", flag, "0", "--out", str(tmp_path / "x.md")])
+    assert e.value.code == 2 and f"{flag} 0" in capsys.readouterr().err
+    assert not (tmp_path / "x.md").exists()
