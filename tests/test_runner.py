@@ -365,3 +365,27 @@ def test_lm_evals_environment_report_is_collected_once_per_process(monkeypatch):
     lm_eval.evaluator.add_env_info(second)
     assert calls == [1] and first["pretty_env_info"] == second["pretty_env_info"] == "report 1"
     assert first["results"] == 1 and second["transformers_version"] == "x"
+
+
+def test_a_resumed_run_goes_on_with_the_model_it_was_stopped_in(tmp_path, monkeypatch):
+    """Cells are planned task by task; models are evaluated in the order given, so a model whose first task is stored
+    (a run stopped inside it) goes on before the models after it, not behind every untouched one."""
+    import types
+    from golinear.bench.run import runner
+    from golinear.bench.results.store import Store
+    from golinear.tasks.ruler import cache
+
+    monkeypatch.setenv("GOLINEAR_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache, "_MEMO", {})
+    monkeypatch.setattr(cache, "build_samples", lambda *a, **k: [])
+    first, second = "mechanism=none,window=248,sinks=8", "mechanism=none,window=120,sinks=8"
+    done_key = S.parse_model_spec(first).key
+    monkeypatch.setattr(Store, "has", lambda self, key: key.model == done_key and key.task == "golinear_sniah_1")
+    monkeypatch.setattr(runner, "build_lm", lambda spec, *a, **k: spec)
+    monkeypatch.setattr(runner, "ModelInfo", types.SimpleNamespace(from_lm=lambda lm: None))
+    order = []
+    monkeypatch.setattr(runner, "evaluate_into", lambda store, lm, c, *a: order.append((c.model.label, c.entry.task)) or 1)
+    run_matrix(f"{first};{second}", "sniah", tmp_path / "store", context_length=1024, num_samples=2, progress=False)
+    labels = [S.parse_model_spec(m).label for m in (first, second)]
+    assert order == [(labels[0], "golinear_sniah_2"), (labels[0], "golinear_sniah_3"),
+                     (labels[1], "golinear_sniah_1"), (labels[1], "golinear_sniah_2"), (labels[1], "golinear_sniah_3")]

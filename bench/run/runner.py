@@ -148,7 +148,10 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
             by_model: dict[str, list[Cell]] = {}
             for c in todo:
                 by_model.setdefault(c.model.key, []).append(c)
-            queue, deferred = list(by_model.values()), set()
+            # models in the order given (cells are task by task, so a model with a task done would otherwise wait
+            # behind every untouched one: a resumed run goes on with the model it was stopped in)
+            given = {key: i for i, key in enumerate(dict.fromkeys(c.model.key for c in cells))}
+            queue, deferred = sorted(by_model.values(), key=lambda g: given[g[0].model.key]), set()
             while queue:
                 group = queue.pop(0)
                 if world == 1:
