@@ -384,7 +384,8 @@ def test_a_resumed_run_goes_on_with_the_model_it_was_stopped_in(tmp_path, monkey
     monkeypatch.setattr(runner, "build_lm", lambda spec, *a, **k: spec)
     monkeypatch.setattr(runner, "ModelInfo", types.SimpleNamespace(from_lm=lambda lm: None))
     order = []
-    monkeypatch.setattr(runner, "evaluate_into", lambda store, lm, c, *a: order.append((c.model.label, c.entry.task)) or 1)
+    monkeypatch.setattr(runner, "evaluate_into",
+                        lambda store, lm, c, *a: order.append((c.model.label, c.entry.task)) or 1)
     run_matrix(f"{first};{second}", "sniah", tmp_path / "store", context_length=1024, num_samples=2, progress=False)
     labels = [S.parse_model_spec(m).label for m in (first, second)]
     assert order == [(labels[0], "golinear_sniah_2"), (labels[0], "golinear_sniah_3"),

@@ -142,6 +142,32 @@ def test_claims_are_exclusive_and_taken_over_from_dead_processes(tmp_path):
     assert store.claim(key)  # its dead claim is taken over
 
 
+def test_a_claim_whose_pid_a_later_process_took_is_taken_over(tmp_path):
+    """A claim names its process's start time beside the pid: where the pid now belongs to a process started later
+    (a container's pids start over; a resumed run met its own stopped claim so), the claim is a dead one."""
+    import json
+    import socket
+    from golinear.bench.results.store import process_start
+    store = Store(tmp_path)
+    key = CellKey("m", "t", {})
+    start = process_start(os.getpid())
+    if start is None:
+        pytest.skip("no /proc here: a claim is the pid alone")
+    store.claims_dir.mkdir(parents=True, exist_ok=True)
+    claim = store.claims_dir / f"{key.digest}.claim"
+    claim.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "start": start - 1}))
+    assert not store.claimed_elsewhere(key) and store.claim(key)  # our pid, another process's start: gone
+    assert json.loads(claim.read_text())["start"] == start
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:  # a live process with the start time it has: still held
+        owner = {"pid": other.pid, "host": socket.gethostname(), "start": process_start(other.pid)}
+        claim.write_text(json.dumps(owner))
+        assert store.claimed_elsewhere(key) and not store.claim(key)
+    finally:
+        other.kill()
+        other.wait()
+
+
 # ----------------------------------------------------------------------------- files and modes
 def test_atomic_write_uses_the_umask_and_leaves_nothing_on_failure(tmp_path):
     old = os.umask(0o027)

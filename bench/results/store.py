@@ -127,6 +127,30 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def process_start(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot, /proc/<pid>/stat's field 22), None where that cannot be
+    read: a claim names it beside the pid, so a later process given the same pid is not taken for the claim's owner
+    (containers start their pids over)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _owner_gone(owner: dict) -> bool:
+    """A claim's owner on this host that no longer runs: its pid is free, or taken by a process started later."""
+    pid = owner.get("pid")
+    if owner.get("host") != socket.gethostname() or not isinstance(pid, int):
+        return False
+    start = owner.get("start")
+    return not pid_alive(pid) or (isinstance(start, int) and process_start(pid) not in (None, start))
+
+
+def _me() -> dict:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "start": process_start(os.getpid())}
+
+
 class Store:
     """A folder of cells. Cheap to construct; `ensure_writable` fails early on a bad output folder."""
 
@@ -179,14 +203,13 @@ class Store:
         to write one is a one-line error that leaves nothing behind."""
         self.claims_dir.mkdir(parents=True, exist_ok=True)
         path = self.claims_dir / f"{key.digest}.claim"
-        me = {"pid": os.getpid(), "host": socket.gethostname()}
+        me = _me()
         for _ in range(2):
             owner = self._claim_owner(path)
             if owner is not None:
                 if owner == me:
                     return True
-                if owner and not (owner.get("host") == me["host"] and isinstance(owner.get("pid"), int)
-                                  and not pid_alive(owner["pid"])):
+                if owner and not _owner_gone(owner):
                     return False
                 path.unlink(missing_ok=True)  # its process was killed, or nothing readable: take it over
             if self._link_claim(path, me):
@@ -235,10 +258,9 @@ class Store:
     def claimed_elsewhere(self, key: CellKey) -> bool:
         """Whether another live process holds this cell's claim (a look only; nothing is taken)."""
         owner = self._claim_owner(self.claims_dir / f"{key.digest}.claim")
-        if not owner or owner == {"pid": os.getpid(), "host": socket.gethostname()}:
+        if not owner or owner == _me():
             return False
-        return not (owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int)
-                    and not pid_alive(owner["pid"]))
+        return not _owner_gone(owner)
 
     def other_host_claim(self, key: CellKey) -> tuple[Path, dict] | None:
         """(claim file, owner) when a process on another host holds this cell: whether it is alive cannot be seen
