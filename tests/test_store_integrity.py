@@ -147,7 +147,7 @@ def test_a_claim_whose_pid_a_later_process_took_is_taken_over(tmp_path):
     (a container's pids start over; a resumed run met its own stopped claim so), the claim is a dead one."""
     import json
     import socket
-    from golinear.bench.results.store import process_start
+    from golinear.bench.results.processes import process_start
     store = Store(tmp_path)
     key = CellKey("m", "t", {})
     start = process_start(os.getpid())

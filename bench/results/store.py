@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from golinear.bench.results.metric_ranges import cell_metrics_problem
+from golinear.bench.results.processes import owner_gone, this_process
 from golinear.models.util.atomic import atomic_write
 from golinear.models.util.path_names import check_path
 from golinear.models.training.data_hashes import file_sha256
@@ -116,41 +117,6 @@ def cell_problem(cell, path: Path | None = None) -> str | None:
     return cell_metrics_problem(cell)
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process of this machine still runs (a claim's or a temp folder's owner)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def process_start(pid: int) -> int | None:
-    """When process `pid` started (clock ticks since boot, /proc/<pid>/stat's field 22), None where that cannot be
-    read: a claim names it beside the pid, so a later process given the same pid is not taken for the claim's owner
-    (containers start their pids over)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _owner_gone(owner: dict) -> bool:
-    """A claim's owner on this host that no longer runs: its pid is free, or taken by a process started later."""
-    pid = owner.get("pid")
-    if owner.get("host") != socket.gethostname() or not isinstance(pid, int):
-        return False
-    start = owner.get("start")
-    return not pid_alive(pid) or (isinstance(start, int) and process_start(pid) not in (None, start))
-
-
-def _me() -> dict:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "start": process_start(os.getpid())}
-
-
 class Store:
     """A folder of cells. Cheap to construct; `ensure_writable` fails early on a bad output folder."""
 
@@ -203,13 +169,13 @@ class Store:
         to write one is a one-line error that leaves nothing behind."""
         self.claims_dir.mkdir(parents=True, exist_ok=True)
         path = self.claims_dir / f"{key.digest}.claim"
-        me = _me()
+        me = this_process()
         for _ in range(2):
             owner = self._claim_owner(path)
             if owner is not None:
                 if owner == me:
                     return True
-                if owner and not _owner_gone(owner):
+                if owner and not owner_gone(owner):
                     return False
                 path.unlink(missing_ok=True)  # its process was killed, or nothing readable: take it over
             if self._link_claim(path, me):
@@ -258,9 +224,9 @@ class Store:
     def claimed_elsewhere(self, key: CellKey) -> bool:
         """Whether another live process holds this cell's claim (a look only; nothing is taken)."""
         owner = self._claim_owner(self.claims_dir / f"{key.digest}.claim")
-        if not owner or owner == _me():
+        if not owner or owner == this_process():
             return False
-        return not _owner_gone(owner)
+        return not owner_gone(owner)
 
     def other_host_claim(self, key: CellKey) -> tuple[Path, dict] | None:
         """(claim file, owner) when a process on another host holds this cell: whether it is alive cannot be seen

@@ -25,7 +25,7 @@ TMP_PREFIX = "golinear-check-"
 
 def remove_stale_temp_stores() -> None:
     """Temp stores of `golinear check` runs whose process is gone (killed with SIGKILL: no cleanup ran)."""
-    from golinear.bench.results.store import pid_alive
+    from golinear.bench.results.processes import pid_alive
     for d in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*"):
         pid = d.name[len(TMP_PREFIX):].split("-", 1)[0]
         if d.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
