@@ -143,3 +143,18 @@ def test_a_store_path_with_a_long_name_is_one_line(tmp_path, capsys):
     one_line_error(capsys, ["run", "--models", "full", "--suites", "cr", "--store", str(store)], words)
     one_line_error(capsys, ["leaderboard", "--store", str(store)], words)
     one_line_error(capsys, ["store", "merge", str(tmp_path), "--store", str(store)], words)
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
+def test_a_device_this_machine_lacks_is_refused_before_the_backbone_is_read(tmp_path, capsys, monkeypatch):
+    import torch
+    from golinear.models.backbones import backbone
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    read = []  # on a fresh machine the first read converts the GGUF (about a minute) before any error could show
+    monkeypatch.setattr(backbone, "smollm2_path", lambda: read.append(1) or (_ for _ in ()).throw(AssertionError))
+    code = golinear(["run", "--models", "press=kvzip,kv_budget=256", "--suites", "sniah", "--device", "cuda:0",
+                     "--store", str(tmp_path / "store")])
+    err = capsys.readouterr().err
+    assert code == 2 and "CUDA is not available" in err.strip().splitlines()[-1], err
+    assert not read  # the backbone is read after the device check
+    assert not (tmp_path / "store").exists()

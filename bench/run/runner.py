@@ -85,8 +85,10 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     """
     from tqdm.auto import tqdm
     logging.getLogger("sqlitedict").setLevel(logging.CRITICAL)  # its thread's errors reach us; said in one line
+    from golinear.bench.backends.lm_backend import check_device
     from golinear.bench.run.execute import check_generation
     check_generation(generation)
+    device = check_device(device)  # first: reading a backbone's config (a GGUF) takes seconds
     data_dir = check_data_dir(data_dir if data_dir is not None else default_data_dir())
     if data_dir:  # local data: never wait on Hub retries (lm-eval pitfall); set before `datasets` loads
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
