@@ -141,11 +141,16 @@ def render(rows: list, groups, args) -> str:
              f"torch.profiler over {args.steps} eager steps (the graph replays the same kernels without the launch "
              "gaps).", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for spec, table, graph_ms, eager_ms in rows:
-        kern = sum(v[0] for v in table.values()) / 1e3
-        n = sum(v[1] for v in table.values())
-        cells = [f"{table[g][0] / 1e3:.2f} ({table[g][1]:.0f})" if g in table else "-" for g in groups]
-        lines.append(f"| {spec} | {graph_ms:.2f} | {eager_ms:.2f} | {n:.0f} | {kern:.2f} | " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join([spec, f"{graph_ms:.2f}", f"{eager_ms:.2f}", *kernel_cells(table, groups)]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def kernel_cells(table: dict, groups) -> list[str]:
+    """One row's kernel columns: the kernel count, their ms, then each group's 'ms (count)' ('-': none)."""
+    kern = sum(v[0] for v in table.values()) / 1e3
+    n = sum(v[1] for v in table.values())
+    return [f"{n:.0f}", f"{kern:.2f}"] + [f"{table[g][0] / 1e3:.2f} ({table[g][1]:.0f})" if g in table else "-"
+                                          for g in groups]
 
 
 if __name__ == "__main__":

@@ -103,10 +103,7 @@ def render(rows: list, groups, args, device, dtype) -> str:
              f"torch.profiler, each the mean of {args.reps} prefills after a warm one.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for spec, table, wall_ms in rows:
-        kern = sum(v[0] for v in table.values()) / 1e3
-        n = sum(v[1] for v in table.values())
-        cells = [f"{table[g][0] / 1e3:.2f} ({table[g][1]:.0f})" if g in table else "-" for g in groups]
-        lines.append(f"| {spec} | {wall_ms:.2f} | {n:.0f} | {kern:.2f} | " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join([spec, f"{wall_ms:.2f}", *PD.kernel_cells(table, groups)]) + " |")
     return "\n".join(lines) + "\n"
 
 
