@@ -101,8 +101,10 @@ def _pass(model, cache, rows, lens, repeats, c, score):
     cols = torch.arange(sink + chunk_w + L, device=dev).view(1, -1)
     valid = (cols < sink) | ((cols >= sink) & (cols < sink + chunk_len)) | (cols >= sink + chunk_w)
     causal = (cols.view(1, 1, -1) - sink - chunk_w) <= j.view(1, L, 1)  # [1, L, K]
-    keep_col = valid.view(B, 1, -1) & causal  # [B, L, K]
     real_q = j.view(1, L) < reps  # [B, L]
+    # a padded query attends to the first repeat token alone: its chunk weights are exactly 0 (out of the maximum)
+    # without a pass over the weights after the softmax
+    drop = ~torch.where(real_q.view(B, L, 1), valid.view(B, 1, -1) & causal, cols.view(1, 1, -1) == sink + chunk_w)
     group = max(1, SCORE_ELEMENTS // (model.config.num_attention_heads * L * (sink + chunk_w + L)))
 
     def hook(module, args, kwargs, output):
@@ -112,9 +114,8 @@ def _pass(model, cache, rows, lens, repeats, c, score):
         for g0 in range(0, B, group):
             g = slice(g0, min(B, g0 + group))
             w = _weights(module, kw["hidden_states"][g], cos[g], sin[g], layer.keys[g], start, sink, chunk_w, L)
-            w = w.masked_fill(~keep_col[g].view(w.shape[0], 1, 1, L, -1), float("-inf")).softmax(-1)
-            w = w[..., sink:sink + chunk_w].masked_fill(~real_q[g].view(w.shape[0], 1, 1, L, 1), 0)
-            score[module.layer_idx, idx[g], :, start:start + chunk_w] = w.amax(dim=(-3, -2))
+            w = w.masked_fill_(drop[g].view(w.shape[0], 1, 1, L, -1), float("-inf")).softmax(-1)
+            score[module.layer_idx, idx[g], :, start:start + chunk_w] = w[..., sink:sink + chunk_w].amax(dim=(-3, -2))
         layer.keys, layer.values = layer.keys[:, :, :width], layer.values[:, :, :width]  # as kvpress's hook
         return output
 
@@ -139,7 +140,11 @@ def _weights(module, hidden, cos, sin, keys, start, sink, chunk_w, L):
     q = (q * cos.unsqueeze(1)) + (rotate_half(q) * sin.unsqueeze(1))
     q = q.view(B, hkv, -1, L, module.head_dim)
     k = torch.cat([keys[:, :, :sink], keys[:, :, start:start + chunk_w], keys[:, :, -L:]], dim=2)
-    return torch.matmul(q, k.unsqueeze(2).transpose(-2, -1).contiguous()) / math.sqrt(module.head_dim)
+    k = k.unsqueeze(2).transpose(-2, -1).contiguous()
+    root = math.sqrt(module.head_dim)
+    if root == 2 ** round(math.log2(root)):  # a power of two: scaling the queries first is exact (no pass over [.., K])
+        return torch.matmul(q * (1 / root), k)
+    return torch.matmul(q, k) / root
 
 
 def _evict(score: torch.Tensor, n: int, keep: int, heads: int) -> list:
