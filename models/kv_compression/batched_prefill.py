@@ -104,9 +104,10 @@ def _compress_group(model, contexts, press, keeps):
             keys, values = scorer.compress(module, row["hidden_states"], layer.keys[b0:b1, :, :n],
                                            layer.values[b0:b1, :, :n], row)
             masked = getattr(module, "masked_key_indices", None)
+            rows = None if masked is None else _rows_of(masked, b1 - b0)
             for j in range(b1 - b0):  # a clone: a view would hold the whole batch's cache
                 kept[b0 + j][module.layer_idx] = (keys[j:j + 1].clone(), values[j:j + 1].clone())
-                evicted[b0 + j][module.layer_idx] = None if masked is None else _row_of(masked, j)
+                evicted[b0 + j][module.layer_idx] = None if rows is None else rows[j]
             module.masked_key_indices = None
         layer.keys = layer.values = layer.keys[:, :, :0]  # this layer's rows are done: free its cache
         return output
@@ -137,8 +138,13 @@ def _runs(lens: list[int], keeps: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def _row_of(masked: tuple, j: int) -> tuple:
-    """A head-adaptive press's evictions (batch, head, position indices) of row j of its call, as row 0 alone."""
+def _rows_of(masked: tuple, rows: int) -> list[tuple]:
+    """A head-adaptive press's evictions (batch, head, position indices) of the `rows` rows of its call, each as row
+    0 alone, in the call's order within a row: one host sync for the call (the counts), none for a call of one row
+    (a boolean selection per row and index tensor synchronised the GPU three times a row and layer)."""
     batch, head, pos = masked
-    at = batch == j
-    return torch.zeros_like(batch[at]), head[at], pos[at]
+    if rows == 1:
+        return [(torch.zeros_like(batch), head, pos)]
+    order = torch.argsort(batch, stable=True)
+    counts = torch.bincount(batch, minlength=rows).tolist()
+    return [(torch.zeros_like(h), h, p) for h, p in zip(head[order].split(counts), pos[order].split(counts))]
