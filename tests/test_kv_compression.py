@@ -353,3 +353,14 @@ def test_only_presses_that_draw_random_numbers_are_seeded(monkeypatch):
     for name in (*P.PRESSES, *P.HEAD_ADAPTIVE):
         scorer = P.HEAD_ADAPTIVE[name][1] if name in P.HEAD_ADAPTIVE else name
         assert P.build_press(name, 8).seeded == (scorer in P.DRAWS_RANDOM), name
+
+
+def test_a_head_adaptive_press_s_host_indices_move_in_one_copy_in_their_places():
+    from golinear.models.kv_compression.static_decode import on_device
+    masked = [(torch.tensor([0, 0]), torch.tensor([1, 2]), torch.tensor([5, 7])), None,
+              (torch.zeros(3, dtype=torch.long), torch.tensor([0, 1, 2]), torch.tensor([[1, 2, 3]]).view(3))]
+    assert on_device(masked, "cpu") is masked  # already there: nothing copied
+    moved = on_device(masked, "meta")  # another device (values are not kept on meta: the places are checked)
+    assert moved[1] is None and [len(m) for m in (moved[0], moved[2])] == [3, 3]
+    assert all(t.device.type == "meta" and t.shape == s.shape for m, o in zip(moved, masked) if m is not None
+               for t, s in zip(m, o))

@@ -175,6 +175,7 @@ def head_entries(cache, masked) -> list[tuple[torch.Tensor | None, torch.Tensor]
     """Per layer: (which entries each head keeps [b, H, n] bool, or None when all; each head's count [b, H], on the
     cache's device). `masked`: a head-adaptive press's evicted entries per layer (take_head_masks), or None."""
     out = []
+    masked = None if masked is None else on_device(masked, cache.layers[0].keys.device)
     for i, layer in enumerate(cache.layers):
         b, H, n, _ = layer.keys.shape
         if masked is None or masked[i] is None:
@@ -184,6 +185,16 @@ def head_entries(cache, masked) -> list[tuple[torch.Tensor | None, torch.Tensor]
         keep[tuple(t.to(keep.device) for t in masked[i])] = False
         out.append((keep, keep.sum(-1)))
     return out
+
+
+def on_device(masked: list, device) -> list:
+    """take_head_masks' per-layer index tensors on `device`, moved in one copy: KVzip's come from the host, and a
+    copy per tensor from the host waits for the GPU each time (three a layer and row)."""
+    flat = [t for m in masked if m is not None for t in m]
+    if all(t.device == torch.device(device) for t in flat):
+        return masked
+    moved = iter(torch.cat([t.flatten().long() for t in flat]).to(device).split([t.numel() for t in flat]))
+    return [None if m is None else tuple(next(moved).view(t.shape) for t in m) for m in masked]
 
 
 def _per_head(per_layer) -> torch.Tensor:
