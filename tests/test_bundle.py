@@ -72,6 +72,9 @@ def test_a_split_bundle_installs_offline_and_runs(tmp_path):
     here = machine / "golinear-bundle"
     manifest = json.loads((here / "MANIFEST.json").read_text())
     assert manifest["wheels"] == [wheel.name] and manifest["checkpoints"] == ["gdn-w56-s8-sc"]
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    recorded = json.loads((here / "repo" / ".golinear-git.json").read_text())  # the copy has no .git
+    assert recorded == manifest["git"] and recorded["commit"] == head and not (here / "repo" / ".git").exists()
     assert manifest["data_files"] and all(f.startswith("lambada_openai/") for f in manifest["data_files"])
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHON": sys.executable, **NO_NETWORK}
     out = tmp_path / "out"
@@ -229,3 +232,11 @@ def test_the_whole_bundle_is_pinned_by_one_sha256(tmp_path):
     (bundle / "repo" / "README.md").unlink()
     refused("README.md is missing")
     assert not (tmp_path / "P").exists()
+
+
+def test_code_without_git_names_the_commit_its_bundle_was_made_from(tmp_path, monkeypatch):
+    from golinear.bench.run import provenance
+    monkeypatch.delenv("GOLINEAR_GIT_COMMIT", raising=False)
+    monkeypatch.setattr(provenance, "REPO_ROOT", tmp_path)  # a bundle's repo/: no .git
+    (tmp_path / provenance.GIT_RECORD).write_text(json.dumps({"commit": "abc123", "dirty": True}))
+    assert provenance.git_state() == {"commit": "abc123", "dirty": True, "source": provenance.GIT_RECORD}

@@ -228,6 +228,9 @@ def build(args, folder: Path) -> dict:
     pin_wheels(wheels, nodeps)
     repo_files = tracked_files()
     sizes = {"repo": copy_files(REPO_ROOT, repo_files, folder / "repo")}
+    from golinear.bench.run.provenance import GIT_RECORD, git_state
+    git = git_state()  # the copy has no .git: its cells name the commit it was made from (provenance.git_state)
+    (folder / "repo" / GIT_RECORD).write_text(json.dumps(git) + "\n")
     data_files: set[str] = set()
     if args.suites:
         data_files |= suite_data_files(args.suites, args.data_dir)
@@ -248,7 +251,7 @@ def build(args, folder: Path) -> dict:
     manifest = {"python_version": args.python_version, "platform": args.platform, "requirements": requirements,
                 "no_deps": nodeps, "wheels": sorted(p.name for p in wheels.glob("*.whl")), "data_files": sorted(data_files),
                 "checkpoints": args.checkpoints.split(";") if args.checkpoints else [],
-                "triton_cache": bool(args.triton_cache), "repo_files": len(repo_files), "bytes": sizes}
+                "triton_cache": bool(args.triton_cache), "repo_files": len(repo_files), "git": git, "bytes": sizes}
     (folder / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
     manifest["sha256"] = write_manifest(folder)
     return manifest

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import math
 import os
 import platform
@@ -131,11 +132,19 @@ def kernel_configs_used() -> str:
         return f"unknown ({type(exc).__name__})"
 
 
+GIT_RECORD = ".golinear-git.json"  # in a copy without .git (an offline bundle's repo/): git_state where it was made
+
+
 def git_state() -> dict:
     """HEAD and whether bench/models/tasks differ from it. GOLINEAR_GIT_COMMIT overrides both where the
-    .git beside the code is not the tree's own (the GPU machine receives an older .git with a newer tree)."""
+    .git beside the code is not the tree's own (the GPU machine receives an older .git with a newer tree); an offline
+    bundle's copy of the code has no .git and says where it was copied from in GIT_RECORD (bench.offline.bundle)."""
     if os.environ.get("GOLINEAR_GIT_COMMIT"):
         return {"commit": os.environ["GOLINEAR_GIT_COMMIT"], "dirty": False, "source": "GOLINEAR_GIT_COMMIT"}
+    record = REPO_ROOT / GIT_RECORD
+    if record.is_file():
+        made = json.loads(record.read_text())
+        return {"commit": str(made.get("commit")), "dirty": bool(made.get("dirty")), "source": GIT_RECORD}
 
     def git(*args):
         r = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True)
