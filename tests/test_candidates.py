@@ -1,18 +1,10 @@
 """scripts/study/candidates.py: the recipe candidates' table from training records and validation cells written as
 `golinear train` and `golinear run` write them: each row's held-out CE, validation accuracy with its interval, the
 paired difference to the default recipe, and the recipes not trained yet."""
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("candidates", ROOT / "scripts" / "study" / "candidates.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from _scripts import load_script
 
 
 def write_run(ckpts: Path, name: str, ce: float, seq_len: int = 4096, finished: bool = True):
@@ -37,7 +29,7 @@ def write_cell(store: Path, name: str, hits: list[int], ckpt: str | None, gpu: s
 
 
 def test_rows_and_render(tmp_path):
-    cand = load_script()
+    cand = load_script("study/candidates.py")
     ckpts, store = tmp_path / "ckpt", tmp_path / "store"
     write_run(ckpts, "gdn-w56-s8-sc", 3.567)
     write_run(ckpts, "gdn-w56-s8-t1024", 3.732, seq_len=1024)
@@ -58,13 +50,13 @@ def test_rows_and_render(tmp_path):
 
 
 def test_a_missing_store_is_one_line(tmp_path, capsys):
-    assert load_script().main(["--store", str(tmp_path / "nope")]) == 2
+    assert load_script("study/candidates.py").main(["--store", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
 
 
 def test_a_candidate_is_paired_with_the_default_of_its_own_device(tmp_path):
     """Cells from two stores (a CPU's and a GPU's): a row per device, each paired only within its device."""
-    cand = load_script()
+    cand = load_script("study/candidates.py")
     ckpts, cpu, gpu = tmp_path / "ckpt", tmp_path / "cpu", tmp_path / "gpu"
     for name in ("gdn-w56-s8-sc", "gdn-w56-s8-sc-onorm"):
         write_run(ckpts, name, 3.5)

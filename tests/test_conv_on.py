@@ -194,12 +194,8 @@ def test_layer_refuses_without_conv():
 def test_equals_the_gap_probes_frozen_swa_variant():
     """A conv_on=linear model computes what scripts/study/gap_probe.py's `+frozen-swa` variant of the same weights
     (the diagnosis that asked for this option: 18.67 -> 22.67 on 300 LAMBADA passages) evaluated."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "scripts" / "study" / "gap_probe.py"
-    spec = importlib.util.spec_from_file_location("gap_probe", path)
-    gap_probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gap_probe)
+    from _scripts import load_script
+    gap_probe = load_script("study/gap_probe.py")
     both, linear = tiny_model("gdn", **RECIPE), tiny_model("gdn", conv_on="linear", **RECIPE)
     assert all(torch.equal(a, b) for a, b in zip(both.state_dict().values(), linear.state_dict().values()))
     ids = torch.randint(1, 97, (2, 16))

@@ -1,21 +1,15 @@
 """scripts/gpu/eval_profile.py: a real `golinear run` (tiny backbone, S-NIAH on the CPU) under the phase timers, and the
 table it renders; the timers leave the functions as they were."""
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from _scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("eval_profile", ROOT / "scripts" / "gpu" / "eval_profile.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared data folder")
@@ -24,7 +18,7 @@ def test_profile_of_a_linearized_row_times_prefill_and_decode(tmp_path, capsys):
     from _tiny import write_tiny_backbone
 
     from golinear.models.decoding.fast_decode import FastDecoder
-    prof = load_script()
+    prof = load_script("gpu/eval_profile.py")
     base = write_tiny_backbone(tmp_path / "base")
     before = FastDecoder.decode
     rc = prof.main([str(tmp_path / "out"), "--", "--models", f"mechanism=gdn,window=8,sinks=2,base={base}",
@@ -45,7 +39,7 @@ def test_profile_of_a_linearized_row_times_prefill_and_decode(tmp_path, capsys):
 
 
 def test_usage_error_is_one_line(capsys):
-    assert load_script().main(["out"]) == 2
+    assert load_script("gpu/eval_profile.py").main(["out"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
 
 
@@ -55,7 +49,7 @@ def test_profile_of_a_press_row_times_its_batched_compression(tmp_path, capsys):
     sys.path.insert(0, str(ROOT / "tests"))
     pytest.importorskip("kvpress")
     from _tiny import write_tiny_backbone
-    prof = load_script()
+    prof = load_script("gpu/eval_profile.py")
     base = write_tiny_backbone(tmp_path / "base")
     rc = prof.main([str(tmp_path / "out"), "--", "--models", f"press=snapkv,kv_budget=256,base={base}",
                     "--suites", "sniah", "--tasks", "golinear_sniah_1", "--context-length", "1024",

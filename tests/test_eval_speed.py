@@ -1,17 +1,9 @@
 """scripts/gpu/eval_speed.py on cells written as `golinear run` writes them: samples/s per row over all its cells and
 without the cell that paid the compile, the kinds of row, and the matrix's minutes at the slowest row of each kind."""
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("eval_speed", ROOT / "scripts" / "gpu" / "eval_speed.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from _scripts import load_script
 
 
 def write_cell(store: Path, name: str, label: str, args: dict, n: int, wall: float, full: bool = False):
@@ -25,7 +17,7 @@ def write_cell(store: Path, name: str, label: str, args: dict, n: int, wall: flo
 
 
 def test_rows_kinds_and_the_matrix_estimate(tmp_path):
-    es = load_script()
+    es = load_script("gpu/eval_speed.py")
     store = tmp_path / "store"
     for task, wall in (("s1", 60.0), ("s2", 10.0), ("s3", 10.0)):  # the first cell paid 50 s of compile
         write_cell(store, task, "gdn-w56-s8-sc", {"checkpoint": "gdn-w56-s8-sc"}, 500, wall)
@@ -48,15 +40,13 @@ def test_rows_kinds_and_the_matrix_estimate(tmp_path):
 
 def test_the_matrix_counts_every_row_of_the_kv_compression_script_once():
     """MATRIX's prompt-answers are the rows kv_compression.sh's sniah and sniah512 stages evaluate, by kind."""
-    es = load_script()
+    es = load_script("gpu/eval_speed.py")
     assert sum(es.MATRIX.values()) == (1 + 13 * 2 + 3 + 2 * 4 + 3) * 1500  # full, 13 presses at 256/1024, 3 at 512,
     assert es.MATRIX["press (KVzip)"] == 3 * 1500  # 4 linearized rows at 256/1024 and the window + 2 at 512
 
 
 def test_parity_counts_differing_samples_and_names_an_uninformative_row(tmp_path):
-    spec = importlib.util.spec_from_file_location("parity", ROOT / "scripts" / "gpu" / "parity.py")
-    parity = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(parity)
+    parity = load_script("gpu/parity.py")
     for store, gen, flip in (("fast", "batched", 100.0), ("ref", "hf", 0.0)):
         write_cell(tmp_path / store, "s1", "full", {}, 3, 1.0, full=True)
         write_cell(tmp_path / store, "s1", "gdn-w56-s8-sc", {}, 3, 1.0)
@@ -75,7 +65,7 @@ def test_parity_counts_differing_samples_and_names_an_uninformative_row(tmp_path
 
 
 def test_one_runs_cells_are_picked_out_of_a_merged_store_by_commit(tmp_path):
-    es = load_script()
+    es = load_script("gpu/eval_speed.py")
     store = tmp_path / "store"
     write_cell(store, "s1", "full", {}, 500, 20.0, full=True)
     old = store / "cells" / "full" / "s0.json"

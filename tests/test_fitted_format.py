@@ -2,8 +2,6 @@
 in the retention rows' labels, and bench.boards.needle_types' table built on it."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import torch
@@ -12,16 +10,13 @@ from golinear.bench.boards import fitted_format as ff
 from golinear.bench.boards import needle_types
 from golinear.models.retention.scorer import load_scorer, save_scorer
 
+from _scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def probe_script():
-    path = ROOT / "scripts" / "retention_scorer_probe.py"
-    spec = importlib.util.spec_from_file_location("retention_scorer_probe", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["retention_scorer_probe"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("retention_scorer_probe.py", register=True)
 
 
 def test_the_label_rule():

@@ -3,24 +3,18 @@ files (--merge) must replace only their rows and keep the others with the card, 
 partial rerun would pass off old results as new (or drop them). Runs on the CPU: no CUDA is needed to summarise."""
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from _scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("test_summary", ROOT / "scripts" / "gpu" / "test_summary.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ts = load_script()
+ts = load_script("gpu/test_summary.py")
 
 
 def junit(path: Path, cases: list[tuple[str, str, str]]) -> Path:

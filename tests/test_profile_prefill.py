@@ -2,25 +2,16 @@
 its prefill time and grouped ops; bad values refused before any model is built."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("profile_prefill", ROOT / "scripts" / "gpu" / "profile_prefill.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from _scripts import load_script
 
 
 def test_a_row_per_config(tmp_path):
     out = tmp_path / "prefill.md"
-    assert load().main(["--device", "cpu", "--model", "smollm2-135m", "--configs", "full-static;gdn-default",
-                        "--length", "24", "--batch", "2", "--reps", "1", "--out", str(out)]) == 0
+    profile = load_script("gpu/profile_prefill.py")
+    assert profile.main(["--device", "cpu", "--model", "smollm2-135m", "--configs", "full-static;gdn-default",
+                         "--length", "24", "--batch", "2", "--reps", "1", "--out", str(out)]) == 0
     rows = [line for line in out.read_text().splitlines() if line.startswith("| full-static") or
             line.startswith("| gdn-default")]
     assert len(rows) == 2
@@ -32,6 +23,6 @@ def test_a_row_per_config(tmp_path):
 @pytest.mark.parametrize("flag", ["--length", "--batch", "--reps"])
 def test_bad_values_are_refused(tmp_path, capsys, flag):
     with pytest.raises(SystemExit) as e:
-        load().main(["--device", "cpu", flag, "0", "--out", str(tmp_path / "x.md")])
+        load_script("gpu/profile_prefill.py").main(["--device", "cpu", flag, "0", "--out", str(tmp_path / "x.md")])
     assert e.value.code == 2 and f"{flag} 0" in capsys.readouterr().err
     assert not (tmp_path / "x.md").exists()

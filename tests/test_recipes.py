@@ -4,7 +4,6 @@ recipe's name was trained with exactly that recipe (its model options and its sc
 recipe cite its checkpoint."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -15,11 +14,11 @@ from golinear.models.attention.linearize import LinearizeConfig
 from golinear.models.spec import read_checkpoint_config
 from golinear.models.training.train_cli import linearize_options, train_config_from_args
 
+from _scripts import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
 CKPT = ROOT / "checkpoints" / "smollm2-135m"
-_spec = importlib.util.spec_from_file_location("check_recipes", ROOT / "scripts" / "study" / "check_recipes.py")
-check_recipes = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(check_recipes)
+check_recipes = load_script("study/check_recipes.py")
 LINES = check_recipes.recipes()
 RECIPES = dict(LINES)
 SCHEDULE = ("seed", "lr", "lora_lr", "seq_len", "steps")

@@ -3,18 +3,12 @@ recovers a linear rule, its retrieval texts and value labels mark the inserted v
 it writes: tests/test_retention_scorer.py)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-_path = Path(__file__).resolve().parents[1] / "scripts" / "retention_scorer_probe.py"
-_spec = importlib.util.spec_from_file_location("retention_scorer_probe", _path)
-probe = importlib.util.module_from_spec(_spec)
-sys.modules["retention_scorer_probe"] = probe
-_spec.loader.exec_module(probe)
+from _scripts import load_script
+
+probe = load_script("retention_scorer_probe.py", register=True)
 
 
 def test_far_mass_is_the_mean_weight_from_queries_beyond_the_gap():

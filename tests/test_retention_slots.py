@@ -2,8 +2,6 @@
 after a prefill with retention slots (every token is in exactly one of sinks, window, slots or state)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,10 +10,9 @@ from golinear.models.backbones.backbone import load_tokenizer
 from golinear.models.retention.generate import RetentionDecoder
 from test_batched_generate import tiny_model
 
-_path = Path(__file__).resolve().parents[1] / "scripts" / "retention_slots.py"
-_spec = importlib.util.spec_from_file_location("retention_slots", _path)
-retention_slots = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(retention_slots)
+from _scripts import load_script
+
+retention_slots = load_script("retention_slots.py")
 
 
 def test_value_tokens_cover_the_value_and_nothing_else():
