@@ -1,4 +1,5 @@
 """kv-compression.md/.csv/.png: the presses beside the linearized rows at equal budgets, on the settings a press ran at."""
+import pandas as pd
 import pytest
 
 from golinear.bench.boards import kv_comparison as K
@@ -233,3 +234,43 @@ def test_a_bf16_run_is_a_table_of_its_own_and_the_study_setting_supersedes_the_o
         "50 samples a task, float32 (superseded by the 500-sample table at 4096 tokens above)")
     paired = K.paired_table(t)
     assert set(zip(paired["dtype"], paired["superseded"])) == {("bfloat16", False), ("float32", True)}
+
+
+def test_ruler_cells_of_a_press_get_the_same_comparison_in_their_own_table(tmp_path):
+    """Where a press ran RULER, its eight tasks are a table of their own (a mean only over all eight) with the same
+    paired comparison; S-NIAH's table is unchanged by them, and the leaderboard writes both CSVs."""
+    import random
+    rng = random.Random(1)
+
+    def ruler(key, label, task, p, budget, **kw):
+        c = cell(key, label, task, 0.0, budget, n=100, **kw)
+        c["suite"] = "ruler"
+        c["task"] = c["key"]["task"] = f"golinear_ruler_{task.lower()}"
+        c["per_sample"] = {f"{c['task']}/{i}/h": 100.0 * (rng.random() < p) for i in range(100)}
+        c["metrics"]["score,none"]["value"] = sum(c["per_sample"].values()) / 100
+        return c
+    rows = []
+    for task in K.RULER.tasks:
+        rows.append(ruler("base=smollm2-135m,press=kvzip,kv_budget=1024", "kvzip (kvpress) @1024", task, 0.6, 1024,
+                          family="kvzip (kvpress)"))
+        rows.append(ruler("base=smollm2-135m,checkpoint=gdn-w1016-s8-sc", "gdn-w1016-s8-sc", task, 0.2, 1024,
+                          linearize={"mechanism": "gdn", "window": 1016, "sinks": 8}))
+    partial = [ruler("base=smollm2-135m,press=lagkv,kv_budget=1024", "lagkv (kvpress) @1024", "MK", 0.9, 1024,
+                     family="lagkv (kvpress)")]
+    t = K.table(measured_frame(rows + partial), K.RULER)
+    assert list(t.columns[7:16]) == [*K.RULER.tasks, "RULER"]
+    by = t.set_index("row")
+    assert by.loc["lagkv (kvpress)", "MK"] > 0 and pd.isna(by.loc["lagkv (kvpress)", "RULER"])  # 1 task of 8: no mean
+    md = K.to_markdown(t)
+    assert md.startswith("RULER's eight tasks at 4096 tokens, 100 samples a task") and "| MK | MQ |" in md
+    assert "the press better: +" in md and "over 800 paired samples" in md
+    paired = K.paired_table(t)
+    assert list(paired["press"]) == ["kvzip (kvpress)"] and "press RULER" in paired.columns
+    assert K.table(measured_frame(rows)).empty  # no S-NIAH cell: the S-NIAH comparison has no rows
+
+    store = Store(tmp_path / "store")
+    for c in rows + cells():
+        store.put(c)
+    render(store, tmp_path / "out")
+    assert "RULER's eight tasks at 4096 tokens" in (tmp_path / "out" / "kv-compression.md").read_text()
+    assert "kvzip (kvpress)" in (tmp_path / "out" / "kv-compression-ruler-paired.csv").read_text()

@@ -8,6 +8,8 @@ and as the README's comparison table.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pandas as pd
 
 from golinear.bench.boards import intervals
@@ -15,7 +17,7 @@ from golinear.bench.boards.families import families
 from golinear.bench.boards.fitted_format import fitted_value_type, needle_value_types
 from golinear.bench.boards.markdown import md_cell
 from golinear.bench.boards.figures import png_bytes, pyplot
-from golinear.bench.boards.measured import SNIAH_TASKS, STUDY_CONTEXT, STUDY_SAMPLES, budget_value
+from golinear.bench.boards.measured import RULER_COLS, SNIAH_TASKS, STUDY_CONTEXT, STUDY_SAMPLES, budget_value
 
 KINDS = {"full": "full attention", "linearized": "linearized", "press": "KV-cache compression (kvpress)",
          "window": "untrained window + sinks",
@@ -33,13 +35,34 @@ NOTE = ("The budget is the number of KV entries per layer and KV head kept for d
         "paired difference, its 95 % interval): a winner is named only where the interval excludes 0.")
 STREAMING = "streaming_llm (kvpress)"  # the press that keeps what the untrained window + sinks attends to
 PLUS = " ±"  # the column of a value's 95 % half-width
-COLUMNS = ["context", "n", "dtype", "superseded", "budget", "kind", "row", *SNIAH_TASKS, "S-NIAH",
-           *(c + PLUS for c in (*SNIAH_TASKS, "S-NIAH")), "samples"]
+
+
+class Suite(NamedTuple):
+    """The tasks a comparison table holds: its mean's column, its task columns, how its text names them."""
+    mean: str
+    tasks: list[str]
+    what: str
+
+
+SNIAH = Suite("S-NIAH", SNIAH_TASKS, "S-NIAH-1/2/3")
+RULER = Suite("RULER", RULER_COLS, "RULER's eight tasks")
+
+
+def columns(suite: Suite) -> list[str]:
+    return ["context", "n", "dtype", "superseded", "budget", "kind", "row", *suite.tasks, suite.mean,
+            *(c + PLUS for c in (*suite.tasks, suite.mean)), "samples"]
+
+
+def suite_of(t: pd.DataFrame) -> Suite:
+    return RULER if RULER.mean in t.columns else SNIAH
+
+
+COLUMNS = columns(SNIAH)
 SETTING = ["context_length", "num_samples", "dtype"]  # a table: rows compared only with rows of the same setting
 TABLE = ["context", "n", "dtype"]
 
 
-def kind_of(r) -> str:
+def kind_of(r, tasks=SNIAH_TASKS) -> str:
     key = r["model_key"]
     if "press=" in key:
         return "press_qa" if "question_aware=true" in key else "press"
@@ -48,18 +71,18 @@ def kind_of(r) -> str:
     if "mechanism=none" in key:
         return "window"
     fitted = fitted_value_type(r["model"] or "")  # bench.boards.fitted_format's rule: tuned to the test or not
-    return "fitted" if fitted is not None and fitted in needle_value_types(SNIAH_TASKS) else "linearized"
+    return "fitted" if fitted is not None and fitted in needle_value_types(tasks) else "linearized"
 
 
-def table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (setting, budget, model) at the settings where a press has S-NIAH cells; the mean only where
-    all three tasks are measured. A setting is a context length, a sample count and a dtype (a bf16 GPU run is not
+def table(df: pd.DataFrame, suite: Suite = SNIAH) -> pd.DataFrame:
+    """One row per (setting, budget, model) at the settings where a press has cells of `suite`; the mean only where
+    all its tasks are measured. A setting is a context length, a sample count and a dtype (a bf16 GPU run is not
     compared with a float32 one); once the study's setting (4K, 500 samples) has a table, the others are marked
     superseded."""
-    sub = df[df["column"].isin(SNIAH_TASKS) & df["limit"].isna()] if len(df) else df
+    sub = df[df["column"].isin(suite.tasks) & df["limit"].isna()] if len(df) else df
     if not len(sub) or not sub["model_key"].str.contains("press=", regex=False).any():
-        return pd.DataFrame(columns=COLUMNS)
-    sub = sub.assign(kind=sub.apply(kind_of, axis=1))
+        return pd.DataFrame(columns=columns(suite))
+    sub = sub.assign(kind=sub.apply(kind_of, axis=1, tasks=suite.tasks))
     settings = set(map(tuple, sub[sub["kind"].str.startswith("press")][SETTING].values))
     sub = sub[[s in settings for s in map(tuple, sub[SETTING].values)]]
     # families within each setting: the same recipe in another setting or dtype crowds no family
@@ -68,18 +91,18 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     out = []
     for (ctx, n, dtype, budget, kind, row), g in sub.groupby([*SETTING, "budget", "kind", "row"]):
         vals = g.groupby("column")["value"].mean()
-        cells = {t: float(vals[t]) for t in SNIAH_TASKS if t in vals}
-        mean = sum(cells.values()) / 3 if len(cells) == 3 else None
+        cells = {t: float(vals[t]) for t in suite.tasks if t in vals}
+        mean = sum(cells.values()) / len(cells) if len(cells) == len(suite.tasks) else None
         # each task's standard error (a row of several cells, e.g. seeds: their mean's); the mean's from the three
         ses = {t: intervals.mean_stderr([intervals.task_stderr(v, se, m) for v, se, m
                                          in g[g["column"] == t][["value", "stderr", "n"]].values]) for t in cells}
         widths = {t + PLUS: None if se is None else intervals.Z * se for t, se in ses.items()}
-        widths["S-NIAH" + PLUS] = intervals.half_width(list(ses.values())) if mean is not None else None
+        widths[suite.mean + PLUS] = intervals.half_width(list(ses.values())) if mean is not None else None
         out.append({"context": int(ctx), "n": int(n), "dtype": dtype,
                     "superseded": study and (ctx, n) != (STUDY_CONTEXT, STUDY_SAMPLES), "budget": budget,
-                    "kind": KINDS[kind], "row": KINDS["full"] if kind == "full" else row, **cells, "S-NIAH": mean,
+                    "kind": KINDS[kind], "row": KINDS["full"] if kind == "full" else row, **cells, suite.mean: mean,
                     **widths, "samples": row_samples(g)})
-    t = pd.DataFrame(out, columns=COLUMNS)
+    t = pd.DataFrame(out, columns=columns(suite))
     order = {k: i for i, k in enumerate(KINDS.values())}
     t["_b"], t["_k"] = t["budget"].map(budget_value), t["kind"].map(order)
     t = t.sort_values(["superseded", "context", "n", "dtype", "_b", "_k", "row"])  # the current table first
@@ -87,7 +110,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def row_samples(g: pd.DataFrame) -> dict | None:
-    """The row's per-sample scores over its S-NIAH cells (several cells of one sample, e.g. seeds: their mean);
+    """The row's per-sample scores over its cells (several cells of one sample, e.g. seeds: their mean);
     None when a cell holds none."""
     per = list(g["per_sample"]) if "per_sample" in g else []
     if not per or any(not isinstance(p, dict) for p in per):
@@ -102,26 +125,28 @@ def row_samples(g: pd.DataFrame) -> dict | None:
 def best_pairs(t: pd.DataFrame):
     """((context, n, dtype), budget, best press row, best linearized row, paired comparison) at each budget of each
     setting where both families have an S-NIAH mean."""
-    done = t[t["S-NIAH"].notna()]
+    mean = suite_of(t).mean
+    done = t[t[mean].notna()]
     for (ctx, n, dtype, budget), g in done.groupby([*TABLE, "budget"], sort=False):
         press, lin = g[g["kind"] == KINDS["press"]], g[g["kind"] == KINDS["linearized"]]
         if len(press) and len(lin):
-            a, b = press.loc[press["S-NIAH"].idxmax()], lin.loc[lin["S-NIAH"].idxmax()]
+            a, b = press.loc[press[mean].idxmax()], lin.loc[lin[mean].idxmax()]
             both = isinstance(a["samples"], dict) and isinstance(b["samples"], dict)
             yield (ctx, n, dtype), budget, a, b, intervals.paired(a["samples"], b["samples"]) if both else None
 
 
 def paired_table(t: pd.DataFrame) -> pd.DataFrame:
     """kv-compression-paired.csv: each budget's best press against its best linearized row on the same samples."""
+    mean = suite_of(t).mean
     out = []
     for (ctx, n, dtype), budget, a, b, p in best_pairs(t):
         out.append({"context": int(ctx), "n": int(n), "dtype": dtype, "superseded": a["superseded"], "budget": budget,
-                    "press": a["row"], "press S-NIAH": a["S-NIAH"],
-                    "linearized": b["row"], "linearized S-NIAH": b["S-NIAH"],
+                    "press": a["row"], f"press {mean}": a[mean],
+                    "linearized": b["row"], f"linearized {mean}": b[mean],
                     **({"pairs": p["n"], "difference": p["diff"], "low": p["lo"], "high": p["hi"]} if p else {}),
                     "verdict": intervals.verdict(p, "press", "linearized").split(":")[0]})
-    return pd.DataFrame(out, columns=["context", "n", "dtype", "superseded", "budget", "press", "press S-NIAH",
-                                      "linearized", "linearized S-NIAH", "pairs", "difference", "low", "high",
+    return pd.DataFrame(out, columns=["context", "n", "dtype", "superseded", "budget", "press", f"press {mean}",
+                                      "linearized", f"linearized {mean}", "pairs", "difference", "low", "high",
                                       "verdict"])
 
 
@@ -140,7 +165,7 @@ def fmt_pm(value, width, n=None) -> str:
     return f"{fmt(value)} ±{width:.1f}"
 
 
-def agreement(g: pd.DataFrame, n: int) -> str:
+def agreement(g: pd.DataFrame, n: int, tasks=SNIAH_TASKS) -> str:
     """The cross-check in one sentence: the StreamingLLM press against the untrained window + sinks at each budget
     where both ran (they attend to the same tokens at the prompt's end; the press's were computed with full
     attention), as the largest per-task difference in points and in samples."""
@@ -148,7 +173,7 @@ def agreement(g: pd.DataFrame, n: int) -> str:
     window = g[g["kind"] == KINDS["window"]].set_index("budget")
     parts = []
     for b in [b for b in press.index if b in window.index]:
-        pairs = [(press.at[b, t], window.at[b, t]) for t in SNIAH_TASKS
+        pairs = [(press.at[b, t], window.at[b, t]) for t in tasks
                  if pd.notna(press.at[b, t]) and pd.notna(window.at[b, t])]
         if pairs:
             gap = max(abs(p - w) for p, w in pairs)
@@ -159,26 +184,31 @@ def agreement(g: pd.DataFrame, n: int) -> str:
 
 
 def to_markdown(t: pd.DataFrame) -> str:
-    head = "| budget | family | row | " + " | ".join(SNIAH_TASKS) + " | mean |\n|---|---|---|" + "---:|" * 4
+    suite = suite_of(t)
+    head = ("| budget | family | row | " + " | ".join(suite.tasks) + " | mean |\n|---|---|---|"
+            + "---:|" * (len(suite.tasks) + 1))
     parts = []
     for (ctx, n, dtype), g in t.groupby(TABLE, sort=False):
         lines = [f"| {r['budget']} | {r['kind']} | {md_cell(r['row'])} | "
-                 + " | ".join(fmt_pm(r[c], r[c + PLUS], n) for c in SNIAH_TASKS)
-                 + (f" | **{fmt_pm(r['S-NIAH'], r['S-NIAH' + PLUS], 3 * n)}** |" if pd.notna(r["S-NIAH"]) else " |  |")
+                 + " | ".join(fmt_pm(r[c], r[c + PLUS], n) for c in suite.tasks)
+                 + (f" | **{fmt_pm(r[suite.mean], r[suite.mean + PLUS], len(suite.tasks) * n)}** |"
+                    if pd.notna(r[suite.mean]) else " |  |")
                  for _, r in g.iterrows()]
-        check = agreement(g, n)
+        check = agreement(g, n, suite.tasks)
         pairs = [f"- at {budget}: {md_cell(a['row'])} against {md_cell(b['row'])}: "
                  + intervals.verdict(p, "the press", "the linearized row")
                  for setting, budget, a, b, p in best_pairs(t) if setting == (ctx, n, dtype)]
-        paired = ("\n\nThe best press against the best linearized row, paired on the same samples (S-NIAH-1/2/3 "
+        paired = (f"\n\nThe best press against the best linearized row, paired on the same samples ({suite.what} "
                   "together):\n\n" + "\n".join(pairs)) if pairs else ""
         old = (f" (superseded by the {STUDY_SAMPLES}-sample table at {STUDY_CONTEXT} tokens above)"
                if g["superseded"].iloc[0] else "")
-        parts.append(f"S-NIAH-1/2/3 at {ctx} tokens, {n} samples a task, {dtype}{old}, the same samples for every "
+        parts.append(f"{suite.what} at {ctx} tokens, {n} samples a task, {dtype}{old}, the same samples for every "
                      "row:\n\n"
                      + head + "\n" + "\n".join(lines) + paired + (f"\n\n{check}" if check else ""))
-    return "\n\n".join(parts) if parts else "No press has been evaluated on S-NIAH yet (`golinear run --models " \
-                                             "press=snapkv --suites sniah --budgets 256,1024`)."
+    if parts or suite is not SNIAH:
+        return "\n\n".join(parts)
+    return ("No press has been evaluated on S-NIAH yet (`golinear run --models press=snapkv --suites sniah "
+            "--budgets 256,1024`).")
 
 
 SPREAD = 0.6  # the rows at one budget spread over this many octaves, so no row's interval hides another's

@@ -330,10 +330,15 @@ def render(store, out_dir, reference_dir=REFERENCE_DIR) -> list[Path]:
              + "\n\n![S-NIAH mean against the cache budget](kv-compression.png)\n")
     tradeoff = kv_tradeoff.markdown(kv_comparison.paired_table(kv), out_dir / "latency.csv")
     kv_md += f"\n{tradeoff}\n" if tradeoff else ""
+    ruler = kv_comparison.table(df, kv_comparison.RULER)  # the same comparison on RULER, where a press ran it
+    kv_md += f"\n{kv_comparison.to_markdown(ruler)}\n" if len(ruler) else ""
     memory = kv_memory.markdown(out_dir / "kv-memory" / "latency.csv")
     kv_md += f"\n{memory}\n" if memory else ""
     for path, data in ((out_dir / "kv-compression.md", kv_md), (out_dir / "kv-compression.csv", to_csv(kv.drop(columns="samples"))),
                        (out_dir / "kv-compression-paired.csv", to_csv(kv_comparison.paired_table(kv))),
+                       (out_dir / "kv-compression-ruler.csv", to_csv(ruler.drop(columns="samples")) if len(ruler) else None),
+                       (out_dir / "kv-compression-ruler-paired.csv",
+                        to_csv(kv_comparison.paired_table(ruler)) if len(ruler) else None),
                        (out_dir / "kv-compression.png", kv_comparison.plot(kv))):
         if data is not None and write_if_changed(path, data):
             changed.append(path)

@@ -5,7 +5,7 @@
 # Stages (default: sniah ruler latency; each resumable: finished cells are skipped):
 #   sniah     every press, the window and the linearized rows at budgets 256 and 1024
 #   sniah512  the three best of each family at 512: TOP_PRESSES and TOP_LINEAR_512 (read them off the 256/1024 table)
-#   ruler     RULER's eight tasks at 1024: TOP_PRESSES and TOP_LINEAR_1024
+#   ruler     RULER's eight tasks at 1024, RULER_SAMPLES (100) a task: TOP_PRESSES and TOP_LINEAR_1024
 #   latency   Llama-3.1-8B dimensions: TOP_PRESSES with and without a chunked prefill beside full-static and
 #             gdn-default, 4K and 32K, batch 1 and LATENCY_BATCH (8 where full attention at 32K fits, else 4)
 # Then: golinear store merge OUT_DIR/store --store leaderboards/store (a kept cell without per-sample scores takes them
@@ -14,7 +14,7 @@
 set -euo pipefail
 OUT_DIR=${1:?usage: kv_compression.sh OUT_DIR [sniah|sniah512|ruler|latency ...]}; shift
 STAGES=${*:-sniah ruler latency}
-TOP_PRESSES=${TOP_PRESSES:-snapkv,kvzip,adakv_expected_attention}
+TOP_PRESSES=${TOP_PRESSES:-kvzip,compactor,lagkv}  # the best three at 1024 in leaderboards/kv-compression.md
 TOP_LINEAR_512=${TOP_LINEAR_512:-gdn-w504-s8-sc;gdn-w504-s8-sc,window=252,retain=252,retain_score=proj_residual}
 TOP_LINEAR_1024=${TOP_LINEAR_1024:-gdn-w1016-s8-sc;gdn-w508-s8-r508-fit-sc}
 LATENCY_BATCH=${LATENCY_BATCH:-8}
@@ -28,9 +28,11 @@ EVAL_BATCH=${EVAL_BATCH:-64}
 DTYPE=${DTYPE:-bfloat16}
 # shellcheck source=scripts/gpu/with_dtype.sh
 source "$(dirname "${BASH_SOURCE[0]}")/with_dtype.sh"
-COMMON=(--context-length 4096 --num-samples 500 --store "$OUT_DIR/store" --device cuda --batch-size "$EVAL_BATCH")
-run() {  # run SUITE SPECS
-    golinear run --suites "$1" "${COMMON[@]}" --models "$(with_dtype "$2")"
+# RULER's eight tasks at 100 samples a task: 800 paired samples a row (S-NIAH: 3 x 500)
+RULER_SAMPLES=${RULER_SAMPLES:-100}
+COMMON=(--context-length 4096 --store "$OUT_DIR/store" --device cuda --batch-size "$EVAL_BATCH")
+run() {  # run SUITE SPECS [SAMPLES]
+    golinear run --suites "$1" "${COMMON[@]}" --num-samples "${3:-500}" --models "$(with_dtype "$2")"
 }
 nvidia-smi --query-gpu=name,memory.total --format=csv || true
 
@@ -51,7 +53,7 @@ gdn-w508-s8-r508-fit-sc;gdn-w1016-s8-sc,window=508,retain=508,retain_score=proj_
     sniah512)
         run sniah "$(presses 512 ${TOP_PRESSES//,/ });mechanism=none,window=504,sinks=8;$TOP_LINEAR_512" ;;
     ruler)
-        run ruler "full;$(presses 1024 ${TOP_PRESSES//,/ });$TOP_LINEAR_1024" ;;
+        run ruler "full;$(presses 1024 ${TOP_PRESSES//,/ });$TOP_LINEAR_1024" "$RULER_SAMPLES" ;;
     latency)
         configs="full-static;gdn-default"
         for p in ${TOP_PRESSES//,/ }; do
