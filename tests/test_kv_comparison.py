@@ -236,6 +236,26 @@ def test_a_bf16_run_is_a_table_of_its_own_and_the_study_setting_supersedes_the_o
     assert set(zip(paired["dtype"], paired["superseded"])) == {("bfloat16", False), ("float32", True)}
 
 
+def test_the_page_shows_the_current_table_then_its_costs_and_ruler_and_the_superseded_tables_last(tmp_path):
+    """kv-compression.md: the current setting's table, its trade-off table, the figure, then the superseded ones."""
+    gpu = []
+    for task in ("S-NIAH-1", "S-NIAH-2", "S-NIAH-3"):
+        gpu.append(cell("base=smollm2-135m,press=snapkv,kv_budget=256", "snapkv (kvpress) @256", task, 40.0, 256,
+                        family="snapkv (kvpress)", n=500))
+        gpu.append(cell("checkpoint=gdn-w248-s8-sc", "gdn-w248-s8-sc", task, 20.0, 256, n=500,
+                        linearize={"mechanism": "gdn", "window": 248, "sinks": 8}))
+    for c in gpu:
+        c["per_sample"] = {f"{c['task']}/{i}/h": c["metrics"]["score,none"]["value"] for i in range(500)}
+    store = Store(tmp_path / "store")
+    for c in cells() + gpu:
+        store.put(c)
+    render(store, tmp_path / "out")
+    md = (tmp_path / "out" / "kv-compression.md").read_text()
+    where = [md.index(s) for s in ("500 samples a task, float32, the same samples", "The trade-off at each budget",
+                                   "![S-NIAH mean", "50 samples a task, float32 (superseded")]
+    assert where == sorted(where), where
+
+
 def test_ruler_cells_of_a_press_get_the_same_comparison_in_their_own_table(tmp_path):
     """Where a press ran RULER, its eight tasks are a table of their own (a mean only over all eight) with the same
     paired comparison; S-NIAH's table is unchanged by them, and the leaderboard writes both CSVs."""
