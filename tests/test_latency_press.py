@@ -157,3 +157,24 @@ def test_press_rows_are_neither_baselines_nor_targets():
     t = against_fastest_full(df)
     assert set(t.config) == {"gdn-default"} and set(t.decode_vs) == {"full-static"}
     assert target_checks(df.drop(columns="press")).config.eq("snapkv (kvpress) @1024").any()  # (the column decides)
+
+
+def test_a_press_rows_decode_is_held_to_gdn_defaults_distance_from_the_bound():
+    """The press target: its decode/bound at most 0.15 above gdn-default's in the same group, judged at the length
+    where the press is furthest behind; a group without gdn-default, or a CPU group, gets no such row."""
+    from golinear.bench.speed.latency_targets import checks_markdown, press_checks
+    base = dict(model="m", weights="random", dtype="bfloat16", batch=1, status="ok", prefill_s=1.0,
+                decode_ms_per_token=8.0, peak_gib=16.0)
+    bound = {("gdn-default", 4096): 1.60, ("gdn-default", 32768): 1.62, ("kvzip (kvpress) @1024", 4096): 1.66,
+             ("kvzip (kvpress) @1024", 32768): 1.80, ("lagkv (kvpress) @1024", 4096): 1.70,
+             ("lagkv (kvpress) @1024", 32768): 1.64}
+    rows = [dict(base, device=dev, config=c, length=L, decode_vs_bound=v, press=None if c == "gdn-default" else "p")
+            for dev in ("H100", "cpu") for (c, L), v in bound.items()]
+    rows += [dict(base, device="H200", config="kvzip (kvpress) @1024", length=4096, decode_vs_bound=3.0, press="p")]
+    checks = press_checks(pd.DataFrame(rows)).set_index("config")
+    assert list(checks.device) == ["H100", "H100"]
+    assert checks.loc["kvzip (kvpress) @1024", "value"] == "+0.18 at 32768"
+    assert checks.loc["kvzip (kvpress) @1024", "met"] == "not met"
+    assert (checks.loc["lagkv (kvpress) @1024", "value"], checks.loc["lagkv (kvpress) @1024", "met"]) == (
+        "+0.10 at 4096", "met")
+    assert "decode/bound minus gdn-default's" in "\n".join(checks_markdown(pd.DataFrame(rows)))

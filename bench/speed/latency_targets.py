@@ -176,14 +176,39 @@ def target_checks(df):
     return pd.DataFrame(out, columns=GROUP + ["config", "target", "value", "wanted", "met"])
 
 
+PRESS_VS = "gdn-default"  # a press row's decode is held to it: both decode over a cache of about the same size
+PRESS_GAP = 0.15  # at most this much further from the bandwidth bound
+
+
+def press_checks(df):
+    """One row per (GPU group, press config) with gdn-default measured beside it: the press's decode/bound minus
+    gdn-default's at the same length, at the length where it is largest."""
+    import pandas as pd
+    ok = df[(df.status == "ok") & (df.device != "cpu")] if "decode_vs_bound" in df else df.iloc[:0]
+    out = []  # (rows from before the bound columns have nothing to check)
+    for key, g in ok.groupby(GROUP):
+        lin = g[g.config == PRESS_VS].set_index("length")["decode_vs_bound"].dropna()
+        for config, p in g[is_press(g)].groupby("config"):
+            gap = (p.set_index("length")["decode_vs_bound"] - lin).dropna()
+            if len(gap):
+                at = gap.idxmax()
+                out.append(dict(zip(GROUP, key), config=config,
+                                target=f"decode/bound minus {PRESS_VS}'s, worst length",
+                                value=f"{gap[at]:+.2f} at {int(at)}", wanted=f"≤ {PRESS_GAP:g}",
+                                met="met" if gap[at] <= PRESS_GAP else "not met"))
+    return pd.DataFrame(out, columns=GROUP + ["config", "target", "value", "wanted", "met"])
+
+
 def checks_markdown(df) -> list[str]:
     """The target checks as Markdown lines (nothing when no configuration has the rows to check)."""
-    checks = target_checks(df)
-    if checks.empty:
+    import pandas as pd
+    checks, presses = target_checks(df), press_checks(df)
+    if checks.empty and presses.empty:
         return []
-    checks = checks.drop(columns=["weights", "dtype"])
+    checks = pd.concat([c for c in (checks, presses) if not c.empty]).drop(columns=["weights", "dtype"])
     return ["## Targets, from the GPU rows above", "",
             "Each linearized configuration against the strongest full-attention row of the same run (model, "
             "weights, dtype, device, batch): the least prefill time, decode time or peak memory at that length; "
-            "ratios at the longest length both have.", "",
+            f"ratios at the longest length both have. Each press row's decode against {PRESS_VS}'s in the same "
+            "group, both as measured / bandwidth bound, at the length where the press is furthest behind.", "",
             checks.to_markdown(index=False), ""]
