@@ -137,7 +137,7 @@ GIT_RECORD = ".golinear-git.json"  # in a copy without .git (an offline bundle's
 
 def git_state() -> dict:
     """HEAD and whether bench/models/tasks differ from it. GOLINEAR_GIT_COMMIT overrides both where the
-    .git beside the code is not the tree's own (the GPU machine receives an older .git with a newer tree); an offline
+    .git beside the code is not the tree's own (a newer tree copied beside an older .git); an offline
     bundle's copy of the code has no .git and says where it was copied from in GIT_RECORD (bench.offline.bundle)."""
     if os.environ.get("GOLINEAR_GIT_COMMIT"):
         return {"commit": os.environ["GOLINEAR_GIT_COMMIT"], "dirty": False, "source": "GOLINEAR_GIT_COMMIT"}
