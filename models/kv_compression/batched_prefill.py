@@ -105,8 +105,9 @@ def _compress_group(model, contexts, press, keeps):
                                            layer.values[b0:b1, :, :n], row)
             masked = getattr(module, "masked_key_indices", None)
             rows = None if masked is None else _rows_of(masked, b1 - b0)
-            for j in range(b1 - b0):  # a clone: a view would hold the whole batch's cache
-                kept[b0 + j][module.layer_idx] = (keys[j:j + 1].clone(), values[j:j + 1].clone())
+            keys, values = keys.clone(), values.clone()  # one copy a run: a view could hold the batch's cache
+            for j in range(b1 - b0):  # each row a view of its run's copy (all the run's rows are kept alike)
+                kept[b0 + j][module.layer_idx] = (keys[j:j + 1], values[j:j + 1])
                 evicted[b0 + j][module.layer_idx] = None if rows is None else rows[j]
             module.masked_key_indices = None
         layer.keys = layer.values = layer.keys[:, :, :0]  # this layer's rows are done: free its cache
