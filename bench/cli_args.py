@@ -110,6 +110,9 @@ def run(p):
                         "(HF generate for full attention, one prompt at a time for linearized rows, kvpress's "
                         "DynamicCache for presses), the parity cross-check; cells are keyed alike, so give it a "
                         "--store of its own (scripts/gpu/parity.py compares the two)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check everything, then list the cells still to evaluate and how long they should take at "
+                        "the samples/s the store measured for the same rows; nothing is loaded or written")
 
 
 def leaderboard(p):

@@ -46,14 +46,17 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def check_device(device) -> str:
-    """A device string torch understands and this machine has; ValueError otherwise."""
+def check_device(device, here: bool = True) -> str:
+    """A device string torch understands and (`here`) this machine has; ValueError otherwise. A dry run plans for a
+    device it need not have (a GPU run planned on a login node): `here=False` checks the name alone."""
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
         raise ValueError(f"unknown device {device!r}; allowed: cpu, cuda, cuda:N, mps") from None
     if dev.type not in DEVICE_TYPES:
         raise ValueError(f"unsupported device {device!r}; allowed: cpu, cuda, cuda:N, mps")
+    if not here:
+        return str(dev)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {device!r} requested but CUDA is not available here; use device=cpu")

@@ -36,6 +36,7 @@ class RunSummary:
     skipped: int = 0
     evaluated: int = 0
     cells: list = field(default_factory=list)  # the planned cells' store records (rank 0)
+    plan: str = ""  # a dry run's report (bench.run.estimate)
 
 
 def parse_batch_size(value):
@@ -75,20 +76,23 @@ def check_run_values(*, limit, budgets, sinks, context_length, num_samples, seed
 def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, context_length=4096,
                num_samples=None, data_dir=None, batch_size=1, device="cpu", seed=42,
                bootstrap_iters=1000, include_path=None, extra_suites=None, task_manager=None,
-               progress=True, wait_s: float = 2.0, tasks=None, generation: str = "fast") -> RunSummary:
+               progress=True, wait_s: float = 2.0, tasks=None, generation: str = "fast",
+               dry_run: bool = False) -> RunSummary:
     """Evaluate every missing cell of models x suites (x budgets) into `store`; returns a summary.
 
     `models`: spec strings or ModelSpecs; `suites`: names (cr, mmlu, lambada, sniah, ruler) or a
     comma-separated string; `tasks`: only these of the suites' tasks (task or display names; None: all). All input is validated before any model is loaded, and before anything is
     written. Another run on the same store evaluates different cells: each cell is claimed first, and a
     cell claimed by a live process is waited for (`wait_s` between looks) rather than evaluated twice.
+    `dry_run`: every check as above, then the cells still to evaluate and their estimated time in `plan`; nothing
+    loaded or written.
     """
     from tqdm.auto import tqdm
     logging.getLogger("sqlitedict").setLevel(logging.CRITICAL)  # its thread's errors reach us; said in one line
     from golinear.bench.backends.lm_backend import check_device
     from golinear.bench.run.execute import check_generation
     check_generation(generation)
-    device = check_device(device)  # first: reading a backbone's config (a GGUF) takes seconds
+    device = check_device(device, here=not dry_run)  # first: reading a backbone's config (a GGUF) takes seconds
     data_dir = check_data_dir(data_dir if data_dir is not None else default_data_dir())
     if data_dir:  # local data: never wait on Hub retries (lm-eval pitfall); set before `datasets` loads
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -116,10 +120,17 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     cells = plan_cells(models, entries, budgets=budgets, sinks=sinks, limit=limit,
                        context_length=context_length, num_samples=num_samples, seed=seed, data=data)
     check_presses(models, entries, cells, budgets)
+    here = check_device(device) if not dry_run else _here_or_cpu(device)  # a dry run may plan for another machine
     for spec in {c.model.key: c.model for c in cells}.values():
-        validate_model(spec, device)
+        validate_model(spec, here)
     done = {c.key.digest for c in cells if store.has(c.key)}
     check_long_context_fits([c for c in cells if c.key.digest not in done], data_dir)
+    if dry_run:
+        from golinear.bench.run import estimate
+        todo = [c for c in cells if c.key.digest not in done]
+        rows = estimate.plan_rows(todo, estimate.measured_speeds(store.cell_files(), device))
+        return RunSummary(planned=len(cells), skipped=len(done),
+                          plan=estimate.render(rows, len(cells), len(done), store.root, device))
     if rank == 0:
         store.ensure_writable()  # the last check: nothing is written before every input passed
     if world > 1:
@@ -185,6 +196,15 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     if rank == 0:
         summary.cells = [store.get(c.key) for c in cells]
     return summary
+
+
+def _here_or_cpu(device: str) -> str:
+    """The device when this machine has it, else the CPU (the model checks of a dry run planned elsewhere)."""
+    from golinear.bench.backends.lm_backend import check_device
+    try:
+        return check_device(device)
+    except ValueError:
+        return "cpu"
 
 
 def evaluate_into(store: Store, lm, c: Cell, tm, data_dir, bootstrap_iters, info, versions, git, world, rank) -> int:
@@ -258,7 +278,11 @@ def main(args) -> int:
                    context_length=args.context_length, num_samples=args.num_samples,
                    data_dir=args.data_dir,
                    batch_size=bs, device=args.device, seed=args.seed, include_path=args.include_path,
-                   tasks=args.tasks, generation=getattr(args, "generation", "fast"))
+                   tasks=args.tasks, generation=getattr(args, "generation", "fast"),
+                   dry_run=getattr(args, "dry_run", False))
+    if s.plan:
+        print(s.plan)
+        return 0
     if distributed_context()[0] == 0:
         table = score_table(s.cells)
         if table:
