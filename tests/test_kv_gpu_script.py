@@ -72,3 +72,14 @@ def test_the_top_rows_are_the_users_choice(tmp_path, monkeypatch):
     monkeypatch.setenv("TOP_PRESSES", "keydiff")
     (call,) = recorded(tmp_path, "sniah512")
     assert "press=keydiff,kv_budget=512" in option(call, "--models") and "snapkv" not in option(call, "--models")
+
+
+def test_a_dry_run_plans_every_evaluation_stage_and_skips_the_latency(tmp_path, monkeypatch):
+    """DRY_RUN=1: each evaluation stage is the same `golinear run` with --dry-run, and nothing is timed."""
+    monkeypatch.setenv("DRY_RUN", "1")
+    calls = recorded(tmp_path, "sniah", "ruler", "latency")
+    assert [c[0] for c in calls] == ["run"] * 3 and all(c[-1] == "--dry-run" for c in calls)
+    monkeypatch.delenv("DRY_RUN")
+    (tmp_path / "again").mkdir()
+    real = recorded(tmp_path / "again", "sniah", "ruler")
+    assert [[a for a in c[:-1] if "out" not in a] for c in calls] == [[a for a in c if "out" not in a] for c in real]

@@ -8,6 +8,8 @@
 #   ruler     RULER's eight tasks at 1024, RULER_SAMPLES (100) a task: TOP_PRESSES and TOP_LINEAR_1024
 #   latency   Llama-3.1-8B dimensions: TOP_PRESSES with and without a chunked prefill beside full-static and
 #             gdn-default, 4K and 32K, batch 1 and LATENCY_BATCH (8 where full attention at 32K fits, else 4)
+# DRY_RUN=1: each evaluation stage's `golinear run --dry-run` instead (the cells OUT_DIR/store still lacks and their
+# time at the speeds it measured; nothing is evaluated), the latency stage skipped.
 # Then: golinear store merge OUT_DIR/store --store leaderboards/store (a kept cell without per-sample scores takes them
 # from the same cell measured again) and golinear leaderboard --store leaderboards/store --out leaderboards.
 # Rows fitted to the test's needle format (the numbers retention scorer) are not in the comparison.
@@ -32,7 +34,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/with_dtype.sh"
 RULER_SAMPLES=${RULER_SAMPLES:-100}
 COMMON=(--context-length 4096 --store "$OUT_DIR/store" --device cuda --batch-size "$EVAL_BATCH")
 run() {  # run SUITE SPECS [SAMPLES]
-    golinear run --suites "$1" "${COMMON[@]}" --num-samples "${3:-500}" --models "$(with_dtype "$2")"
+    golinear run --suites "$1" "${COMMON[@]}" --num-samples "${3:-500}" --models "$(with_dtype "$2")" \
+        ${DRY_RUN:+--dry-run}
 }
 nvidia-smi --query-gpu=name,memory.total --format=csv || true
 
@@ -55,6 +58,7 @@ gdn-w508-s8-r508-fit-sc;gdn-w1016-s8-sc,window=508,retain=508,retain_score=proj_
     ruler)
         run ruler "full;$(presses 1024 ${TOP_PRESSES//,/ });$TOP_LINEAR_1024" "$RULER_SAMPLES" ;;
     latency)
+        [ -z "${DRY_RUN:-}" ] || continue
         configs="full-static;gdn-default"
         for p in ${TOP_PRESSES//,/ }; do
             configs+=";press=$p,kv_budget=1024"
