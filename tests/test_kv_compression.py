@@ -234,6 +234,22 @@ def test_static_decoder_gives_the_dynamic_caches_tokens(smollm, press, budget, c
         assert (st["holes"][..., 1] == (torch.tensor(dec.positions) - questions - 11).view(2, 1)).all()
 
 
+@pytest.mark.parametrize("press", ["snapkv", "adakv_snapkv", "criticalkv_snapkv"])
+def test_rows_of_one_length_go_into_the_static_buffers_together_and_decode_as_alone(smollm, press):
+    """Rows of one context length are one run of the batched prefill and one copy into the static buffers
+    (static_decode._runs_of): each still decodes the tokens it decodes alone."""
+    from golinear.models.kv_compression.generate import generate
+    from golinear.models.kv_compression.static_decode import PressDecoder
+    model, tok = smollm
+    a = prompt_ids(tok, 300)
+    other = tok("The grass is yellow and the sky is purple. " * 40 + "\nWhat colour is the grass? The grass is")
+    b = other["input_ids"][-len(a):]  # the same length, another answer
+    prompts = [(a, 9), (b, 9), (prompt_ids(tok, 420), 12), (a[:-30] + b[-30:], 9)]
+    want = [generate(model, ids, q, press, 128, 8) for ids, q in prompts]
+    dec = PressDecoder(model, max_len=128 + 12)
+    assert torch.cat([dec.prefill(prompts, press, 128), dec.decode(7)], 1).tolist() == want
+
+
 @pytest.mark.parametrize("press", ["snapkv", "adakv_snapkv"])
 def test_a_filled_press_batch_decodes_its_rows_as_before(smollm, press):
     """A short batch filled with copies of its last row (their compressed context reused, not compressed again): the

@@ -123,7 +123,7 @@ class PressDecoder(FastDecoder):
         sizes = {j: (entries(c),) * 2 for j, (c, m) in enumerate(zip(caches, masks)) if m is None}
         adaptive = [j for j, m in enumerate(masks) if m is not None]
         if adaptive:
-            fullest = [torch.stack([torch.stack([n.max() for _, n in kept[j]]).max(), _per_head(kept[j])])
+            fullest = [torch.stack([torch.stack([n for _, n in kept[j]]).max(), _per_head(kept[j])])
                        for j in adaptive]
             sizes.update(zip(adaptive, map(tuple, torch.stack(fullest).tolist())))
         counts, per_head = zip(*(sizes[j] for j in range(len(caches))))
@@ -133,6 +133,7 @@ class PressDecoder(FastDecoder):
         excess = max(n - h for n, h in zip(counts, per_head))
         B, L = len(slots), max(self.max_len or 0, max(slots) + 1) + excess
         uneven = bool(adaptive)
+        next_slot = torch.tensor(slots, dtype=torch.int32, device=self.device).view(B, 1) if uneven else None
         changed = False
         for i in range(len(self.layers)):
             k0 = caches[0].layers[i].keys
@@ -140,8 +141,7 @@ class PressDecoder(FastDecoder):
             vb = torch.zeros_like(kb)
             holes = torch.zeros(B, k0.shape[1], 2, dtype=torch.int32, device=self.device)
             row = 0
-            for c, n, (keep, heads) in zip(caches, counts, [k[i] for k in kept]):
-                keys, values = c.layers[i].keys, c.layers[i].values
+            for keys, values, n, (keep, heads) in _runs_of(caches, counts, [k[i] for k in kept], i):
                 b = keys.shape[0]
                 if keep is None:
                     kb[row:row + b, :, :n], vb[row:row + b, :, :n] = keys, values
@@ -150,8 +150,9 @@ class PressDecoder(FastDecoder):
                     held = (torch.arange(n, device=keep.device) < heads[..., None])[..., None]  # [b, H, n, 1]
                     for buf, x in ((kb, keys), (vb, values)):
                         buf[row:row + b, :, :n] = torch.where(held, x.gather(2, order.expand(-1, -1, -1, x.shape[3])), 0)
-                holes[row:row + b, :, 0] = heads.to(holes)
-                holes[row:row + b, :, 1] = n
+                if uneven:  # a head's kept entries, then its hole up to the row's next slot
+                    holes[row:row + b, :, 0] = heads.to(holes)
+                    holes[row:row + b, :, 1] = next_slot[row:row + b]
                 row += b
             st = self.states[i] if isinstance(self.states[i], dict) else {}
             self.states[i] = st
@@ -169,6 +170,27 @@ class PressDecoder(FastDecoder):
             self.graph = None
         self.positions = slots  # FastDecoder.decode's host-side copy: slots filled (capacity, split-K prefix)
         return self.io["ids"].clone()  # the buffer itself changes with every step
+
+
+def _runs_of(caches: list, counts, kept_i: list, i: int):
+    """Layer i of consecutive caches of one shape and kind (masked or not) as one batch each: (keys, values, the
+    largest count among them, (keep, heads)), so load's copies run once a run of rows, not once a row. A masked row
+    under a larger count than its own copies zeros past its heads' entries (`held`), as it would alone."""
+    j = 0
+    while j < len(caches):
+        k = j + 1
+        first = caches[j].layers[i].keys
+        while (k < len(caches) and (kept_i[k][0] is None) == (kept_i[j][0] is None)
+               and caches[k].layers[i].keys.shape[1:] == first.shape[1:]):
+            k += 1
+        layers = [c.layers[i] for c in caches[j:k]]
+        if k - j == 1:
+            yield layers[0].keys, layers[0].values, counts[j], kept_i[j]
+        else:
+            keep = None if kept_i[j][0] is None else torch.cat([kp for kp, _ in kept_i[j:k]])
+            yield (torch.cat([la.keys for la in layers]), torch.cat([la.values for la in layers]), max(counts[j:k]),
+                   (keep, torch.cat([h for _, h in kept_i[j:k]])))
+        j = k
 
 
 def head_entries(cache, masked) -> list[tuple[torch.Tensor | None, torch.Tensor]]:
@@ -199,7 +221,8 @@ def on_device(masked: list, device) -> list:
 
 def _per_head(per_layer) -> torch.Tensor:
     """kept_per_head's count as a device scalar, from head_entries' per-layer counts."""
-    return torch.stack([-(-n.sum(-1).max() // n.shape[-1]) for _, n in per_layer]).max()
+    n = torch.stack([n for _, n in per_layer])  # [layers, b, H]: a few kernels, not a few a layer
+    return (-(-n.sum(-1) // n.shape[-1])).max()
 
 
 def kept_per_head(cache, masked=None, per_layer=None) -> int:
