@@ -47,22 +47,19 @@ def default_device() -> str:
 
 
 def check_device(device, here: bool = True) -> str:
-    """A device string torch understands and (`here`) this machine has; ValueError otherwise. A dry run plans for a
-    device it need not have (a GPU run planned on a login node): `here=False` checks the name alone."""
+    """A device string torch understands and (`here`; not for a dry run's plan) this machine has; else ValueError."""
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
         raise ValueError(f"unknown device {device!r}; allowed: cpu, cuda, cuda:N, mps") from None
     if dev.type not in DEVICE_TYPES:
         raise ValueError(f"unsupported device {device!r}; allowed: cpu, cuda, cuda:N, mps")
-    if not here:
-        return str(dev)
-    if dev.type == "cuda":
+    if here and dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {device!r} requested but CUDA is not available here; use device=cpu")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) here")
-    if dev.type == "mps" and not torch.backends.mps.is_available():
+    if here and dev.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device {device!r} requested but MPS is not available here; use device=cpu")
     return str(dev)
 
