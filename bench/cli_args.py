@@ -112,7 +112,7 @@ def run(p):
                         "--store of its own (scripts/gpu/parity.py compares the two)")
     p.add_argument("--dry-run", action="store_true",
                    help="check everything, then list the cells still to evaluate and how long they should take at "
-                        "the samples/s the store measured for the same rows; nothing is loaded or written")
+                        "the samples/s the store measured for the same rows; no model loads and nothing is evaluated")
 
 
 def leaderboard(p):

@@ -120,7 +120,7 @@ def run_matrix(models, suites, store, *, limit=None, budgets=None, sinks=8, cont
     cells = plan_cells(models, entries, budgets=budgets, sinks=sinks, limit=limit,
                        context_length=context_length, num_samples=num_samples, seed=seed, data=data)
     check_presses(models, entries, cells, budgets)
-    here = check_device(device) if not dry_run else _here_or_cpu(device)  # a dry run may plan for another machine
+    here = _here_or_cpu(device) if dry_run else device  # (checked above) a dry run may plan for another machine
     for spec in {c.model.key: c.model for c in cells}.values():
         validate_model(spec, here)
     done = {c.key.digest for c in cells if store.has(c.key)}
