@@ -380,3 +380,13 @@ def test_a_head_adaptive_press_s_host_indices_move_in_one_copy_in_their_places()
     assert moved[1] is None and [len(m) for m in (moved[0], moved[2])] == [3, 3]
     assert all(t.device.type == "meta" and t.shape == s.shape for m, o in zip(moved, masked) if m is not None
                for t, s in zip(m, o))
+
+
+def test_head_indices_already_on_the_device_stay_beside_those_moved_from_the_host():
+    """AdaKV's and CriticalAdaKV's indices come from the device, KVzip's from the host: a batch may hold both."""
+    from golinear.models.kv_compression.static_decode import on_device
+    there = (torch.zeros(2, dtype=torch.long, device="meta"),) * 3
+    masked = [there, (torch.tensor([0]), torch.tensor([1]), torch.tensor([4])), None]
+    moved = on_device(masked, "meta")
+    assert all(a is b for a, b in zip(moved[0], there)) and moved[2] is None  # not copied again
+    assert all(t.device.type == "meta" and t.shape == (1,) for t in moved[1])

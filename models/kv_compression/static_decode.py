@@ -212,11 +212,13 @@ def head_entries(cache, masked) -> list[tuple[torch.Tensor | None, torch.Tensor]
 def on_device(masked: list, device) -> list:
     """take_head_masks' per-layer index tensors on `device`, moved in one copy: KVzip's come from the host, and a
     copy per tensor from the host waits for the GPU each time (three a layer and row)."""
-    flat = [t for m in masked if m is not None for t in m]
-    if all(t.device == torch.device(device) for t in flat):
+    here = torch.empty(0, device=device).device  # 'cuda' names cuda:0 here, so compare resolved devices
+    away = [t for m in masked if m is not None for t in m if t.device != here]
+    if not away:
         return masked
-    moved = iter(torch.cat([t.flatten().long() for t in flat]).to(device).split([t.numel() for t in flat]))
-    return [None if m is None else tuple(next(moved).view(t.shape) for t in m) for m in masked]
+    moved = iter(torch.cat([t.flatten().long() for t in away]).to(here).split([t.numel() for t in away]))
+    return [None if m is None else tuple(t if t.device == here else next(moved).view(t.shape) for t in m)
+            for m in masked]
 
 
 def _per_head(per_layer) -> torch.Tensor:
