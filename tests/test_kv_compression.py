@@ -288,6 +288,12 @@ def test_head_adaptive_presses_refuse_a_chunked_prefill():
         S.parse_model_spec("press=adakv_snapkv,kv_budget=256,prefill_chunk=512")
 
 
+def test_compactor_refuses_a_chunked_prefill_before_any_model_loads():
+    """kvpress's CompactorPress asserts that keys and queries are the same tokens: a second chunk fails mid-run."""
+    with pytest.raises(ValueError, match="press=compactor with prefill_chunk=4096: kvpress's CompactorPress scores"):
+        S.parse_model_spec("press=compactor,kv_budget=1024,prefill_chunk=4096")
+
+
 def test_unavailable_presses_are_named_with_the_reason():
     for name, why in (("kvzap", "trained per backbone"), ("fastkvzip", "none exists for SmolLM2-135M")):
         with pytest.raises(ValueError, match=f"press '{name}' is not available: .*{why}"):

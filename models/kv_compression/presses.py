@@ -48,6 +48,8 @@ UNAVAILABLE = {
 }
 # presses with a prefill of their own (models/kv_compression/kvzip.py: extra passes over the context), head-adaptive
 OWN_PREFILL = {"kvzip": ("KVzipPress", "context reconstruction, layerwise")}
+# presses kvpress runs over the whole prompt in one pass only (a chunk after the first fails its prefill check)
+ONE_PASS = {"compactor": "kvpress's CompactorPress scores the whole prompt at once (it supports prefill only)"}
 # presses whose scores draw random numbers (tests/test_kv_compression.py checks this against kvpress's sources)
 DRAWS_RANDOM = {"compactor"}
 # kvpress classes whose rows a batch couples -> their batch-faithful subclass (models/kv_compression/batch_faithful.py);

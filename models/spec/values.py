@@ -189,7 +189,10 @@ def check_press_options(spec) -> None:
         raise ValueError(f"prefill_chunk={spec.prefill_chunk}: expected 0 (no chunks) or more than 64 tokens (SnapKV "
                          f"scores a chunk's earlier keys with its last 64 queries)")
     if spec.prefill_chunk:
-        from golinear.models.kv_compression.presses import head_adaptive  # (imports no torch)
+        from golinear.models.kv_compression.presses import ONE_PASS, head_adaptive  # (imports no torch)
+        if spec.press in ONE_PASS:
+            raise ValueError(f"press={spec.press} with prefill_chunk={spec.prefill_chunk}: {ONE_PASS[spec.press]}; "
+                             "run it without prefill_chunk")
         if head_adaptive(spec.press):
             raise ValueError(f"press={spec.press} with prefill_chunk={spec.prefill_chunk}: a head-adaptive press keeps "
                              "every entry and hides the evicted ones, so its cache would grow with each chunk; "

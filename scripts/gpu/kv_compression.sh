@@ -62,7 +62,8 @@ gdn-w508-s8-r508-fit-sc;gdn-w1016-s8-sc,window=508,retain=508,retain_score=proj_
         configs="full-static;gdn-default"
         for p in ${TOP_PRESSES//,/ }; do
             configs+=";press=$p,kv_budget=1024"
-            case $p in adakv_*|criticalkv_*|kvzip) ;; *) configs+=";press=$p,kv_budget=1024,prefill_chunk=4096" ;; esac
+            case $p in adakv_*|criticalkv_*|kvzip|compactor) ;; *)  # these refuse prefill_chunk (models/spec/values.py)
+                configs+=";press=$p,kv_budget=1024,prefill_chunk=4096" ;; esac
         done
         golinear latency --device cuda --configs "$configs" --lengths 4096,32768 --batch "1,$LATENCY_BATCH" \
             --out-dir "$OUT_DIR/latency" ;;
