@@ -57,6 +57,9 @@ def test_every_stage_is_a_command_golinear_accepts(tmp_path):
         if spec.press:
             check_press_spec(spec, [4096, 32768])  # what golinear latency checks before any model
     assert {s.press for s in configs if s.press} == {"kvzip", "compactor", "lagkv"}
+    # the best press of each budget as it ran: the trade-off table borrows no row from another budget
+    assert {(s.press, s.kv_budget) for s in configs if s.press and s.kv_budget < 1024} == {("compactor", 256),
+                                                                                          ("compactor", 512)}
     assert any(s.prefill_chunk for s in configs)  # the memory-matched rows, where a press allows a chunked prefill
     assert option(latency, "--batch") == "1,8" and option(latency, "--lengths") == "4096,32768"
 

@@ -6,8 +6,10 @@
 #   sniah     every press, the window and the linearized rows at budgets 256 and 1024
 #   sniah512  the three best of each family at 512: TOP_PRESSES and TOP_LINEAR_512 (read them off the 256/1024 table)
 #   ruler     RULER's eight tasks at 1024, RULER_SAMPLES (100) a task: TOP_PRESSES and TOP_LINEAR_1024
-#   latency   Llama-3.1-8B dimensions: TOP_PRESSES with and without a chunked prefill beside full-static and
-#             gdn-default, 4K and 32K, batch 1 and LATENCY_BATCH (8 where full attention at 32K fits, else 4)
+#   latency   Llama-3.1-8B dimensions: TOP_PRESSES at 1024 with and without a chunked prefill, and the best press
+#             at 256 and at 512 (BEST_PRESS_256, BEST_PRESS_512: the trade-off table states each budget's best press
+#             as it ran), beside full-static and gdn-default, 4K and 32K, batch 1 and LATENCY_BATCH (8 where full
+#             attention at 32K fits, else 4)
 # DRY_RUN=1: each evaluation stage's `golinear run --dry-run` instead (the cells OUT_DIR/store still lacks and their
 # time at the speeds it measured; nothing is evaluated), the latency stage skipped.
 # Then: golinear store merge OUT_DIR/store --store leaderboards/store (a kept cell without per-sample scores takes them
@@ -17,6 +19,8 @@ set -euo pipefail
 OUT_DIR=${1:?usage: kv_compression.sh OUT_DIR [sniah|sniah512|ruler|latency ...]}; shift
 STAGES=${*:-sniah ruler latency}
 TOP_PRESSES=${TOP_PRESSES:-kvzip,compactor,lagkv}  # the best three at 1024 in leaderboards/kv-compression.md
+BEST_PRESS_256=${BEST_PRESS_256:-compactor}  # the best press at 256 and at 512 in leaderboards/kv-compression.md
+BEST_PRESS_512=${BEST_PRESS_512:-compactor}
 TOP_LINEAR_512=${TOP_LINEAR_512:-gdn-w504-s8-sc;gdn-w504-s8-sc,window=252,retain=252,retain_score=proj_residual}
 TOP_LINEAR_1024=${TOP_LINEAR_1024:-gdn-w1016-s8-sc;gdn-w508-s8-r508-fit-sc}
 LATENCY_BATCH=${LATENCY_BATCH:-8}
@@ -59,7 +63,7 @@ gdn-w508-s8-r508-fit-sc;gdn-w1016-s8-sc,window=508,retain=508,retain_score=proj_
         run ruler "full;$(presses 1024 ${TOP_PRESSES//,/ });$TOP_LINEAR_1024" "$RULER_SAMPLES" ;;
     latency)
         [ -z "${DRY_RUN:-}" ] || continue
-        configs="full-static;gdn-default"
+        configs="full-static;gdn-default;press=$BEST_PRESS_256,kv_budget=256;press=$BEST_PRESS_512,kv_budget=512"
         for p in ${TOP_PRESSES//,/ }; do
             configs+=";press=$p,kv_budget=1024"
             case $p in adakv_*|criticalkv_*|kvzip|compactor) ;; *)  # these refuse prefill_chunk (models/spec/values.py)
