@@ -8,6 +8,7 @@ and as the README's comparison table.
 """
 from __future__ import annotations
 
+import textwrap
 from typing import NamedTuple
 
 import pandas as pd
@@ -213,6 +214,7 @@ def to_markdown(t: pd.DataFrame) -> str:
 
 SPREAD = 0.6  # the rows at one budget spread over this many octaves, so no row's interval hides another's
 MARGIN = 0.5  # octaves of axis beside the outermost budgets
+LEGEND_CHARS = 90  # a longer row name wraps: the legend, under its panel, stays no wider than the panel
 
 
 def figure(t: pd.DataFrame):
@@ -240,7 +242,8 @@ def figure(t: pd.DataFrame):
             shift = SPREAD * (i / (len(drawn) - 1) - 0.5) if len(drawn) > 1 else 0.0
             r = r.assign(x=r["budget"].map(budget_value) * 2 ** shift).sort_values("x")
             ax.errorbar(r["x"], r["S-NIAH"], yerr=r["S-NIAH" + PLUS].astype(float).fillna(0), fmt=style[kind],
-                        marker="o", markersize=4, elinewidth=1.5, capsize=3, color=colour[row], label=f"{row}")
+                        marker="o", markersize=4, elinewidth=1.5, capsize=3, color=colour[row],
+                        label=textwrap.fill(row, LEGEND_CHARS))
         budgets = sorted({budget_value(b) for b in g[g["kind"] != KINDS["full"]]["budget"]})
         ax.set_xscale("log", base=2)
         ax.set_xlim(budgets[0] / 2 ** MARGIN, budgets[-1] * 2 ** MARGIN)
