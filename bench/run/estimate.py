@@ -38,8 +38,8 @@ def measured_speeds(cell_files: list, device) -> dict:
             continue
         key, model = cell.get("key") or {}, cell.get("model") or {}
         where = (cell.get("suite"), (key.get("config") or {}).get("context_length"))
-        code = str(((cell.get("provenance") or {}).get("git") or {}).get("commit") or "?")[:7]
         full = str(((cell.get("provenance") or {}).get("git") or {}).get("commit") or "")
+        code = full[:7] or "?"
         when = (1, dated[full]) if full in dated else (0, path.stat().st_mtime)  # a dated commit is newer than none
         for k in ((key.get("model"), *where), ("family", model.get("family"), *where)):
             row = groups.setdefault(k, {}).setdefault(code, {"samples": 0, "seconds": 0.0, "cells": 0, "cards": set(),
