@@ -386,31 +386,6 @@ def test_window_sink_softmax_takes_any_sdpa_output_layout(monkeypatch, grad):
         assert rel(fla_backend.window_sink_softmax(q, k, v, 3, 5, 0.25), want) < 1e-6
 
 
-def test_the_window_mask_is_one_block_s_mask_past_the_prompt_start():
-    """The attention kernel reads the additive mask for every batch row and KV head: past the prompt's start (every
-    sink outside the window, every run of keys inside the prompt) the blocks share one mask, expanded, not copied."""
-    n, block, G, s, w = 64, 64, 3, 8, 1016
-    Lw = window._round_up(w - 1 + block + s, 16) - s
-    runs, _, _ = window._blocked_layout(n, block, G, n * block, n * block, 0, 0, 0, w, s, Lw, torch.float32, "cpu")
-    assert [r[:2] for r in runs] == [(0, 16), (16, n)]  # block 16's first query, 1024, is past s - 1 + w = 1023
-    assert runs[1][2].shape[1] == n - 16 and runs[1][2].stride(1) == 0
-
-
-@pytest.mark.parametrize("grad", [False, True])
-def test_window_attention_over_three_runs_of_blocks(grad):
-    """The blocks before the steady ones, the steady ones, and a last block with padding queries: each run its own
-    attention call, the same attention as the reference, with and without autograd."""
-    B, T, Hq, Hkv, D, s, w = 2, 700, 4, 2, 16, 4, 100
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(B, T, h, D, generator=g).requires_grad_(grad) for h in (Hq, Hkv, Hkv))
-    Lw = window._round_up(w - 1 + 64 + s, 16) - s
-    runs, _, _ = window._blocked_layout(11, 64, Hq // Hkv, T, T, 0, 0, 0, w, s, Lw, torch.float32, "cpu")
-    assert [r[:2] for r in runs] == [(0, 2), (2, 10), (10, 11)]
-    want, _ = reference.window_sink_attention(q, k, v, s, w, D ** -0.5)
-    with torch.set_grad_enabled(grad):
-        assert rel(window.window_attention_blocked(q, k, v, w, D ** -0.5, sinks=s), want) < 1e-6
-
-
 @pytest.mark.parametrize("p0", [0, 3, 9, 100])
 def test_window_attention_blocked_chunk_form(p0):
     """The fast decoder's form: queries from p0, keys = [sinks | previous window keys | the chunk's]."""

@@ -102,13 +102,10 @@ def _round_up(x, m):
 
 @functools.lru_cache(maxsize=8)
 def _blocked_layout(n, block, G, Tq, L, base, lo, q_pos0, window, s, Lw, dtype, device):
-    """Cached (the masks of block runs, key index [n*(s+Lw)], query index [n*block]) of window_attention_blocked.
-    Row r*G + g of block b is query i = b*block + r (absolute position q_pos0 + i); column j < s is sink key j;
-    column s + c is key idx = base + b*block - (Lw - block) + c (absolute position q_pos0 + idx - base), a window
-    key when lo <= idx < L. The masks: (b0, b1, additive mask [1, b1-b0, block*G, s+Lw]) per run of blocks, where
-    past the prompt's start every block's mask is the same one, broadcast: the attention kernel reads the mask for
-    every batch row and KV head, and a mask per block (batch 64, window 1016: 27 MB a layer, read 192 times) moved
-    more bytes than the gathered keys and values."""
+    """Cached (additive mask [1, n, block*G, s+Lw], key index [n*(s+Lw)], query index [n*block]) of
+    window_attention_blocked. Row r*G + g of block b is query i = b*block + r (absolute position q_pos0 + i);
+    column j < s is sink key j; column s + c is key idx = base + b*block - (Lw - block) + c (absolute
+    position q_pos0 + idx - base), a window key when lo <= idx < L."""
     dev = torch.device(device)
     i = torch.arange(n * block, device=dev).view(n, block, 1)
     t = q_pos0 + i
@@ -123,26 +120,9 @@ def _blocked_layout(n, block, G, Tq, L, base, lo, q_pos0, window, s, Lw, dtype, 
         sink = torch.arange(s, device=dev).view(1, 1, s) <= t - window
         allowed = torch.cat([sink & ~pad_row, allowed], -1)
         kidx = torch.cat([torch.arange(s, device=dev).expand(n, s), kidx], -1)
-    return _runs(allowed, n - (Tq % block != 0), G, dtype), kidx.reshape(-1), \
-        torch.arange(n * block, device=allowed.device).clamp_(max=Tq - 1)
-
-
-def _runs(allowed, b1: int, G: int, dtype) -> tuple:
-    """(b0, b1, additive mask [1, b1-b0, block*G, C]) runs over the blocks of allowed [n, block, C]: the blocks
-    before b1 (the last one without padding queries) that share its pattern get one mask, expanded (no copy); the
-    others their own."""
-    def additive(a):  # rows (r, g)
-        m = torch.zeros(a.shape, dtype=dtype, device=a.device).masked_fill_(~a, -math.inf)
-        return m.repeat_interleave(G, dim=1).unsqueeze(0)
-    n = allowed.shape[0]
-    same = (allowed[:b1] == allowed[b1 - 1]).flatten(1).all(1)
-    b0 = b1 - int(same.flip(0).int().cumprod(0).sum())
-    if b1 - b0 < 2:
-        return ((0, n, additive(allowed)),)
-    steady = additive(allowed[b1 - 1:b1])
-    runs = [(0, b0, additive(allowed[:b0]))] if b0 else []
-    runs.append((b0, b1, steady.expand(1, b1 - b0, *steady.shape[2:])))
-    return tuple(runs + ([(b1, n, additive(allowed[b1:]))] if b1 < n else []))
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=dev).masked_fill_(~allowed, -math.inf)
+    mask = mask.repeat_interleave(G, dim=1).unsqueeze(0)  # rows (r, g)
+    return mask, kidx.reshape(-1), torch.arange(n * block, device=dev).clamp_(max=Tq - 1)
 
 
 def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_pos0=0, block=WINDOW_BLOCK,
@@ -166,7 +146,7 @@ def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_po
     # positions enter only relative to each other, and through the sink rule j <= t - window, which admits
     # every sink from q_pos0 = s - 1 + window on: later chunks of a prefill share one cached layout
     pos_key = min(q_pos0, max(sinks - 1 + window, 0))
-    runs, kidx, qidx = _blocked_layout(n, block, G, Tq, L, base, lo, pos_key, window, sinks, Lw, v.dtype,
+    mask, kidx, qidx = _blocked_layout(n, block, G, Tq, L, base, lo, pos_key, window, sinks, Lw, v.dtype,
                                        str(q.device))
     q, k = q.to(v.dtype), k.to(v.dtype)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
@@ -177,20 +157,15 @@ def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_po
     else:
         qb = q.reshape(B, Tq, Hkv, G, D).transpose(1, 2).index_select(2, qidx).view(B * Hkv, n, block * G, D)
         kb, vb = (x.transpose(1, 2).index_select(2, kidx).view(B * Hkv, n, sinks + Lw, x.shape[-1]) for x in (k, v))
-    if add_to is not None and (grad or n * block != Tq):
-        raise ValueError(f"add_to needs no autograd and Tq a multiple of {block} (got Tq={Tq}, grad={grad})")
-    outs = []
-    for b0, b1, mask in runs:
-        o = F.scaled_dot_product_attention(*(x[:, b0:b1] if len(runs) > 1 else x for x in (qb, kb, vb)),
-                                           attn_mask=mask, scale=scale)
-        # SDPA's CUDA kernels may return a transposed layout: unflatten (always a view), then one copy
-        o = o.unflatten(0, (B, Hkv)).unflatten(3, (block, G)).permute(0, 2, 3, 1, 4, 5)  # [B, blocks, block, Hkv, G, V]
-        if add_to is not None:
-            add_to.view(B, n, block, Hkv, G, V)[:, b0:b1].add_(o)
-        outs.append(o)
+    o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale)
+    # SDPA's CUDA kernels may return a transposed layout: unflatten (always a view), then one copy
+    o = o.unflatten(0, (B, Hkv)).unflatten(3, (block, G)).permute(0, 2, 3, 1, 4, 5)  # [B, n, block, Hkv, G, V]
     if add_to is not None:
+        if grad or n * block != Tq:
+            raise ValueError(f"add_to needs no autograd and Tq a multiple of {block} (got Tq={Tq}, grad={grad})")
+        add_to.view(B, n, block, Hkv, G, V).add_(o)
         return add_to
-    o = (torch.cat(outs, 1) if len(outs) > 1 else outs[0]).reshape(B, n * block, Hq, V)
+    o = o.reshape(B, n * block, Hq, V)
     return o if n * block == Tq else o[:, :Tq]  # (a full-range slice still costs a zero-fill + copy in backward)
 
 
