@@ -38,6 +38,23 @@ def test_window_sink_softmax(T, dtype, grad):
     assert out.dtype == dt and all(e <= (tol_g if n.startswith("d") else tol_o) for n, e in errs.items()), errs
 
 
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
+@pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "autograd"])
+def test_window_reaching_every_key(dtype, grad):
+    """window >= T (a full-attention control: window 8192 at 4,096 tokens): SDPA's causal kernel, GQA through
+    enable_gqa, against the reference's window + sink softmax."""
+    from golinear.models.attention.ops import fla_backend, reference
+    dt = DTYPES[dtype]
+    g = torch.Generator(device="cuda").manual_seed(3)
+    B, T, Hq, Hkv, D, s, w = 2, 1000, 9, 3, 64, 0, 8192
+    q, k, v = (torch.randn(B, T, h, D, device="cuda", generator=g).to(dt).requires_grad_(grad) for h in (Hq, Hkv, Hkv))
+    (out,), errs = errors_vs_reference(lambda *x: (fla_backend.window_sink_softmax(*x, s, w, D ** -0.5),),
+                                       lambda *x: reference.window_sink_attention(*x, s, w, D ** -0.5),
+                                       (q, k, v), grad, g)
+    tol_o, tol_g = TOL[dt]
+    assert out.dtype == dt and all(e <= (tol_g if n.startswith("d") else tol_o) for n, e in errs.items()), errs
+
+
 @pytest.mark.parametrize("p0", [0, 3, 8192])
 def test_window_attention_blocked_chunk_form(p0):
     """The fast decoder's prefill form (queries from p0; keys = sinks | previous window | chunk), bf16."""

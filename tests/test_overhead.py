@@ -373,6 +373,22 @@ def test_window_sink_softmax_matches_reference(B, T, Hq, Hkv, D, s, w):
     assert torch.equal(ops.window_sink_softmax(q, k, v, s, w, D ** -0.5), want)  # CPU dispatch: the reference
 
 
+@pytest.mark.parametrize("B,T,Hq,Hkv,s,w", [(2, 50, 4, 2, 4, 50), (1, 96, 9, 3, 0, 8192), (2, 33, 2, 2, 8, 40)])
+def test_window_reaching_every_key_is_causal_attention(monkeypatch, B, T, Hq, Hkv, s, w):
+    """A window of T or more (a full-attention control: window 8192 at 4,096 tokens) runs SDPA's causal kernel,
+    not the general path, and gives the reference's values and gradients."""
+    monkeypatch.setattr(fla_backend, "window_sink_attention", lambda *a, **kw: pytest.fail("took the general path"))
+    g = torch.Generator().manual_seed(T)
+    q, k, v = (torch.randn(B, T, h, 16, generator=g).requires_grad_() for h in (Hq, Hkv, Hkv))
+    want, _ = reference.window_sink_attention(q, k, v, s, w, 0.25)
+    got = fla_backend.window_sink_softmax(q, k, v, s, w, 0.25)
+    assert got.dtype == q.dtype and rel(got, want) < 1e-6
+    cot = torch.randn(want.shape, generator=g)
+    gw = torch.autograd.grad((want * cot).sum(), (q, k, v))
+    gg = torch.autograd.grad((got * cot).sum(), (q, k, v))
+    assert all(rel(a, b) < 1e-5 for a, b in zip(gg, gw))
+
+
 @pytest.mark.parametrize("grad", [False, True])
 def test_window_sink_softmax_takes_any_sdpa_output_layout(monkeypatch, grad):
     """CUDA's SDPA kernels return a transposed ([B, L, H, E] memory) layout; the blocked form must not view it."""

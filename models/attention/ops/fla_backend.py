@@ -284,9 +284,22 @@ def window_sink_softmax(q, k, v, sinks, window, scale):
     call for window + sinks, forward and backward (the layer's parallel pass). -> out in q's dtype."""
     reference.grouped(q, k)
     T = q.shape[1]
+    if window >= T and k.shape[1] == T and q.dtype != torch.float64 and T > 0:
+        return causal_softmax(q, k, v, scale)
     if window < 1 or window >= T or q.dtype == torch.float64 or k.shape[1] != T:
         return window_sink_attention(q, k, v, sinks, window, scale)[0]
     return window_attention_blocked(q, k, v, window, scale, sinks=min(sinks, T)).to(q.dtype)
+
+
+def causal_softmax(q, k, v, scale):
+    """Causal softmax attention of q/k/v at the same positions [B, T, H, D], GQA aware, autograd or not: a window
+    that reaches every earlier key (window >= T) sees exactly this, and SDPA's causal kernel runs it without the
+    T x T scores the reference holds (a full-attention control trains through it). -> out in q's dtype."""
+    out_dtype = q.dtype
+    q, k, v = _same_dtype(q, k, v)
+    o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
+                                       scale=scale, enable_gqa=q.shape[2] != k.shape[2])
+    return o.transpose(1, 2).to(out_dtype)
 
 
 def window_part_fla(q, k, v, window, scale):
