@@ -16,7 +16,9 @@ for folder in sorted(p for p in root.iterdir() if (p / "train_config.json").exis
         (f" on {lin['conv_on']}" if lin["short_conv"] and lin.get("conv_on") else "") + \
         (" +LoRA" if lin["lora"] else "") + (" +out_norm" if lin.get("out_norm") else "") + \
         (f" +retain{lin['retain']} ({lin['retain_score']})" if lin.get("retain") else "") + \
-        (f" +{lin['keep_full']:.0%} full ({lin['select']})" if lin.get("keep_full") else "")
+        (f" +{lin['keep_full']:.0%} full ({lin['select']})" if lin.get("keep_full") else "") + \
+        (f" +attention transfer {r['train']['transfer_steps']} steps" if r["train"].get("transfer_steps") else "") + \
+        (f" +KL {r['train']['distill']}" if r["train"].get("distill") else "")
     print(f"| {folder.name} | {recipe} | {s['tokens']:,} ({s['step']}) | {s['train_wall_s']:.0f} | "
           f"{s['steady_tokens_per_s'] or 0:,.0f} | {res['heldout_loss_full_attention']:.3f} / "
           f"{res['heldout_loss_init']:.3f} / {res['heldout_loss_trained']:.3f} |")
