@@ -86,3 +86,16 @@ def test_csv_cells_that_would_run_as_formulas_are_text():
     rows = to_csv(table).splitlines()[1:]
     assert [r.rsplit(",", 1)[0] for r in rows] == ["'" + HOSTILE, "'+1+cmd", "'@SUM(A1)", "'-2+3", "gdn", "-"]
     assert rows[1].endswith(",-0.2500")
+
+
+def test_the_store_a_card_names_is_relative_to_the_working_directory(tmp_path, monkeypatch):
+    """An absolute --store (the default is one) below the working directory is named as a relative path: a card is
+    handed to users, so it names no folder of the machine that wrote it."""
+    ckpt = tmp_path / "ckpts" / "gdn-default"
+    shutil.copytree(SHIPPED, ckpt)
+    store = Store(tmp_path / "leaderboards" / "store")
+    cell(store, "full", "golinear_piqa", 0.5, 10)
+    monkeypatch.chdir(tmp_path)
+    assert golinear(["cards", "--checkpoints", str(ckpt), "--store", str(store.root.resolve())]) == 0
+    card = (ckpt / "README.md").read_text()
+    assert "(from `leaderboards/store`)" in card and str(tmp_path) not in card

@@ -72,7 +72,7 @@ def main(args) -> int:
     cells, changed = store.cells(), 0
     for folder in folders:
         scores = scores_for(cells, folder.name, checkpoint_identity(folder))
-        if write_card(folder, scores, store_name=f"`{args.store}`", shown=shown_path(folder)):
+        if write_card(folder, scores, store_name=f"`{shown_path(Path(args.store))}`", shown=shown_path(folder)):
             changed += 1
             print(f"  {folder / 'README.md'}: {len(scores)} scores")
     print(f"golinear cards: {changed} of {len(folders)} model card(s) changed under {root}")
