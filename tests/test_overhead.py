@@ -402,9 +402,12 @@ def test_window_sink_softmax_takes_any_sdpa_output_layout(monkeypatch, grad):
         assert rel(fla_backend.window_sink_softmax(q, k, v, 3, 5, 0.25), want) < 1e-6
 
 
+@pytest.mark.parametrize("block", [64, 16, 256])
 @pytest.mark.parametrize("p0", [0, 3, 9, 100])
-def test_window_attention_blocked_chunk_form(p0):
-    """The fast decoder's form: queries from p0, keys = [sinks | previous window keys | the chunk's]."""
+def test_window_attention_blocked_chunk_form(monkeypatch, p0, block):
+    """The fast decoder's form: queries from p0, keys = [sinks | previous window keys | the chunk's], at the
+    default prefill block and others (window.PREFILL_BLOCK)."""
+    monkeypatch.setattr(window, "PREFILL_BLOCK", block)
     B, T, Hq, Hkv, D, s, w = 2, 300, 4, 2, 16, 4, 10
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, T, h, D, generator=g) for h in (Hq, Hkv, Hkv))

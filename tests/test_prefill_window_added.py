@@ -10,6 +10,7 @@ from golinear.models.attention import ops
 from golinear.models.decoding import prefill
 from golinear.models.decoding.fast_decode import FastDecoder
 from golinear.models.attention.linearize import LinearizeConfig, linearize
+from golinear.models.attention.ops import window
 from golinear.models.attention.ops.window import window_attention_blocked
 from _tiny import perturb_new_params
 
@@ -66,3 +67,27 @@ def test_prefill_with_whole_blocks_is_unchanged(monkeypatch, lens):
     plain = run()
     assert torch.equal(added[0], plain[0])
     assert all(torch.equal(a, b) for a, b in zip(added[1], plain[1]))
+
+
+@pytest.mark.parametrize("block", [32, 128])
+def test_prefill_block_changes_no_token(monkeypatch, block):
+    """Another query block for the prefill's window (window.PREFILL_BLOCK, what profile_prefill.py --window-blocks
+    times): the same logits to float32 rounding and the same greedy tokens, the window still added into the linear
+    output where the chunk holds whole blocks (the reference GDN op's output made contiguous, as FLA's is)."""
+    gdn_chunk = ops.gdn_chunk
+    monkeypatch.setattr(ops, "gdn_chunk", lambda *a, **kw: (lambda o, st: (o.contiguous(), st))(*gdn_chunk(*a, **kw)))
+    model = tiny_model()
+    ids = torch.randint(0, 97, (3, 300), generator=torch.Generator().manual_seed(2))
+
+    def run():
+        fd = FastDecoder(model, prefill_chunk=128, use_graph=False)
+        fd.prefill(ids, [300, 170, 64])
+        return fd.last_logits.clone()
+
+    want = run()
+    monkeypatch.setattr(window, "PREFILL_BLOCK", block)
+    calls = []
+    real = prefill.window_attention_added
+    monkeypatch.setattr(prefill, "window_attention_added", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    got = run()
+    assert calls and (got - want).abs().max() < 1e-5 and torch.equal(got.argmax(-1), want.argmax(-1))

@@ -21,7 +21,8 @@ import torch
 from golinear.models.cache.decode_state import LIN_KEYS, DecodeState, gather_ring, ring_index
 from golinear.models.attention import ops
 from golinear.models.attention.ops import fla_backend  # window_attention_blocked, sink_part (also on the CPU)
-from golinear.models.attention.ops.window import WINDOW_BLOCK, window_attention_blocked
+from golinear.models.attention.ops import window as window_ops
+from golinear.models.attention.ops.window import window_attention_blocked
 from golinear.models.attention.projection import fused_qkv, project_qkv
 from golinear.models.spec import CONV_ON
 
@@ -186,7 +187,8 @@ def _adds_into(attn, lin_out, first: int, swa_args: dict) -> bool:
     q = swa_args["q"]
     return (attn.mechanism != "hedgehog" and isinstance(lin_out, torch.Tensor) and first == 0
             and not torch.is_grad_enabled() and lin_out.dtype == q.dtype == swa_args["v"].dtype
-            and lin_out.is_contiguous() and lin_out.shape[:3] == q.shape[:3] and q.shape[1] % WINDOW_BLOCK == 0)
+            and lin_out.is_contiguous() and lin_out.shape[:3] == q.shape[:3]
+            and q.shape[1] % window_ops.PREFILL_BLOCK == 0)
 
 
 def window_attention_added(y, q, k, v, window, scale, sinks=0, base=0, lo=0, q_pos0=0):

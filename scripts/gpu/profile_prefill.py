@@ -5,6 +5,8 @@ on them); rows that prefill through the static decoder (full-static, the lineari
 
     python scripts/gpu/profile_prefill.py --model smollm2-135m --configs 'full-static;gdn-default;mechanism=gdn,\
 window=1016,sinks=8,short_conv=true' --length 4096 --batch 64 --out OUT_DIR/prefill.md
+    python scripts/gpu/profile_prefill.py --model smollm2-135m --configs 'mechanism=none,window=1016,sinks=8' \
+--length 4096 --batch 64 --window-blocks 64,128,256,512 --out OUT_DIR/blocks.md   (the window's query block)
 """
 from __future__ import annotations
 
@@ -63,11 +65,23 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--window-blocks", default=None,
+                    help="comma-separated query blocks of the prefill's window (window.PREFILL_BLOCK), each row "
+                         "profiled at each: larger blocks copy the keys fewer times and attend to more masked ones")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     for name, value in (("--length", args.length), ("--batch", args.batch), ("--reps", args.reps)):
         if value < 1:
             ap.error(f"{name} {value}: allowed 1 or more")
+    blocks = [None]
+    if args.window_blocks is not None:
+        try:
+            blocks = [int(b) for b in args.window_blocks.split(",")]
+        except ValueError:
+            blocks = [0]
+        if min(blocks) < 1 or any(b % 16 for b in blocks):
+            ap.error(f"--window-blocks {args.window_blocks!r}: allowed positive multiples of 16, e.g. 64,256")
+    from golinear.models.attention.ops import window
     from golinear.models.backbones.backbone import random_backbone
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -77,19 +91,24 @@ def main(argv=None) -> int:
     ids = torch.randint(0, model.config.vocab_size, (args.batch, args.length), device=device,
                         generator=torch.Generator(device=device).manual_seed(1))
     rows = []
-    for spec in args.configs.split(";"):
-        decoder, undo = PD.build(spec, model, args.length, args.batch, device, dtype)
-        if decoder is None:
-            ap.error(f"--configs {spec!r}: a press row prefills through its press, not the static decoder")
-        table, wall_ms = profile_prefill(decoder, ids, args.reps)
-        rows.append((spec, table, wall_ms))
-        print(f"{spec}: prefill {wall_ms:.2f} ms, {sum(v[1] for v in table.values()):.0f} kernels")
-        del decoder
-        if undo:
-            undo()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        args.out.write_text(render(rows, groups, args, device, dtype))  # a run stopped early keeps its rows
+    try:
+        for spec, block in ((spec, block) for spec in args.configs.split(";") for block in blocks):
+            window.PREFILL_BLOCK = block or window.WINDOW_BLOCK
+            decoder, undo = PD.build(spec, model, args.length, args.batch, device, dtype)
+            if decoder is None:
+                ap.error(f"--configs {spec!r}: a press row prefills through its press, not the static decoder")
+            table, wall_ms = profile_prefill(decoder, ids, args.reps)
+            label = spec if block is None else f"{spec} (window block {block})"
+            rows.append((label, table, wall_ms))
+            print(f"{label}: prefill {wall_ms:.2f} ms, {sum(v[1] for v in table.values()):.0f} kernels")
+            del decoder
+            if undo:
+                undo()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            args.out.write_text(render(rows, groups, args, device, dtype))  # a run stopped early keeps its rows
+    finally:  # the default again for whatever runs next in this process
+        window.PREFILL_BLOCK = window.WINDOW_BLOCK
     print(args.out.read_text())
     return 0
 

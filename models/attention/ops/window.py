@@ -18,6 +18,10 @@ import torch
 import torch.nn.functional as F
 
 WINDOW_BLOCK = 64  # query block of the differentiable window path
+# Query block of the gather (no-grad) path, the prefill's. Each block copies the sinks plus the window - 1 + block
+# keys it reaches, so a larger block copies the keys fewer times (17 times at a window of 1016 with 64) and attends
+# to more masked ones; scripts/gpu/profile_prefill.py --window-blocks times the choices side by side.
+PREFILL_BLOCK = WINDOW_BLOCK
 
 
 def merge_attention(o_a, lse_a, o_b, lse_b):
@@ -125,14 +129,14 @@ def _blocked_layout(n, block, G, Tq, L, base, lo, q_pos0, window, s, Lw, dtype, 
     return mask, kidx.reshape(-1), torch.arange(n * block, device=dev).clamp_(max=Tq - 1)
 
 
-def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_pos0=0, block=WINDOW_BLOCK,
-                             add_to=None):
+def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_pos0=0, block=None, add_to=None):
     """Sliding-window softmax plus sink keys in ONE fused attention call (SDPA), GQA aware, autograd or not.
 
     q [B,Tq,Hq,D] at absolute positions q_pos0 + i; k/v [B,L,Hkv,D]: entries 0..sinks-1 are the sink keys
     (positions 0..sinks-1), entries lo..L-1 keys at consecutive positions with k[:, base + i] query i's own
     key. Query t sees the keys t - window < j <= t and the sinks j <= t - window (the others are inside the
-    window already). Queries go in blocks of `block`; each block attends to the sinks plus the run of Lw
+    window already). Queries go in blocks of `block` (None: WINDOW_BLOCK with autograd, PREFILL_BLOCK
+    without); each block attends to the sinks plus the run of Lw
     keys its window can reach, under a cached additive mask; the G query heads of a KV head are G rows of
     its block, so keys are never expanded. Without autograd the runs are gathered by one index_select per
     tensor; with autograd by pad + unfold (deterministic backward: no atomic adds). -> out [B,Tq,Hq,V].
@@ -141,6 +145,8 @@ def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_po
     B, Tq, Hq, D = q.shape
     L, Hkv, V = k.shape[1], k.shape[2], v.shape[-1]
     G = Hq // Hkv
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    block = block or (WINDOW_BLOCK if grad else PREFILL_BLOCK)
     n = -(-Tq // block)
     Lw = _round_up(window - 1 + block + sinks, 16) - sinks  # s + Lw a multiple of 16 (kernel alignment)
     # positions enter only relative to each other, and through the sink rule j <= t - window, which admits
@@ -149,7 +155,6 @@ def window_attention_blocked(q, k, v, window, scale, sinks=0, base=0, lo=0, q_po
     mask, kidx, qidx = _blocked_layout(n, block, G, Tq, L, base, lo, pos_key, window, sinks, Lw, v.dtype,
                                        str(q.device))
     q, k = q.to(v.dtype), k.to(v.dtype)
-    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if grad:
         qb = F.pad(q, (0, 0, 0, 0, 0, n * block - Tq)) if n * block != Tq else q
         qb = qb.reshape(B, n, block, Hkv, G, D).permute(0, 3, 1, 2, 4, 5).reshape(B * Hkv, n, block * G, D)
