@@ -296,7 +296,7 @@ def causal_softmax(q, k, v, scale):
     that reaches every earlier key (window >= T) sees exactly this, and SDPA's causal kernel runs it without the
     T x T scores the reference holds (a full-attention control trains through it). -> out in q's dtype."""
     out_dtype = q.dtype
-    q, k, v = _same_dtype(q, k, v)
+    q, k = q.to(v.dtype), k.to(v.dtype)  # one dtype; SDPA takes the layer's strided views as they are
     o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
                                        scale=scale, enable_gqa=q.shape[2] != k.shape[2])
     return o.transpose(1, 2).to(out_dtype)
